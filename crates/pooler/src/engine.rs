@@ -1,0 +1,725 @@
+//! The pool's bookkeeping: a state machine with no `async` and no I/O.
+//!
+//! The async layer ([`crate::pool`]) holds an [`Engine`] behind one mutex, asks it what to do
+//! (hand out this member, queue this taker, start this many members, stop that one), does the
+//! I/O outside the lock, and reports back. Time comes in as arguments, so every rule here is
+//! unit-tested without a runtime.
+//!
+//! Every member the pool knows has an entry, keyed by a [`Key`], in exactly one status:
+//! `Starting` (a start task owns the slot), `Free` (the value sits in the free list), `InUse`
+//! (a consumer, or a waiter's channel, holds it) or `Stopping` (a stop task owns it).
+//!
+//! # Invariants
+//!
+//! 1. `in_use + free + starting + stopping <= max_count`: stopping members count until their
+//!    stop ends, starting ones from the moment the start is decided.
+//! 2. Every entry is in exactly one status; the four counts are the numbers of entries in each
+//!    status (`entries.len()` is their sum) and the free list holds exactly the `Free` entries.
+//! 3. A waiter is queued only while no member is free: a member that becomes free goes to the
+//!    oldest waiter first.
+//! 4. At most `queue_max` waiters are queued.
+//! 5. A closed engine has no waiters and decides no starts.
+//! 6. While starts are failing (`failures > 0`) at most one start is in flight, so a dead
+//!    backend sees one attempt per backoff step, not a storm.
+
+use std::collections::VecDeque;
+use std::time::Duration;
+
+use slab::Slab;
+use tokio::time::Instant;
+
+use crate::config::MemberOrder;
+use crate::error::StartError;
+
+/// Identifies an entry while it exists; reused after the entry is removed (pair it with the
+/// member id to detect reuse).
+pub(crate) type Key = usize;
+
+/// Where a member is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Status {
+    Starting,
+    Free,
+    InUse,
+    Stopping,
+}
+
+/// The first backoff step after a failed start.
+pub(crate) const BACKOFF_BASE: Duration = Duration::from_millis(100);
+/// The longest backoff step.
+pub(crate) const BACKOFF_MAX: Duration = Duration::from_secs(10);
+
+/// The delay before the next start after `failures` consecutive failures: 100 ms doubling
+/// to at most 10 s.
+pub(crate) fn backoff(failures: u32) -> Duration {
+    let exp = failures.saturating_sub(1).min(16);
+    BACKOFF_BASE.saturating_mul(1 << exp).min(BACKOFF_MAX)
+}
+
+#[derive(Debug)]
+struct Entry {
+    id: u64,
+    status: Status,
+    since: Instant,
+    expires_at: Option<Instant>,
+    /// The member's death signal was seen while it was starting or in use.
+    dead: bool,
+}
+
+#[derive(Debug)]
+struct Idle<T> {
+    key: Key,
+    value: T,
+}
+
+/// The limits the engine enforces, taken from the pool's config.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Limits {
+    pub(crate) init_count: usize,
+    pub(crate) max_count: usize,
+    pub(crate) queue_max: usize,
+    pub(crate) order: MemberOrder,
+}
+
+/// Counts of members in each status and of waiters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) struct Counts {
+    pub(crate) in_use: usize,
+    pub(crate) free: usize,
+    pub(crate) starting: usize,
+    pub(crate) stopping: usize,
+    pub(crate) queued: usize,
+}
+
+impl Counts {
+    pub(crate) fn total(&self) -> usize {
+        self.in_use + self.free + self.starting + self.stopping
+    }
+}
+
+/// Starts the engine decided on: the caller spawns one start task per slot, each first
+/// sleeping `delay` (non-zero only while backing off).
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(crate) struct Starts {
+    pub(crate) slots: Vec<(Key, u64)>,
+    pub(crate) delay: Duration,
+}
+
+impl Starts {
+    pub(crate) fn is_empty(&self) -> bool {
+        self.slots.is_empty()
+    }
+}
+
+/// Why a take found no member.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Empty {
+    /// No room to start more.
+    AtCapacity,
+    /// Members are starting (some perhaps just now).
+    AllInUse,
+    /// Starts are failing and nothing is in use that could come back.
+    Unavailable,
+    /// The pool is closed.
+    Closed,
+}
+
+/// What a take found.
+#[derive(Debug)]
+pub(crate) enum Take<T> {
+    Member(Key, T),
+    Empty(Empty, Starts),
+}
+
+/// What a member's death signal did.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Death<T> {
+    /// Unknown or already stopping: nothing to do.
+    Ignored,
+    /// Starting or in use: it will be stopped when its start ends or it is returned.
+    Marked,
+    /// It was free: it is now `Stopping` and the caller stops this value.
+    Removed(T),
+}
+
+/// A member's row in [`Engine::stats`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Row {
+    pub(crate) id: u64,
+    pub(crate) status: Status,
+    pub(crate) since: Instant,
+    pub(crate) expires_at: Option<Instant>,
+}
+
+/// The bookkeeping of one pool; `T` is a free member, `W` a queued waiter's hand-off.
+#[derive(Debug)]
+pub(crate) struct Engine<T, W> {
+    limits: Limits,
+    entries: Slab<Entry>,
+    /// Back = returned most recently; front = idle longest.
+    free: VecDeque<Idle<T>>,
+    /// Front = waiting longest.
+    waiters: VecDeque<(u64, W)>,
+    in_use: usize,
+    starting: usize,
+    stopping: usize,
+    /// Replacements owed for members destroyed (failed, crashed, expired) and not yet
+    /// replaced by a successful start.
+    owed: usize,
+    /// Consecutive failed starts; zero after a success.
+    failures: u32,
+    retry_at: Option<Instant>,
+    last_error: Option<StartError>,
+    next_id: u64,
+    next_waiter: u64,
+    closed: bool,
+}
+
+impl<T, W> Engine<T, W> {
+    pub(crate) fn new(limits: Limits) -> Self {
+        Engine {
+            limits,
+            entries: Slab::with_capacity(limits.max_count.min(4096)),
+            free: VecDeque::with_capacity(limits.max_count.min(4096)),
+            waiters: VecDeque::new(),
+            in_use: 0,
+            starting: 0,
+            stopping: 0,
+            owed: 0,
+            failures: 0,
+            retry_at: None,
+            last_error: None,
+            next_id: 1,
+            next_waiter: 0,
+            closed: false,
+        }
+    }
+
+    /// Invariants #1–#5 in O(1); `debug_assert!`ed after every change.
+    fn holds(&self) -> bool {
+        let c = self.counts();
+        c.total() <= self.limits.max_count
+            && self.entries.len() == c.total()
+            && (self.waiters.is_empty() || self.free.is_empty())
+            && self.waiters.len() <= self.limits.queue_max
+            && (!self.closed || self.waiters.is_empty())
+    }
+
+    /// Invariant #2 entry by entry, O(n); for tests.
+    #[cfg(test)]
+    pub(crate) fn check_all(&self) {
+        assert!(self.holds(), "{:?}", self.counts());
+        let mut seen = [0usize; 4];
+        for (_, e) in &self.entries {
+            seen[e.status as usize] += 1;
+        }
+        assert_eq!(seen, [self.starting, self.free.len(), self.in_use, self.stopping]);
+        for idle in &self.free {
+            assert_eq!(self.entries[idle.key].status, Status::Free);
+        }
+    }
+
+    pub(crate) fn counts(&self) -> Counts {
+        Counts {
+            in_use: self.in_use,
+            free: self.free.len(),
+            starting: self.starting,
+            stopping: self.stopping,
+            queued: self.waiters.len(),
+        }
+    }
+
+    pub(crate) fn limits(&self) -> Limits {
+        self.limits
+    }
+
+    pub(crate) fn is_closed(&self) -> bool {
+        self.closed
+    }
+
+    fn room(&self) -> usize {
+        self.limits.max_count.saturating_sub(self.counts().total())
+    }
+
+    fn set_status(&mut self, key: Key, to: Status, now: Instant) {
+        let entry = &mut self.entries[key];
+        let from = std::mem::replace(&mut entry.status, to);
+        entry.since = now;
+        for (status, delta) in [(from, false), (to, true)] {
+            let count = match status {
+                Status::Starting => &mut self.starting,
+                Status::InUse => &mut self.in_use,
+                Status::Stopping => &mut self.stopping,
+                Status::Free => continue, // counted by the free list itself
+            };
+            if delta {
+                *count += 1;
+            } else {
+                *count -= 1;
+            }
+        }
+    }
+
+    // ---- take -------------------------------------------------------------------------
+
+    /// Hands out a free member (by `member_order`), or says why there is none and which
+    /// starts the take decided (SPEC §4.1: a batch of `max(min(init − starting, room), 1)`).
+    pub(crate) fn take(&mut self, now: Instant) -> Take<T> {
+        if self.closed {
+            return Take::Empty(Empty::Closed, Starts::default());
+        }
+        let idle = match self.limits.order {
+            MemberOrder::Lifo => self.free.pop_back(),
+            MemberOrder::Fifo => self.free.pop_front(),
+        };
+        if let Some(Idle { key, value }) = idle {
+            self.set_status(key, Status::InUse, now);
+            debug_assert!(self.holds());
+            return Take::Member(key, value);
+        }
+        let room = self.room();
+        if self.failures > 0 {
+            let starts = self.backoff_start(now);
+            let why = if self.in_use == 0 { Empty::Unavailable } else { Empty::AllInUse };
+            return Take::Empty(why, starts);
+        }
+        if room == 0 {
+            let why = if self.starting > 0 { Empty::AllInUse } else { Empty::AtCapacity };
+            return Take::Empty(why, Starts::default());
+        }
+        let batch = self.limits.init_count.saturating_sub(self.starting).min(room).max(1);
+        Take::Empty(Empty::AllInUse, self.reserve(batch, Duration::ZERO, now))
+    }
+
+    /// While backing off: one delayed start if none is in flight and there is room.
+    fn backoff_start(&mut self, now: Instant) -> Starts {
+        if self.starting > 0 || self.room() == 0 || self.closed {
+            return Starts::default();
+        }
+        let delay = self.retry_at.map_or(Duration::ZERO, |at| at.saturating_duration_since(now));
+        self.reserve(1, delay, now)
+    }
+
+    fn reserve(&mut self, n: usize, delay: Duration, now: Instant) -> Starts {
+        let mut slots = Vec::with_capacity(n);
+        for _ in 0..n {
+            let id = self.next_id;
+            self.next_id += 1;
+            let key = self.entries.insert(Entry {
+                id,
+                status: Status::Starting,
+                since: now,
+                expires_at: None,
+                dead: false,
+            });
+            self.starting += 1;
+            slots.push((key, id));
+        }
+        debug_assert!(self.holds(), "invariant #1: reserved past max_count");
+        Starts { slots, delay }
+    }
+
+    // ---- queue ------------------------------------------------------------------------
+
+    /// Queues a waiter, or gives it back when the queue is full (or the pool closed).
+    pub(crate) fn enqueue(&mut self, waiter: W) -> Result<u64, W> {
+        debug_assert!(self.free.is_empty(), "invariant #3: queueing beside a free member");
+        if self.closed || self.waiters.len() >= self.limits.queue_max {
+            return Err(waiter);
+        }
+        let id = self.next_waiter;
+        self.next_waiter += 1;
+        self.waiters.push_back((id, waiter));
+        debug_assert!(self.holds());
+        Ok(id)
+    }
+
+    /// Removes a waiter that gave up; `None` if it was already served (or failed).
+    pub(crate) fn cancel_waiter(&mut self, id: u64) -> Option<W> {
+        let at = self.waiters.iter().position(|(w, _)| *w == id)?;
+        self.waiters.remove(at).map(|(_, w)| w)
+    }
+
+    /// The oldest waiter, removed from the queue, to hand a member to.
+    pub(crate) fn pop_waiter(&mut self) -> Option<W> {
+        self.waiters.pop_front().map(|(_, w)| w)
+    }
+
+    // ---- return -----------------------------------------------------------------------
+
+    /// Whether an in-use or starting member's death signal was seen.
+    pub(crate) fn is_dead(&self, key: Key) -> bool {
+        self.entries.get(key).is_some_and(|e| e.dead)
+    }
+
+    /// Puts an in-use member on the free list. The caller has found no waiter to hand it to.
+    pub(crate) fn put_free(&mut self, key: Key, value: T, now: Instant) {
+        debug_assert!(self.waiters.is_empty(), "invariant #3: freeing past a waiter");
+        debug_assert_eq!(self.entries[key].status, Status::InUse);
+        self.set_status(key, Status::Free, now);
+        self.free.push_back(Idle { key, value });
+        debug_assert!(self.holds());
+    }
+
+    /// An in-use or starting member is to be stopped by the caller.
+    pub(crate) fn begin_stop(&mut self, key: Key, now: Instant) {
+        debug_assert!(matches!(self.entries[key].status, Status::InUse | Status::Starting));
+        self.set_status(key, Status::Stopping, now);
+        debug_assert!(self.holds());
+    }
+
+    /// A stop ended (or gave up at `member_shutdown`): the slot is free.
+    pub(crate) fn stop_done(&mut self, key: Key) {
+        debug_assert_eq!(self.entries[key].status, Status::Stopping);
+        self.entries.remove(key);
+        self.stopping -= 1;
+        debug_assert!(self.holds());
+    }
+
+    /// A destroyed member is to be replaced once there is room.
+    pub(crate) fn owe_replacement(&mut self) {
+        self.owed = (self.owed + 1).min(self.limits.max_count);
+    }
+
+    // ---- starts -----------------------------------------------------------------------
+
+    /// A start produced a member: it becomes `InUse` for the caller to hand to a waiter or put
+    /// on the free list. Returns `false` (and makes it `Stopping`) if it died while starting
+    /// or the pool closed meanwhile.
+    pub(crate) fn started(&mut self, key: Key, now: Instant) -> bool {
+        debug_assert_eq!(self.entries[key].status, Status::Starting);
+        self.failures = 0;
+        self.retry_at = None;
+        self.last_error = None;
+        self.owed = self.owed.saturating_sub(1);
+        if self.entries[key].dead || self.closed {
+            self.set_status(key, Status::Stopping, now);
+            return false;
+        }
+        self.set_status(key, Status::InUse, now);
+        debug_assert!(self.holds());
+        true
+    }
+
+    /// A start failed (error, timeout or panic) and the pool backs off. If the start
+    /// produced a member that must still be stopped, the slot becomes `Stopping`; otherwise
+    /// it is free.
+    pub(crate) fn start_failed(&mut self, key: Key, error: StartError, produced: bool, now: Instant) {
+        debug_assert_eq!(self.entries[key].status, Status::Starting);
+        if produced {
+            self.set_status(key, Status::Stopping, now);
+        } else {
+            self.entries.remove(key);
+            self.starting -= 1;
+        }
+        self.failures = self.failures.saturating_add(1);
+        self.retry_at = Some(now + backoff(self.failures));
+        self.last_error = Some(error);
+        debug_assert!(self.holds());
+    }
+
+    /// A start was dropped by a close: the slot is free, and nothing failed.
+    pub(crate) fn start_abandoned(&mut self, key: Key) {
+        debug_assert_eq!(self.entries[key].status, Status::Starting);
+        self.entries.remove(key);
+        self.starting -= 1;
+        debug_assert!(self.holds());
+    }
+
+    /// The most recent start failure, while starts are failing.
+    pub(crate) fn last_error(&self) -> Option<&StartError> {
+        self.last_error.as_ref()
+    }
+
+    /// The starts the pool needs now: enough to hold `init_count` members, serve every
+    /// waiter and pay the replacements owed, less those already starting, within `max_count`;
+    /// while backing off, one delayed start at a time (invariant #6).
+    pub(crate) fn refill(&mut self, now: Instant) -> Starts {
+        if self.closed {
+            return Starts::default();
+        }
+        let live = self.in_use + self.free.len();
+        let need = self
+            .limits
+            .init_count
+            .saturating_sub(live)
+            .max(self.waiters.len())
+            .max(self.owed)
+            .saturating_sub(self.starting)
+            .min(self.room());
+        if need == 0 {
+            return Starts::default();
+        }
+        if self.failures > 0 {
+            return self.backoff_start(now);
+        }
+        self.reserve(need, Duration::ZERO, now)
+    }
+
+    /// Reserves exactly `n` starts (within room), for pool start and `reconfigure`.
+    pub(crate) fn grow(&mut self, n: usize, now: Instant) -> Starts {
+        if self.closed {
+            return Starts::default();
+        }
+        let n = n.min(self.room());
+        self.reserve(n, Duration::ZERO, now)
+    }
+
+    // ---- death, removal, close --------------------------------------------------------
+
+    /// A member's death signal (its driver task ended). `id` guards against key reuse.
+    pub(crate) fn mark_dead(&mut self, key: Key, id: u64, now: Instant) -> Death<T> {
+        let Some(entry) = self.entries.get_mut(key).filter(|e| e.id == id) else {
+            return Death::Ignored;
+        };
+        match entry.status {
+            Status::Stopping => Death::Ignored,
+            Status::Starting | Status::InUse => {
+                entry.dead = true;
+                Death::Marked
+            }
+            Status::Free => match self.remove_free(key, now) {
+                Some(value) => Death::Removed(value),
+                None => Death::Ignored,
+            },
+        }
+    }
+
+    /// Takes a particular free member off the free list, making it `Stopping`.
+    pub(crate) fn remove_free(&mut self, key: Key, now: Instant) -> Option<T> {
+        let at = self.free.iter().position(|i| i.key == key)?;
+        let Idle { value, .. } = self.free.remove(at)?;
+        self.entries[key].status = Status::Stopping;
+        self.entries[key].since = now;
+        self.stopping += 1;
+        debug_assert!(self.holds());
+        Some(value)
+    }
+
+    /// Closes the engine: no more takes or starts. Returns the waiters (to fail) and the free
+    /// members (now `Stopping`, to stop).
+    pub(crate) fn close(&mut self, now: Instant) -> (Vec<W>, Vec<(Key, T)>) {
+        self.closed = true;
+        let waiters = self.waiters.drain(..).map(|(_, w)| w).collect();
+        let mut free = Vec::with_capacity(self.free.len());
+        while let Some(Idle { key, value }) = self.free.pop_front() {
+            self.entries[key].status = Status::Stopping;
+            self.entries[key].since = now;
+            self.stopping += 1;
+            free.push((key, value));
+        }
+        debug_assert!(self.holds());
+        (waiters, free)
+    }
+
+    /// Whether nothing is starting or stopping (and, if `with_in_use`, nothing is in use).
+    pub(crate) fn is_drained(&self, with_in_use: bool) -> bool {
+        self.starting == 0 && self.stopping == 0 && (!with_in_use || self.in_use == 0)
+    }
+
+    /// One row per member that exists (starting slots have no member yet).
+    pub(crate) fn stats(&self) -> Vec<Row> {
+        let mut rows: Vec<Row> = self
+            .entries
+            .iter()
+            .filter(|(_, e)| e.status != Status::Starting)
+            .map(|(_, e)| Row { id: e.id, status: e.status, since: e.since, expires_at: e.expires_at })
+            .collect();
+        rows.sort_by_key(|r| r.id);
+        rows
+    }
+
+    /// The member id of an entry.
+    #[cfg(test)]
+    pub(crate) fn id(&self, key: Key) -> u64 {
+        self.entries[key].id
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    type E = Engine<&'static str, u32>;
+
+    fn limits(init: usize, max: usize) -> Limits {
+        Limits { init_count: init, max_count: max, queue_max: 2, order: MemberOrder::Lifo }
+    }
+
+    fn now() -> Instant {
+        Instant::now()
+    }
+
+    /// Starts `n` members through the take path and brings them up as free members.
+    fn fill(e: &mut E, values: &[&'static str]) -> Vec<Key> {
+        let starts = e.grow(values.len(), now());
+        let mut keys = Vec::new();
+        for ((key, _), v) in starts.slots.into_iter().zip(values) {
+            assert!(e.started(key, now()));
+            e.put_free(key, v, now());
+            keys.push(key);
+        }
+        e.check_all();
+        keys
+    }
+
+    #[test]
+    fn take_prefers_lifo_then_fifo_when_switched() {
+        let mut e = E::new(limits(0, 4));
+        fill(&mut e, &["a", "b", "c"]);
+        let Take::Member(k, v) = e.take(now()) else { panic!() };
+        assert_eq!(v, "c");
+        e.put_free(k, v, now());
+        e.limits.order = MemberOrder::Fifo;
+        let Take::Member(_, v) = e.take(now()) else { panic!() };
+        assert_eq!(v, "a");
+        e.check_all();
+    }
+
+    #[test]
+    fn empty_take_starts_a_batch_of_init_count_within_room() {
+        let mut e = E::new(limits(3, 4));
+        let Take::Empty(why, starts) = e.take(now()) else { panic!() };
+        assert_eq!(why, Empty::AllInUse);
+        assert_eq!(starts.slots.len(), 3);
+        // init − starting = 0, so the next take starts max(0, 1) = 1 within the one slot left.
+        let Take::Empty(_, starts) = e.take(now()) else { panic!() };
+        assert_eq!(starts.slots.len(), 1);
+        let Take::Empty(why, starts) = e.take(now()) else { panic!() };
+        assert_eq!((why, starts.slots.len()), (Empty::AllInUse, 0));
+        assert_eq!(e.counts().starting, 4);
+        e.check_all();
+    }
+
+    #[test]
+    fn at_capacity_when_all_in_use_and_nothing_starting() {
+        let mut e = E::new(limits(1, 1));
+        fill(&mut e, &["a"]);
+        let Take::Member(..) = e.take(now()) else { panic!() };
+        let Take::Empty(why, starts) = e.take(now()) else { panic!() };
+        assert_eq!((why, starts.is_empty()), (Empty::AtCapacity, true));
+    }
+
+    #[test]
+    fn stopping_members_hold_their_slot_until_the_stop_ends() {
+        let mut e = E::new(limits(1, 1));
+        fill(&mut e, &["a"]);
+        let Take::Member(k, _) = e.take(now()) else { panic!() };
+        e.begin_stop(k, now());
+        e.owe_replacement();
+        assert!(e.refill(now()).is_empty(), "no room while stopping");
+        e.stop_done(k);
+        assert_eq!(e.refill(now()).slots.len(), 1, "replacement once the slot is free");
+        e.check_all();
+    }
+
+    #[test]
+    fn queue_is_bounded_and_cancellable() {
+        let mut e = E::new(limits(0, 1));
+        let a = e.enqueue(1).unwrap();
+        let _b = e.enqueue(2).unwrap();
+        assert_eq!(e.enqueue(3), Err(3));
+        assert_eq!(e.cancel_waiter(a), Some(1));
+        assert_eq!(e.cancel_waiter(a), None);
+        assert_eq!(e.pop_waiter(), Some(2));
+        assert_eq!(e.pop_waiter(), None);
+    }
+
+    #[test]
+    fn failing_starts_back_off_one_at_a_time() {
+        let mut e = E::new(limits(3, 10));
+        let t0 = now();
+        let starts = e.refill(t0);
+        assert_eq!(starts.slots.len(), 3);
+        for (k, _) in starts.slots {
+            e.start_failed(k, StartError::Died, false, t0);
+        }
+        assert_eq!(e.failures, 3);
+        let retry = e.refill(t0);
+        assert_eq!(retry.slots.len(), 1, "one probe while backing off");
+        assert_eq!(retry.delay, backoff(3));
+        assert!(e.refill(t0).is_empty(), "never a second probe in flight");
+        let Take::Empty(why, starts) = e.take(t0) else { panic!() };
+        assert_eq!((why, starts.is_empty()), (Empty::Unavailable, true));
+        // The probe succeeds: the backoff ends and the rest start at once.
+        let (k, _) = retry.slots[0];
+        assert!(e.started(k, t0));
+        e.put_free(k, "a", t0);
+        assert_eq!(e.refill(t0).slots.len(), 2);
+        assert!(e.last_error().is_none());
+        e.check_all();
+    }
+
+    #[test]
+    fn backoff_doubles_and_is_capped() {
+        assert_eq!(backoff(1), Duration::from_millis(100));
+        assert_eq!(backoff(2), Duration::from_millis(200));
+        assert_eq!(backoff(5), Duration::from_millis(1600));
+        assert_eq!(backoff(40), BACKOFF_MAX);
+        assert_eq!(backoff(u32::MAX), BACKOFF_MAX);
+    }
+
+    #[test]
+    fn death_of_a_free_member_removes_it_and_ignores_reused_keys() {
+        let mut e = E::new(limits(0, 2));
+        let keys = fill(&mut e, &["a", "b"]);
+        let id = e.id(keys[0]);
+        assert_eq!(e.mark_dead(keys[0], id + 100, now()), Death::Ignored);
+        assert_eq!(e.mark_dead(keys[0], id, now()), Death::Removed("a"));
+        assert_eq!(e.counts().stopping, 1);
+        assert_eq!(e.mark_dead(keys[0], id, now()), Death::Ignored);
+        let Take::Member(k, "b") = e.take(now()) else { panic!() };
+        assert_eq!(e.mark_dead(k, e.id(k), now()), Death::Marked);
+        assert!(e.is_dead(k));
+        e.check_all();
+    }
+
+    #[test]
+    fn a_member_that_died_while_starting_is_stopped_not_handed_out() {
+        let mut e = E::new(limits(1, 1));
+        let starts = e.refill(now());
+        let (k, id) = starts.slots[0];
+        assert_eq!(e.mark_dead(k, id, now()), Death::Marked);
+        assert!(!e.started(k, now()));
+        assert_eq!(e.counts().stopping, 1);
+        e.check_all();
+    }
+
+    #[test]
+    fn close_fails_waiters_and_stops_free_members() {
+        let mut e = E::new(limits(0, 3));
+        e.enqueue(7).unwrap();
+        let (waiters, free) = e.close(now());
+        assert_eq!((waiters, free.len()), (vec![7], 0));
+        assert!(e.refill(now()).is_empty());
+        assert!(matches!(e.take(now()), Take::Empty(Empty::Closed, _)));
+        assert_eq!(e.enqueue(8), Err(8));
+
+        let mut e = E::new(limits(0, 3));
+        fill(&mut e, &["a", "b"]);
+        let (_, free) = e.close(now());
+        assert_eq!(free.len(), 2);
+        assert!(!e.is_drained(false));
+        for (k, _) in free {
+            e.stop_done(k);
+        }
+        assert!(e.is_drained(true));
+        e.check_all();
+    }
+
+    #[test]
+    fn refill_serves_floor_waiters_and_debts_within_room() {
+        let mut e = E::new(limits(2, 5));
+        assert_eq!(e.refill(now()).slots.len(), 2, "up to init_count");
+        assert!(e.refill(now()).is_empty(), "already starting");
+        for _ in 0..2 {
+            e.enqueue(0).unwrap();
+        }
+        assert!(e.refill(now()).is_empty(), "two starting serve two waiters");
+        e.owe_replacement();
+        e.owe_replacement();
+        e.owe_replacement();
+        assert_eq!(e.refill(now()).slots.len(), 1, "three owed, two starting");
+        e.check_all();
+    }
+}

@@ -1,0 +1,143 @@
+//! The user's side of a pool: how members are started, initialized, checked and stopped.
+
+use std::fmt;
+use std::future::Future;
+use std::sync::{Arc, Weak};
+
+use tokio_util::sync::CancellationToken;
+
+use crate::engine::Key;
+use crate::supervisor::Supervisor;
+
+/// Starts, checks and stops the members of a pool.
+///
+/// Only [`start`](Manager::start) is required. Every future must be `Send`, because the
+/// pool runs them in its own supervised tasks, never inside `take` or `return`.
+///
+/// ```
+/// use pooler::{Manager, MemberContext};
+///
+/// struct Counter;
+///
+/// impl Manager for Counter {
+///     type Member = u64;
+///     type Error = std::io::Error;
+///
+///     async fn start(&self, ctx: &MemberContext) -> Result<u64, Self::Error> {
+///         Ok(ctx.member_id())
+///     }
+/// }
+/// ```
+pub trait Manager: Send + Sync + 'static {
+    /// The pooled value: a connection, a client handle, an actor's address.
+    type Member: Send + 'static;
+    /// The error of [`start`](Manager::start), [`initialize`](Manager::initialize) and
+    /// [`check`](Manager::check); kept whole in [`StartError`](crate::StartError).
+    type Error: std::error::Error + Send + Sync + 'static;
+
+    /// Creates a member (pooler's `start_mfa`). A member that needs a background task (a
+    /// connection driver) spawns it with [`MemberContext::spawn`]; when that task ends, the
+    /// member is dead.
+    ///
+    /// Start and [`initialize`](Manager::initialize) together are bounded by
+    /// `member_start_timeout`; past it this future is dropped.
+    fn start(
+        &self,
+        ctx: &MemberContext,
+    ) -> impl Future<Output = Result<Self::Member, Self::Error>> + Send;
+
+    /// Prepares a started member before it is offered (pooler's `initialize_mfa`): a
+    /// handshake, a login, session settings. An error stops the member. Default: nothing.
+    fn initialize(
+        &self,
+        member: &mut Self::Member,
+    ) -> impl Future<Output = Result<(), Self::Error>> + Send {
+        let _ = member;
+        async { Ok(()) }
+    }
+
+    /// Takes a member down (pooler's `stop_mfa`), bounded by `member_shutdown`. The
+    /// member's driver tasks are cancelled after it returns. Default: drop the member.
+    fn stop(&self, member: Self::Member) -> impl Future<Output = ()> + Send {
+        async move { drop(member) }
+    }
+
+    /// An active health check (a ping) of a free member; an error replaces the member.
+    /// Default: always healthy.
+    fn check(
+        &self,
+        member: &mut Self::Member,
+    ) -> impl Future<Output = Result<(), Self::Error>> + Send {
+        let _ = member;
+        async { Ok(()) }
+    }
+
+    /// A cheap, synchronous look at a member as it is taken and returned (a closed flag);
+    /// `true` replaces it. Default: `false`.
+    fn is_broken(&self, member: &Self::Member) -> bool {
+        let _ = member;
+        false
+    }
+}
+
+/// Receives members' death signals; implemented by the pool.
+pub(crate) trait Deaths: Send + Sync {
+    fn died(&self, key: Key, id: u64);
+}
+
+/// What a member being started may know about itself and its pool, and where its driver
+/// tasks run.
+pub struct MemberContext {
+    pub(crate) pool: Arc<str>,
+    pub(crate) id: u64,
+    pub(crate) key: Key,
+    pub(crate) supervisor: Supervisor,
+    pub(crate) token: CancellationToken,
+    pub(crate) deaths: Weak<dyn Deaths>,
+}
+
+impl fmt::Debug for MemberContext {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MemberContext")
+            .field("pool", &self.pool)
+            .field("member_id", &self.id)
+            .finish_non_exhaustive()
+    }
+}
+
+impl MemberContext {
+    /// The name of the pool the member belongs to (pooler's `'$pooler_pool'`).
+    #[must_use]
+    pub fn pool_name(&self) -> &str {
+        &self.pool
+    }
+
+    /// The member's id, unique within its pool and never reused.
+    #[must_use]
+    pub fn member_id(&self) -> u64 {
+        self.id
+    }
+
+    /// Runs a driver task for this member under the pool's supervision (a connection's I/O
+    /// loop, a client's actor).
+    ///
+    /// When the task ends on its own, the member is dead: if free it is removed and
+    /// replaced, if in use it is replaced when returned, if still starting it is never
+    /// handed out. When the member is stopped or the pool closes, the task is cancelled
+    /// (dropped at its next await), after [`Manager::stop`] has run.
+    pub fn spawn<F>(&self, task: F)
+    where
+        F: Future<Output = ()> + Send + 'static,
+    {
+        let token = self.token.clone();
+        let deaths = self.deaths.clone();
+        let (key, id) = (self.key, self.id);
+        self.supervisor.spawn(async move {
+            if token.run_until_cancelled(task).await.is_some()
+                && let Some(pool) = deaths.upgrade()
+            {
+                pool.died(key, id);
+            }
+        });
+    }
+}

@@ -1,0 +1,234 @@
+//! A fault-injection manager: start, initialize, check and stop can each be made to succeed,
+//! fail, run slowly or never finish; members can be crashed (their driver task ends) or
+//! marked broken; and every member value alive is counted, so a leak shows.
+#![allow(dead_code, unreachable_pub, clippy::disallowed_methods)]
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::SeqCst};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use pooler::{Manager, MemberContext, Pool, PoolConfig};
+use tokio::sync::oneshot;
+
+/// What one hook does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Step {
+    Ok,
+    Err,
+    Slow(Duration),
+    Never,
+}
+
+impl Step {
+    async fn run(self, what: &str) -> Result<(), FakeError> {
+        match self {
+            Step::Ok => Ok(()),
+            Step::Err => Err(FakeError(format!("{what} refused"))),
+            Step::Slow(d) => {
+                tokio::time::sleep(d).await;
+                Ok(())
+            }
+            Step::Never => std::future::pending().await,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FakeError(pub String);
+
+impl std::fmt::Display for FakeError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for FakeError {}
+
+#[derive(Debug)]
+pub struct Plan {
+    pub start: Step,
+    pub init: Step,
+    pub check: Step,
+    pub stop: Step,
+}
+
+/// Counters and switches shared by the manager, its members and the test.
+#[derive(Debug)]
+pub struct Probe {
+    pub plan: Mutex<Plan>,
+    pub attempts: AtomicUsize,
+    pub started: AtomicUsize,
+    pub stops: AtomicUsize,
+    pub checks: AtomicUsize,
+    /// Member values alive right now (created and not yet dropped).
+    pub alive: AtomicUsize,
+    drivers: Mutex<HashMap<u64, oneshot::Sender<()>>>,
+    broken: Mutex<HashMap<u64, Arc<AtomicBool>>>,
+}
+
+impl Probe {
+    pub fn set_start(&self, s: Step) {
+        self.plan.lock().unwrap().start = s;
+    }
+    pub fn set_init(&self, s: Step) {
+        self.plan.lock().unwrap().init = s;
+    }
+    pub fn set_check(&self, s: Step) {
+        self.plan.lock().unwrap().check = s;
+    }
+    pub fn set_stop(&self, s: Step) {
+        self.plan.lock().unwrap().stop = s;
+    }
+    pub fn attempts(&self) -> usize {
+        self.attempts.load(SeqCst)
+    }
+    pub fn stops(&self) -> usize {
+        self.stops.load(SeqCst)
+    }
+    pub fn alive(&self) -> usize {
+        self.alive.load(SeqCst)
+    }
+    /// Ends member `id`'s driver task, as a dropped connection would.
+    pub fn crash(&self, id: u64) {
+        let tx = self.drivers.lock().unwrap().remove(&id).expect("no such member driver");
+        let _ = tx.send(());
+    }
+    /// Makes `is_broken` say yes for member `id`.
+    pub fn break_member(&self, id: u64) {
+        self.broken.lock().unwrap()[&id].store(true, SeqCst);
+    }
+    /// Member ids whose driver task is still running.
+    pub fn drivers(&self) -> usize {
+        self.drivers.lock().unwrap().len()
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct Fake {
+    pub probe: Arc<Probe>,
+}
+
+impl Default for Fake {
+    fn default() -> Self {
+        Fake {
+            probe: Arc::new(Probe {
+                plan: Mutex::new(Plan { start: Step::Ok, init: Step::Ok, check: Step::Ok, stop: Step::Ok }),
+                attempts: AtomicUsize::new(0),
+                started: AtomicUsize::new(0),
+                stops: AtomicUsize::new(0),
+                checks: AtomicUsize::new(0),
+                alive: AtomicUsize::new(0),
+                drivers: Mutex::new(HashMap::new()),
+                broken: Mutex::new(HashMap::new()),
+            }),
+        }
+    }
+}
+
+/// A pooled value. `holder` lets tests check exclusivity: a consumer stores its own id there
+/// while it uses the member.
+#[derive(Debug)]
+pub struct FakeMember {
+    pub id: u64,
+    pub uses: u64,
+    pub holder: AtomicU64,
+    broken: Arc<AtomicBool>,
+    probe: Arc<Probe>,
+}
+
+impl Drop for FakeMember {
+    fn drop(&mut self) {
+        self.probe.alive.fetch_sub(1, SeqCst);
+    }
+}
+
+impl Manager for Fake {
+    type Member = FakeMember;
+    type Error = FakeError;
+
+    async fn start(&self, ctx: &MemberContext) -> Result<FakeMember, FakeError> {
+        self.probe.attempts.fetch_add(1, SeqCst);
+        let step = self.probe.plan.lock().unwrap().start;
+        step.run("start").await?;
+        let (tx, rx) = oneshot::channel::<()>();
+        self.probe.drivers.lock().unwrap().insert(ctx.member_id(), tx);
+        let probe = self.probe.clone();
+        let id = ctx.member_id();
+        ctx.spawn(async move {
+            // Ends when crashed (a value arrives) or when the pool cancels it.
+            let _ = rx.await;
+            probe.drivers.lock().unwrap().remove(&id);
+        });
+        let broken = Arc::new(AtomicBool::new(false));
+        self.probe.broken.lock().unwrap().insert(id, broken.clone());
+        self.probe.alive.fetch_add(1, SeqCst);
+        self.probe.started.fetch_add(1, SeqCst);
+        Ok(FakeMember { id, uses: 0, holder: AtomicU64::new(0), broken, probe: self.probe.clone() })
+    }
+
+    async fn initialize(&self, _m: &mut FakeMember) -> Result<(), FakeError> {
+        let step = self.probe.plan.lock().unwrap().init;
+        step.run("initialize").await
+    }
+
+    async fn check(&self, _m: &mut FakeMember) -> Result<(), FakeError> {
+        self.probe.checks.fetch_add(1, SeqCst);
+        let step = self.probe.plan.lock().unwrap().check;
+        step.run("check").await
+    }
+
+    async fn stop(&self, m: FakeMember) {
+        self.probe.stops.fetch_add(1, SeqCst);
+        let step = self.probe.plan.lock().unwrap().stop;
+        let _ = step.run("stop").await;
+        drop(m);
+    }
+
+    fn is_broken(&self, m: &FakeMember) -> bool {
+        m.broken.load(SeqCst)
+    }
+}
+
+/// A pool of fakes with `init`/`max` and the defaults otherwise.
+pub async fn pool(init: usize, max: usize) -> (Pool<Fake>, Arc<Probe>) {
+    pool_with(PoolConfig::new("test", init, max), Fake::default()).await
+}
+
+pub async fn pool_with(config: PoolConfig, fake: Fake) -> (Pool<Fake>, Arc<Probe>) {
+    let probe = fake.probe.clone();
+    let pool = Pool::start(config, fake).await.expect("valid config");
+    (pool, probe)
+}
+
+/// Lets every task that can run, run (the paused clock does not move).
+pub async fn settle() {
+    for _ in 0..50 {
+        tokio::task::yield_now().await;
+    }
+}
+
+/// Moves the paused clock by `d` and lets tasks run.
+pub async fn advance(d: Duration) {
+    tokio::time::advance(d).await;
+    settle().await;
+}
+
+pub fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+/// The counts of a utilization, as (in_use, free, starting, stopping, queued).
+pub fn counts(pool: &Pool<Fake>) -> (usize, usize, usize, usize, usize) {
+    let u = pool.utilization();
+    (u.in_use_count, u.free_count, u.starting_count, u.stopping_count, u.queued_count)
+}
+
+/// A consumer task that takes a member (and keeps it in its result).
+pub fn spawn_take(
+    pool: &Pool<Fake>,
+    timeout: Duration,
+) -> tokio::task::JoinHandle<Result<pooler::Member<Fake>, pooler::TakeError>> {
+    let pool = pool.clone();
+    tokio::spawn(async move { pool.take_member(timeout).await })
+}
