@@ -50,7 +50,7 @@ pub enum MemberOrder {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PoolConfig {
-    /// The pool's name, unique within a [`Pooler`](crate::Pooler). Required.
+    /// The pool's name, unique within a `Pooler` registry. Required.
     pub name: String,
     /// The group the pool joins, for `take_group_member`. Default: none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -81,7 +81,11 @@ pub struct PoolConfig {
     pub auto_grow_threshold: Option<usize>,
     /// Members are recycled at this age: by timer while free, at take if the timer is late, at
     /// return if they expired in use. Default: none (no lifetime tracking at all).
-    #[serde(default, with = "time::option", skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        with = "time::option",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub max_lifetime: Option<Duration>,
     /// Each member's lifetime is moved by a uniform random offset in `[-jitter, +jitter]`;
     /// must be less than `max_lifetime`. Default: 0.
@@ -95,11 +99,19 @@ pub struct PoolConfig {
     #[serde(default = "defaults::member_shutdown", with = "time")]
     pub member_shutdown: Duration,
     /// Free members are checked with `Manager::check` on this schedule. Default: none.
-    #[serde(default, with = "time::option", skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        with = "time::option",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub health_check_interval: Option<Duration>,
     /// A member held longer than this is reported once, with where it was taken.
     /// Default: none.
-    #[serde(default, with = "time::option", skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        with = "time::option",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub leak_detection_threshold: Option<Duration>,
 }
 
@@ -134,7 +146,12 @@ const TIME_KEYS: &[&str] = &[
     "health_check_interval",
     "leak_detection_threshold",
 ];
-const COUNT_KEYS: &[&str] = &["init_count", "max_count", "queue_max", "auto_grow_threshold"];
+const COUNT_KEYS: &[&str] = &[
+    "init_count",
+    "max_count",
+    "queue_max",
+    "auto_grow_threshold",
+];
 const TEXT_KEYS: &[&str] = &["name", "group"];
 const REQUIRED_KEYS: &[&str] = &["name", "init_count", "max_count"];
 
@@ -162,7 +179,6 @@ impl PoolConfig {
     }
 
     /// Every key a pool table may hold.
-    #[must_use]
     pub fn keys() -> impl Iterator<Item = &'static str> {
         TEXT_KEYS
             .iter()
@@ -210,12 +226,20 @@ impl PoolConfig {
         let times = [
             ("cull_interval", Some(self.cull_interval), true),
             ("max_age", Some(self.max_age), true),
-            ("member_start_timeout", Some(self.member_start_timeout), false),
+            (
+                "member_start_timeout",
+                Some(self.member_start_timeout),
+                false,
+            ),
             ("max_lifetime", self.max_lifetime, false),
             ("max_lifetime_jitter", Some(self.max_lifetime_jitter), true),
             ("member_shutdown", Some(self.member_shutdown), false),
             ("health_check_interval", self.health_check_interval, false),
-            ("leak_detection_threshold", self.leak_detection_threshold, false),
+            (
+                "leak_detection_threshold",
+                self.leak_detection_threshold,
+                false,
+            ),
         ];
         for (key, value, zero_ok) in times {
             let Some(value) = value else { continue };
@@ -243,9 +267,11 @@ impl PoolConfig {
     /// naming the key: unknown keys, missing keys, bad time values, values of the wrong type
     /// or range, and what [`validate`](Self::validate) rejects.
     pub fn from_toml_str(text: &str) -> Result<Self, ConfigError> {
-        let table: toml::Table = text.parse().map_err(|e: toml::de::Error| ConfigError::Syntax {
-            message: e.to_string(),
-        })?;
+        let table: toml::Table =
+            text.parse()
+                .map_err(|e: toml::de::Error| ConfigError::Syntax {
+                    message: e.to_string(),
+                })?;
         Self::from_table(&table)
     }
 
@@ -263,7 +289,10 @@ impl PoolConfig {
         let mut problems = Vec::new();
         for key in REQUIRED_KEYS {
             if !table.contains_key(*key) {
-                problems.push(ConfigError::MissingKey { pool: pool.clone(), key });
+                problems.push(ConfigError::MissingKey {
+                    pool: pool.clone(),
+                    key,
+                });
             }
         }
         for (key, value) in table {
@@ -291,11 +320,16 @@ impl PoolConfig {
                 }
             } else if TEXT_KEYS.contains(&key.as_str()) {
                 if !value.is_str() {
-                    problems.push(invalid(format!("expected a string, found {}", value.type_str())));
+                    problems.push(invalid(format!(
+                        "expected a string, found {}",
+                        value.type_str()
+                    )));
                 }
             } else if key == "member_order" {
                 if !matches!(value.as_str(), Some("lifo" | "fifo")) {
-                    problems.push(invalid(format!("expected \"lifo\" or \"fifo\", found {value}")));
+                    problems.push(invalid(format!(
+                        "expected \"lifo\" or \"fifo\", found {value}"
+                    )));
                 }
             } else {
                 problems.push(ConfigError::UnknownKey {
@@ -348,12 +382,26 @@ mod tests {
         )
         .unwrap_err();
         let text = err.to_string();
-        for needle in ["init_count", "max_count", "cull_interval", "member_order", "`colour`"] {
+        for needle in [
+            "init_count",
+            "max_count",
+            "cull_interval",
+            "member_order",
+            "`colour`",
+        ] {
             assert!(text.contains(needle), "{needle} missing from: {text}");
         }
         assert_eq!(err.problems().len(), 5);
-        assert!(err.problems().iter().any(|p| matches!(p, ConfigError::UnknownKey { key, .. } if key == "colour")));
-        assert!(err.problems().iter().any(|p| matches!(p, ConfigError::BadTime { key, .. } if key == "cull_interval")));
+        assert!(
+            err.problems()
+                .iter()
+                .any(|p| matches!(p, ConfigError::UnknownKey { key, .. } if key == "colour"))
+        );
+        assert!(
+            err.problems()
+                .iter()
+                .any(|p| matches!(p, ConfigError::BadTime { key, .. } if key == "cull_interval"))
+        );
     }
 
     #[test]
@@ -361,9 +409,16 @@ mod tests {
         let e = PoolConfig::new("p", 3, 2).validate().unwrap_err();
         assert_eq!(
             e,
-            ConfigError::InitExceedsMax { pool: "p".into(), init_count: 3, max_count: 2 }
+            ConfigError::InitExceedsMax {
+                pool: "p".into(),
+                init_count: 3,
+                max_count: 2
+            }
         );
-        assert_eq!(e.to_string(), "pool `p`: init_count (3) exceeds max_count (2)");
+        assert_eq!(
+            e.to_string(),
+            "pool `p`: init_count (3) exceeds max_count (2)"
+        );
         assert!(matches!(
             PoolConfig::new("p", 0, 0).validate(),
             Err(ConfigError::ZeroMaxCount { .. })
@@ -373,7 +428,10 @@ mod tests {
             max_lifetime_jitter: Duration::from_secs(10),
             ..PoolConfig::new("p", 1, 2)
         };
-        assert!(matches!(jitter.validate(), Err(ConfigError::JitterNotBelowLifetime { .. })));
+        assert!(matches!(
+            jitter.validate(),
+            Err(ConfigError::JitterNotBelowLifetime { .. })
+        ));
         let zero_timeout = PoolConfig {
             member_start_timeout: Duration::ZERO,
             ..PoolConfig::new("p", 1, 2)

@@ -213,7 +213,10 @@ impl<T, W> Engine<T, W> {
         for (_, e) in &self.entries {
             seen[e.status as usize] += 1;
         }
-        assert_eq!(seen, [self.starting, self.free.len(), self.in_use, self.stopping]);
+        assert_eq!(
+            seen,
+            [self.starting, self.free.len(), self.in_use, self.stopping]
+        );
         for idle in &self.free {
             assert_eq!(self.entries[idle.key].status, Status::Free);
         }
@@ -280,14 +283,27 @@ impl<T, W> Engine<T, W> {
         let room = self.room();
         if self.failures > 0 {
             let starts = self.backoff_start(now);
-            let why = if self.in_use == 0 { Empty::Unavailable } else { Empty::AllInUse };
+            let why = if self.in_use == 0 {
+                Empty::Unavailable
+            } else {
+                Empty::AllInUse
+            };
             return Take::Empty(why, starts);
         }
         if room == 0 {
-            let why = if self.starting > 0 { Empty::AllInUse } else { Empty::AtCapacity };
+            let why = if self.starting > 0 {
+                Empty::AllInUse
+            } else {
+                Empty::AtCapacity
+            };
             return Take::Empty(why, Starts::default());
         }
-        let batch = self.limits.init_count.saturating_sub(self.starting).min(room).max(1);
+        let batch = self
+            .limits
+            .init_count
+            .saturating_sub(self.starting)
+            .min(room)
+            .max(1);
         Take::Empty(Empty::AllInUse, self.reserve(batch, Duration::ZERO, now))
     }
 
@@ -296,7 +312,9 @@ impl<T, W> Engine<T, W> {
         if self.starting > 0 || self.room() == 0 || self.closed {
             return Starts::default();
         }
-        let delay = self.retry_at.map_or(Duration::ZERO, |at| at.saturating_duration_since(now));
+        let delay = self
+            .retry_at
+            .map_or(Duration::ZERO, |at| at.saturating_duration_since(now));
         self.reserve(1, delay, now)
     }
 
@@ -323,7 +341,10 @@ impl<T, W> Engine<T, W> {
 
     /// Queues a waiter, or gives it back when the queue is full (or the pool closed).
     pub(crate) fn enqueue(&mut self, waiter: W) -> Result<u64, W> {
-        debug_assert!(self.free.is_empty(), "invariant #3: queueing beside a free member");
+        debug_assert!(
+            self.free.is_empty(),
+            "invariant #3: queueing beside a free member"
+        );
         if self.closed || self.waiters.len() >= self.limits.queue_max {
             return Err(waiter);
         }
@@ -354,7 +375,10 @@ impl<T, W> Engine<T, W> {
 
     /// Puts an in-use member on the free list. The caller has found no waiter to hand it to.
     pub(crate) fn put_free(&mut self, key: Key, value: T, now: Instant) {
-        debug_assert!(self.waiters.is_empty(), "invariant #3: freeing past a waiter");
+        debug_assert!(
+            self.waiters.is_empty(),
+            "invariant #3: freeing past a waiter"
+        );
         debug_assert_eq!(self.entries[key].status, Status::InUse);
         self.set_status(key, Status::Free, now);
         self.free.push_back(Idle { key, value });
@@ -363,7 +387,10 @@ impl<T, W> Engine<T, W> {
 
     /// An in-use or starting member is to be stopped by the caller.
     pub(crate) fn begin_stop(&mut self, key: Key, now: Instant) {
-        debug_assert!(matches!(self.entries[key].status, Status::InUse | Status::Starting));
+        debug_assert!(matches!(
+            self.entries[key].status,
+            Status::InUse | Status::Starting
+        ));
         self.set_status(key, Status::Stopping, now);
         debug_assert!(self.holds());
     }
@@ -404,7 +431,13 @@ impl<T, W> Engine<T, W> {
     /// A start failed (error, timeout or panic) and the pool backs off. If the start
     /// produced a member that must still be stopped, the slot becomes `Stopping`; otherwise
     /// it is free.
-    pub(crate) fn start_failed(&mut self, key: Key, error: StartError, produced: bool, now: Instant) {
+    pub(crate) fn start_failed(
+        &mut self,
+        key: Key,
+        error: StartError,
+        produced: bool,
+        now: Instant,
+    ) {
         debug_assert_eq!(self.entries[key].status, Status::Starting);
         if produced {
             self.set_status(key, Status::Stopping, now);
@@ -523,7 +556,12 @@ impl<T, W> Engine<T, W> {
             .entries
             .iter()
             .filter(|(_, e)| e.status != Status::Starting)
-            .map(|(_, e)| Row { id: e.id, status: e.status, since: e.since, expires_at: e.expires_at })
+            .map(|(_, e)| Row {
+                id: e.id,
+                status: e.status,
+                since: e.since,
+                expires_at: e.expires_at,
+            })
             .collect();
         rows.sort_by_key(|r| r.id);
         rows
@@ -543,7 +581,12 @@ mod tests {
     type E = Engine<&'static str, u32>;
 
     fn limits(init: usize, max: usize) -> Limits {
-        Limits { init_count: init, max_count: max, queue_max: 2, order: MemberOrder::Lifo }
+        Limits {
+            init_count: init,
+            max_count: max,
+            queue_max: 2,
+            order: MemberOrder::Lifo,
+        }
     }
 
     fn now() -> Instant {
@@ -567,11 +610,15 @@ mod tests {
     fn take_prefers_lifo_then_fifo_when_switched() {
         let mut e = E::new(limits(0, 4));
         fill(&mut e, &["a", "b", "c"]);
-        let Take::Member(k, v) = e.take(now()) else { panic!() };
+        let Take::Member(k, v) = e.take(now()) else {
+            panic!()
+        };
         assert_eq!(v, "c");
         e.put_free(k, v, now());
         e.limits.order = MemberOrder::Fifo;
-        let Take::Member(_, v) = e.take(now()) else { panic!() };
+        let Take::Member(_, v) = e.take(now()) else {
+            panic!()
+        };
         assert_eq!(v, "a");
         e.check_all();
     }
@@ -579,13 +626,19 @@ mod tests {
     #[test]
     fn empty_take_starts_a_batch_of_init_count_within_room() {
         let mut e = E::new(limits(3, 4));
-        let Take::Empty(why, starts) = e.take(now()) else { panic!() };
+        let Take::Empty(why, starts) = e.take(now()) else {
+            panic!()
+        };
         assert_eq!(why, Empty::AllInUse);
         assert_eq!(starts.slots.len(), 3);
         // init − starting = 0, so the next take starts max(0, 1) = 1 within the one slot left.
-        let Take::Empty(_, starts) = e.take(now()) else { panic!() };
+        let Take::Empty(_, starts) = e.take(now()) else {
+            panic!()
+        };
         assert_eq!(starts.slots.len(), 1);
-        let Take::Empty(why, starts) = e.take(now()) else { panic!() };
+        let Take::Empty(why, starts) = e.take(now()) else {
+            panic!()
+        };
         assert_eq!((why, starts.slots.len()), (Empty::AllInUse, 0));
         assert_eq!(e.counts().starting, 4);
         e.check_all();
@@ -595,8 +648,12 @@ mod tests {
     fn at_capacity_when_all_in_use_and_nothing_starting() {
         let mut e = E::new(limits(1, 1));
         fill(&mut e, &["a"]);
-        let Take::Member(..) = e.take(now()) else { panic!() };
-        let Take::Empty(why, starts) = e.take(now()) else { panic!() };
+        let Take::Member(..) = e.take(now()) else {
+            panic!()
+        };
+        let Take::Empty(why, starts) = e.take(now()) else {
+            panic!()
+        };
         assert_eq!((why, starts.is_empty()), (Empty::AtCapacity, true));
     }
 
@@ -604,12 +661,18 @@ mod tests {
     fn stopping_members_hold_their_slot_until_the_stop_ends() {
         let mut e = E::new(limits(1, 1));
         fill(&mut e, &["a"]);
-        let Take::Member(k, _) = e.take(now()) else { panic!() };
+        let Take::Member(k, _) = e.take(now()) else {
+            panic!()
+        };
         e.begin_stop(k, now());
         e.owe_replacement();
         assert!(e.refill(now()).is_empty(), "no room while stopping");
         e.stop_done(k);
-        assert_eq!(e.refill(now()).slots.len(), 1, "replacement once the slot is free");
+        assert_eq!(
+            e.refill(now()).slots.len(),
+            1,
+            "replacement once the slot is free"
+        );
         e.check_all();
     }
 
@@ -639,7 +702,9 @@ mod tests {
         assert_eq!(retry.slots.len(), 1, "one probe while backing off");
         assert_eq!(retry.delay, backoff(3));
         assert!(e.refill(t0).is_empty(), "never a second probe in flight");
-        let Take::Empty(why, starts) = e.take(t0) else { panic!() };
+        let Take::Empty(why, starts) = e.take(t0) else {
+            panic!()
+        };
         assert_eq!((why, starts.is_empty()), (Empty::Unavailable, true));
         // The probe succeeds: the backoff ends and the rest start at once.
         let (k, _) = retry.slots[0];
@@ -668,7 +733,9 @@ mod tests {
         assert_eq!(e.mark_dead(keys[0], id, now()), Death::Removed("a"));
         assert_eq!(e.counts().stopping, 1);
         assert_eq!(e.mark_dead(keys[0], id, now()), Death::Ignored);
-        let Take::Member(k, "b") = e.take(now()) else { panic!() };
+        let Take::Member(k, "b") = e.take(now()) else {
+            panic!()
+        };
         assert_eq!(e.mark_dead(k, e.id(k), now()), Death::Marked);
         assert!(e.is_dead(k));
         e.check_all();

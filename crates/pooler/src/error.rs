@@ -258,7 +258,11 @@ pub enum ConfigError {
 }
 
 fn join(errors: &[ConfigError]) -> String {
-    errors.iter().map(ToString::to_string).collect::<Vec<_>>().join("; ")
+    errors
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join("; ")
 }
 
 impl ConfigError {

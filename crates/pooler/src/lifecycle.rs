@@ -35,7 +35,14 @@ impl<M: Manager> StartSlot<'_, M> {
             .engine
             .start_failed(self.key, error, stopping, Instant::now());
         match produced {
-            Some(value) => shared.spawn_stop(self.key, Held { value, id: self.id, token: self.token.clone() }),
+            Some(value) => shared.spawn_stop(
+                self.key,
+                Held {
+                    value,
+                    id: self.id,
+                    token: self.token.clone(),
+                },
+            ),
             None => self.token.cancel(),
         }
         shared.notify_if_closing();
@@ -55,7 +62,9 @@ impl<M: Manager> Drop for StartSlot<'_, M> {
             state.engine.start_abandoned(self.key);
         } else {
             tracing::error!(pool = %self.shared.name, "member start panicked");
-            state.engine.start_failed(self.key, StartError::Panicked, false, Instant::now());
+            state
+                .engine
+                .start_failed(self.key, StartError::Panicked, false, Instant::now());
         }
         drop(state);
         self.shared.notify_if_closing();
@@ -87,7 +96,13 @@ impl<M: Manager> Shared<M> {
     /// `member_start_timeout`; a member produced but not initialized in time is stopped.
     pub(crate) async fn run_start(self: Arc<Self>, key: Key, id: u64, delay: Duration) {
         let token = self.supervisor.kill.child_token();
-        let slot = StartSlot { shared: &self, key, id, token: token.clone(), armed: true };
+        let slot = StartSlot {
+            shared: &self,
+            key,
+            id,
+            token: token.clone(),
+            armed: true,
+        };
         let deaths: Arc<dyn Deaths> = self.clone();
         let ctx = MemberContext {
             pool: self.name.clone(),
@@ -103,7 +118,8 @@ impl<M: Manager> Shared<M> {
                 tokio::time::sleep(delay).await;
             }
             let deadline = Instant::now() + limit;
-            let mut member = match tokio::time::timeout_at(deadline, self.manager.start(&ctx)).await {
+            let mut member = match tokio::time::timeout_at(deadline, self.manager.start(&ctx)).await
+            {
                 Ok(Ok(member)) => member,
                 Ok(Err(e)) => return Err((StartError::Manager(Arc::new(e)), None)),
                 Err(_) => return Err((StartError::TimedOut(limit), None)),
@@ -142,9 +158,16 @@ impl<M: Manager> Shared<M> {
     /// its driver tasks.
     pub(crate) async fn run_stop(self: Arc<Self>, key: Key, held: Held<M::Member>) {
         let Held { value, token, .. } = held;
-        let _slot = StopSlot { shared: &self, key, token };
+        let _slot = StopSlot {
+            shared: &self,
+            key,
+            token,
+        };
         let (_, limit) = self.timeouts();
-        if tokio::time::timeout(limit, self.manager.stop(value)).await.is_err() {
+        if tokio::time::timeout(limit, self.manager.stop(value))
+            .await
+            .is_err()
+        {
             tracing::warn!(
                 pool = %self.name,
                 limit = %humantime::format_duration(limit),

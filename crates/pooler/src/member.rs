@@ -31,8 +31,20 @@ pub struct Member<M: Manager> {
 }
 
 impl<M: Manager> Member<M> {
-    pub(crate) fn new(shared: Arc<Shared<M>>, key: Key, held: Held<M::Member>, taken_at: Instant) -> Self {
-        Member { shared, key, id: held.id, held: Some(held), taken_at, mid_use: false }
+    pub(crate) fn new(
+        shared: Arc<Shared<M>>,
+        key: Key,
+        held: Held<M::Member>,
+        taken_at: Instant,
+    ) -> Self {
+        Member {
+            shared,
+            key,
+            id: held.id,
+            held: Some(held),
+            taken_at,
+            mid_use: false,
+        }
     }
 
     /// Destroys the member and starts a replacement (pooler's `return_member(P, M, fail)`):
@@ -67,7 +79,9 @@ impl<M: Manager> Member<M> {
 
     /// Empties the guard without returning the member (a hand-off the waiter refused).
     pub(crate) fn detach(&mut self) -> Held<M::Member> {
-        self.held.take().expect("a guard holds its member until it is dropped")
+        self.held
+            .take()
+            .expect("a guard holds its member until it is dropped")
     }
 }
 
@@ -75,20 +89,32 @@ impl<M: Manager> Deref for Member<M> {
     type Target = M::Member;
 
     fn deref(&self) -> &M::Member {
-        &self.held.as_ref().expect("a guard holds its member until it is dropped").value
+        &self
+            .held
+            .as_ref()
+            .expect("a guard holds its member until it is dropped")
+            .value
     }
 }
 
 impl<M: Manager> DerefMut for Member<M> {
     fn deref_mut(&mut self) -> &mut M::Member {
-        &mut self.held.as_mut().expect("a guard holds its member until it is dropped").value
+        &mut self
+            .held
+            .as_mut()
+            .expect("a guard holds its member until it is dropped")
+            .value
     }
 }
 
 impl<M: Manager> Drop for Member<M> {
     fn drop(&mut self) {
         if let Some(held) = self.held.take() {
-            let fate = if self.mid_use || std::thread::panicking() { Fate::Crashed } else { Fate::Ok };
+            let fate = if self.mid_use || std::thread::panicking() {
+                Fate::Crashed
+            } else {
+                Fate::Ok
+            };
             self.shared.give_back(self.key, held, fate);
         }
     }

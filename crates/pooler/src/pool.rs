@@ -36,14 +36,18 @@ impl<M: Manager> Drop for Handle_<M> {
         if shared.lock().shut {
             return;
         }
-        self.shared.supervisor.spawn(async move { shared.close(false).await });
+        self.shared
+            .supervisor
+            .spawn(async move { shared.close(false).await });
         self.shared.supervisor.close_tracker();
     }
 }
 
 impl<M: Manager> Clone for Pool<M> {
     fn clone(&self) -> Self {
-        Pool { handle: self.handle.clone() }
+        Pool {
+            handle: self.handle.clone(),
+        }
     }
 }
 
@@ -130,7 +134,9 @@ impl<M: Manager> Pool<M> {
         let init = config.init_count;
         let supervisor = Supervisor::new(Handle::current());
         let shared = Shared::new(config, manager, supervisor);
-        let pool = Pool { handle: Arc::new(Handle_ { shared }) };
+        let pool = Pool {
+            handle: Arc::new(Handle_ { shared }),
+        };
         let shared = pool.shared();
         let (done, mut all_done) = mpsc::channel::<()>(1);
         let starts = shared.lock().engine.grow(init, Instant::now());
@@ -215,26 +221,42 @@ impl<M: Manager> Pool<M> {
                     return Err(if queue_max == 0 {
                         shared.empty_error(&why, &state)
                     } else {
-                        TakeError::QueueFull { pool: shared.name.clone(), queue_max }
+                        TakeError::QueueFull {
+                            pool: shared.name.clone(),
+                            queue_max,
+                        }
                     });
                 }
             },
         };
-        let mut waiter = Waiter { shared, id, rx, queued: true };
+        let mut waiter = Waiter {
+            shared,
+            id,
+            rx,
+            queued: true,
+        };
         let outcome = tokio::time::timeout(timeout, &mut waiter.rx).await;
         let served = match outcome {
             Ok(served) => served,
             Err(_) if shared.cancel_waiter(id) => {
                 waiter.queued = false;
                 let last_start_error = shared.lock().engine.last_error().cloned();
-                return Err(TakeError::Timeout { pool: shared.name.clone(), waited: timeout, last_start_error });
+                return Err(TakeError::Timeout {
+                    pool: shared.name.clone(),
+                    waited: timeout,
+                    last_start_error,
+                });
             }
             // Popped from the queue in the same instant the timer fired: the hand-off (or
             // the close's error) is on its way; take it.
             Err(_) => (&mut waiter.rx).await,
         };
         waiter.queued = false;
-        served.unwrap_or_else(|_| Err(TakeError::Closed { pool: shared.name.clone() }))
+        served.unwrap_or_else(|_| {
+            Err(TakeError::Closed {
+                pool: shared.name.clone(),
+            })
+        })
     }
 
     /// Takes a member (as [`take_member`](Pool::take_member)), runs `f` on it and returns it.

@@ -89,7 +89,9 @@ impl<M: Manager> Shared<M> {
     }
 
     fn arc(&self) -> Arc<Self> {
-        self.this.upgrade().expect("a method of a live pool runs behind an Arc")
+        self.this
+            .upgrade()
+            .expect("a method of a live pool runs behind an Arc")
     }
 
     // ---- take -------------------------------------------------------------------------
@@ -126,7 +128,10 @@ impl<M: Manager> Shared<M> {
             Empty::AllInUse => TakeError::AllInUse { pool },
             Empty::Closed => TakeError::Closed { pool },
             Empty::Unavailable => match state.engine.last_error() {
-                Some(e) => TakeError::Unavailable { pool, source: e.clone() },
+                Some(e) => TakeError::Unavailable {
+                    pool,
+                    source: e.clone(),
+                },
                 None => TakeError::AllInUse { pool },
             },
         }
@@ -160,7 +165,13 @@ impl<M: Manager> Shared<M> {
 
     /// Gives an in-use member to the oldest waiter that still waits, or puts it on the free
     /// list (invariant #3).
-    fn hand_off(&self, mut state: MutexGuard<'_, State<M>>, key: Key, held: Held<M::Member>, now: Instant) {
+    fn hand_off(
+        &self,
+        mut state: MutexGuard<'_, State<M>>,
+        key: Key,
+        held: Held<M::Member>,
+        now: Instant,
+    ) {
         let mut held = held;
         while let Some(waiter) = state.engine.pop_waiter() {
             match waiter.send(Ok(Member::new(self.arc(), key, held, now))) {
@@ -222,7 +233,9 @@ impl<M: Manager> Shared<M> {
     pub(crate) async fn close(&self, wait_in_use: bool) {
         let (waiters, free) = self.lock().engine.close(Instant::now());
         for waiter in waiters {
-            let _ = waiter.send(Err(TakeError::Closed { pool: self.name.clone() }));
+            let _ = waiter.send(Err(TakeError::Closed {
+                pool: self.name.clone(),
+            }));
         }
         self.supervisor.closing.cancel();
         for (key, held) in free {
@@ -243,7 +256,11 @@ impl<M: Manager> Shared<M> {
 
     // ---- spawning ---------------------------------------------------------------------
 
-    pub(crate) fn spawn_starts(&self, starts: Starts, done: Option<&tokio::sync::mpsc::Sender<()>>) {
+    pub(crate) fn spawn_starts(
+        &self,
+        starts: Starts,
+        done: Option<&tokio::sync::mpsc::Sender<()>>,
+    ) {
         if starts.is_empty() {
             return;
         }
@@ -260,13 +277,17 @@ impl<M: Manager> Shared<M> {
 
     pub(crate) fn spawn_stop(&self, key: Key, held: Held<M::Member>) {
         let shared = self.arc();
-        self.supervisor.spawn(async move { shared.run_stop(key, held).await });
+        self.supervisor
+            .spawn(async move { shared.run_stop(key, held).await });
     }
 
     /// The `member_start_timeout` and `member_shutdown` in force.
     pub(crate) fn timeouts(&self) -> (Duration, Duration) {
         let state = self.lock();
-        (state.config.member_start_timeout, state.config.member_shutdown)
+        (
+            state.config.member_start_timeout,
+            state.config.member_shutdown,
+        )
     }
 }
 

@@ -32,18 +32,24 @@ fn from_pair(n: u64, unit: &str) -> Result<Duration, String> {
             ));
         }
     };
-    d.ok_or_else(|| "value too large".to_owned()).and_then(bounded)
+    d.ok_or_else(|| "value too large".to_owned())
+        .and_then(bounded)
 }
 
 fn from_str(s: &str) -> Result<Duration, String> {
     humantime::parse_duration(s.trim())
-        .map_err(|e| format!("`{s}` is not a duration ({e}); write e.g. \"2min\", \"120s\" or \"500ms\""))
+        .map_err(|e| {
+            format!("`{s}` is not a duration ({e}); write e.g. \"2min\", \"120s\" or \"500ms\"")
+        })
         .and_then(bounded)
 }
 
 fn bounded(d: Duration) -> Result<Duration, String> {
     if d > MAX_TIME {
-        Err(format!("{} is longer than the maximum of 365 days", humantime::format_duration(d)))
+        Err(format!(
+            "{} is longer than the maximum of 365 days",
+            humantime::format_duration(d)
+        ))
     } else {
         Ok(d)
     }
@@ -80,7 +86,9 @@ impl<'de> Visitor<'de> for TimeVisitor {
             .next_element()?
             .ok_or_else(|| de::Error::custom("a [N, unit] pair needs a unit second"))?;
         if seq.next_element::<de::IgnoredAny>()?.is_some() {
-            return Err(de::Error::custom("a [N, unit] pair has exactly two elements"));
+            return Err(de::Error::custom(
+                "a [N, unit] pair has exactly two elements",
+            ));
         }
         let n = u64::try_from(n)
             .map_err(|_| de::Error::custom(format!("time value {n} is negative")))?;
@@ -174,7 +182,11 @@ mod tests {
 
     #[test]
     fn bad_values_explain_themselves() {
-        assert!(parse("two minutes".into()).unwrap_err().contains("two minutes"));
+        assert!(
+            parse("two minutes".into())
+                .unwrap_err()
+                .contains("two minutes")
+        );
         assert!(parse((-5).into()).unwrap_err().contains("negative"));
         let e = parse(toml::Value::Array(vec![2.into(), "fortnight".into()])).unwrap_err();
         assert!(e.contains("fortnight"), "{e}");

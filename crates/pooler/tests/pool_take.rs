@@ -21,7 +21,11 @@ async fn initial_starts_run_in_parallel() {
     fake.probe.set_start(Step::Slow(ms(100)));
     let t0 = tokio::time::Instant::now();
     let (pool, _) = pool_with(PoolConfig::new("p", 10, 10), fake).await;
-    assert_eq!(t0.elapsed(), ms(100), "ten 100 ms starts take 100 ms, not a second");
+    assert_eq!(
+        t0.elapsed(),
+        ms(100),
+        "ten 100 ms starts take 100 ms, not a second"
+    );
     assert_eq!(pool.utilization().free_count, 10);
 }
 
@@ -40,8 +44,15 @@ async fn try_take_never_waits_and_says_why() {
     // Nothing free, room to grow: a batch starts and the take fails at once.
     let e = pool.try_take_member().unwrap_err();
     assert!(matches!(e, TakeError::AllInUse { .. }), "{e}");
-    assert_eq!(e.to_string(), "pool `test`: all members are in use; new ones are starting");
-    assert_eq!(counts(&pool), (0, 0, 1, 0, 0), "batch = max(min(0 - 0, 2), 1)");
+    assert_eq!(
+        e.to_string(),
+        "pool `test`: all members are in use; new ones are starting"
+    );
+    assert_eq!(
+        counts(&pool),
+        (0, 0, 1, 0, 0),
+        "batch = max(min(0 - 0, 2), 1)"
+    );
     settle().await;
     let a = pool.try_take_member().unwrap();
     let e = pool.try_take_member().unwrap_err();
@@ -75,7 +86,11 @@ async fn the_default_order_is_lifo() {
     let b_id = Member::id(&b);
     drop(a);
     drop(b);
-    assert_eq!(Member::id(&pool.try_take_member().unwrap()), b_id, "last returned goes out first");
+    assert_eq!(
+        Member::id(&pool.try_take_member().unwrap()),
+        b_id,
+        "last returned goes out first"
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -117,15 +132,24 @@ async fn a_waiter_is_served_by_a_newly_started_member() {
 
 #[tokio::test(start_paused = true)]
 async fn the_queue_is_bounded() {
-    let config = PoolConfig { queue_max: 2, ..PoolConfig::new("p", 1, 1) };
+    let config = PoolConfig {
+        queue_max: 2,
+        ..PoolConfig::new("p", 1, 1)
+    };
     let (pool, _) = pool_with(config, Fake::default()).await;
     let held = pool.try_take_member().unwrap();
     let w1 = spawn_take(&pool, ms(10_000));
     let w2 = spawn_take(&pool, ms(10_000));
     settle().await;
     let e = pool.take_member(ms(1000)).await.unwrap_err();
-    assert!(matches!(e, TakeError::QueueFull { queue_max: 2, .. }), "{e}");
-    assert_eq!(e.to_string(), "pool `p`: the queue of waiting takers is full (queue_max = 2)");
+    assert!(
+        matches!(e, TakeError::QueueFull { queue_max: 2, .. }),
+        "{e}"
+    );
+    assert_eq!(
+        e.to_string(),
+        "pool `p`: the queue of waiting takers is full (queue_max = 2)"
+    );
     drop(held);
     assert!(w1.await.unwrap().is_ok());
     assert!(w2.await.unwrap().is_ok());
@@ -133,7 +157,10 @@ async fn the_queue_is_bounded() {
 
 #[tokio::test(start_paused = true)]
 async fn queue_max_zero_never_queues() {
-    let config = PoolConfig { queue_max: 0, ..PoolConfig::new("p", 1, 1) };
+    let config = PoolConfig {
+        queue_max: 0,
+        ..PoolConfig::new("p", 1, 1)
+    };
     let (pool, _) = pool_with(config, Fake::default()).await;
     let _held = pool.try_take_member().unwrap();
     let t0 = tokio::time::Instant::now();
@@ -149,11 +176,27 @@ async fn a_waiter_times_out_and_leaves_the_queue() {
     let t0 = tokio::time::Instant::now();
     let e = pool.take_member(ms(250)).await.unwrap_err();
     assert_eq!(t0.elapsed(), ms(250));
-    assert!(matches!(e, TakeError::Timeout { last_start_error: None, .. }), "{e}");
-    assert_eq!(e.to_string(), "pool `test`: no member became free within 250ms");
+    assert!(
+        matches!(
+            e,
+            TakeError::Timeout {
+                last_start_error: None,
+                ..
+            }
+        ),
+        "{e}"
+    );
+    assert_eq!(
+        e.to_string(),
+        "pool `test`: no member became free within 250ms"
+    );
     assert_eq!(pool.utilization().queued_count, 0);
     drop(held);
-    assert_eq!(counts(&pool), (0, 1, 0, 0, 0), "the member did not go to the departed waiter");
+    assert_eq!(
+        counts(&pool),
+        (0, 1, 0, 0, 0),
+        "the member did not go to the departed waiter"
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -181,7 +224,11 @@ async fn a_member_handed_to_a_waiter_that_vanishes_comes_back() {
     drop(held); // hands the member to the queued future
     assert_eq!(counts(&pool), (1, 0, 0, 0, 0), "in flight to the waiter");
     drop(fut);
-    assert_eq!(counts(&pool), (0, 1, 0, 0, 0), "back on the free list, not lost");
+    assert_eq!(
+        counts(&pool),
+        (0, 1, 0, 0, 0),
+        "back on the free list, not lost"
+    );
     assert!(pool.try_take_member().is_ok());
 }
 
@@ -219,7 +266,11 @@ async fn random_cancellation_loses_no_member() {
     settle().await;
     let (in_use, free, starting, stopping, queued) = counts(&pool);
     assert_eq!((in_use, starting, stopping, queued), (0, 0, 0, 0));
-    assert_eq!(free + in_use, probe.alive(), "every member alive is in the pool");
+    assert_eq!(
+        free + in_use,
+        probe.alive(),
+        "every member alive is in the pool"
+    );
     assert_eq!(free, 4);
 }
 

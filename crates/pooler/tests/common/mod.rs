@@ -91,7 +91,12 @@ impl Probe {
     }
     /// Ends member `id`'s driver task, as a dropped connection would.
     pub fn crash(&self, id: u64) {
-        let tx = self.drivers.lock().unwrap().remove(&id).expect("no such member driver");
+        let tx = self
+            .drivers
+            .lock()
+            .unwrap()
+            .remove(&id)
+            .expect("no such member driver");
         let _ = tx.send(());
     }
     /// Makes `is_broken` say yes for member `id`.
@@ -104,6 +109,18 @@ impl Probe {
     }
 }
 
+/// Removes a driver from the probe's list however its task ends.
+struct Registered {
+    probe: Arc<Probe>,
+    id: u64,
+}
+
+impl Drop for Registered {
+    fn drop(&mut self) {
+        self.probe.drivers.lock().unwrap().remove(&self.id);
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct Fake {
     pub probe: Arc<Probe>,
@@ -113,7 +130,12 @@ impl Default for Fake {
     fn default() -> Self {
         Fake {
             probe: Arc::new(Probe {
-                plan: Mutex::new(Plan { start: Step::Ok, init: Step::Ok, check: Step::Ok, stop: Step::Ok }),
+                plan: Mutex::new(Plan {
+                    start: Step::Ok,
+                    init: Step::Ok,
+                    check: Step::Ok,
+                    stop: Step::Ok,
+                }),
                 attempts: AtomicUsize::new(0),
                 started: AtomicUsize::new(0),
                 stops: AtomicUsize::new(0),
@@ -152,19 +174,30 @@ impl Manager for Fake {
         let step = self.probe.plan.lock().unwrap().start;
         step.run("start").await?;
         let (tx, rx) = oneshot::channel::<()>();
-        self.probe.drivers.lock().unwrap().insert(ctx.member_id(), tx);
+        self.probe
+            .drivers
+            .lock()
+            .unwrap()
+            .insert(ctx.member_id(), tx);
         let probe = self.probe.clone();
         let id = ctx.member_id();
         ctx.spawn(async move {
-            // Ends when crashed (a value arrives) or when the pool cancels it.
+            // Ends when crashed (a value arrives) or is dropped when the pool cancels it;
+            // either way the guard takes it off the list.
+            let _registered = Registered { probe, id };
             let _ = rx.await;
-            probe.drivers.lock().unwrap().remove(&id);
         });
         let broken = Arc::new(AtomicBool::new(false));
         self.probe.broken.lock().unwrap().insert(id, broken.clone());
         self.probe.alive.fetch_add(1, SeqCst);
         self.probe.started.fetch_add(1, SeqCst);
-        Ok(FakeMember { id, uses: 0, holder: AtomicU64::new(0), broken, probe: self.probe.clone() })
+        Ok(FakeMember {
+            id,
+            uses: 0,
+            holder: AtomicU64::new(0),
+            broken,
+            probe: self.probe.clone(),
+        })
     }
 
     async fn initialize(&self, _m: &mut FakeMember) -> Result<(), FakeError> {
@@ -221,7 +254,13 @@ pub fn ms(n: u64) -> Duration {
 /// The counts of a utilization, as (in_use, free, starting, stopping, queued).
 pub fn counts(pool: &Pool<Fake>) -> (usize, usize, usize, usize, usize) {
     let u = pool.utilization();
-    (u.in_use_count, u.free_count, u.starting_count, u.stopping_count, u.queued_count)
+    (
+        u.in_use_count,
+        u.free_count,
+        u.starting_count,
+        u.stopping_count,
+        u.queued_count,
+    )
 }
 
 /// A consumer task that takes a member (and keeps it in its result).

@@ -1,0 +1,202 @@
+//! Supervised starts and stops: the start timeout, backoff during an outage, refilling, and
+//! stops bounded by member_shutdown.
+#![allow(clippy::disallowed_methods)] // tests spawn their own consumers
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use pooler::{Member, PoolConfig, StartError, TakeError};
+
+fn config(init: usize, max: usize) -> PoolConfig {
+    PoolConfig {
+        member_start_timeout: ms(150),
+        member_shutdown: ms(500),
+        ..PoolConfig::new("p", init, max)
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_start_timeout_has_millisecond_precision() {
+    let fake = Fake::default();
+    fake.probe.set_start(Step::Slow(ms(149)));
+    let (pool, _) = pool_with(config(1, 1), fake).await;
+    assert_eq!(pool.utilization().free_count, 1, "149 ms < 150 ms");
+
+    let fake = Fake::default();
+    fake.probe.set_start(Step::Slow(ms(151)));
+    let t0 = tokio::time::Instant::now();
+    let (pool, probe) = pool_with(config(1, 1), fake).await;
+    assert_eq!(
+        t0.elapsed(),
+        ms(150),
+        "cancelled at the timeout, not when start would end"
+    );
+    assert_eq!(pool.utilization().free_count, 0);
+    assert_eq!(probe.alive(), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_member_started_but_not_initialized_in_time_is_stopped() {
+    let fake = Fake::default();
+    fake.probe.set_start(Step::Slow(ms(100)));
+    fake.probe.set_init(Step::Slow(ms(100)));
+    let (pool, probe) = pool_with(config(1, 1), fake).await;
+    assert_eq!(counts(&pool).1, 0);
+    settle().await;
+    assert_eq!(
+        probe.stops(),
+        1,
+        "the produced member went through Manager::stop"
+    );
+    assert_eq!(probe.alive(), 0, "and is gone");
+    assert_eq!(probe.drivers(), 0, "with its driver task");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_member_whose_initialize_fails_is_stopped_and_the_error_kept() {
+    let fake = Fake::default();
+    fake.probe.set_init(Step::Err);
+    let (pool, probe) = pool_with(config(1, 1), fake).await;
+    settle().await;
+    assert_eq!((probe.stops(), probe.alive()), (1, 0));
+    let e = pool.try_take_member().unwrap_err();
+    let TakeError::Unavailable {
+        source: StartError::Manager(cause),
+        ..
+    } = &e
+    else {
+        panic!("{e}")
+    };
+    assert_eq!(cause.to_string(), "initialize refused");
+    assert_eq!(
+        e.to_string(),
+        "pool `p`: no member available, starts are failing: starting a member failed: initialize refused"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_outage_fails_fast_backs_off_and_refills_when_the_backend_returns() {
+    let fake = Fake::default();
+    fake.probe.set_start(Step::Err);
+    let (pool, probe) = pool_with(config(3, 5), fake).await;
+    assert_eq!(probe.attempts(), 3);
+
+    // Takes fail at once with the manager's error, whether or not they would queue.
+    let t0 = tokio::time::Instant::now();
+    let e = pool.take_member(ms(5000)).await.unwrap_err();
+    assert_eq!(t0.elapsed(), Duration::ZERO);
+    assert!(matches!(e, TakeError::Unavailable { .. }), "{e}");
+    assert!(e.to_string().contains("start refused"), "{e}");
+    for _ in 0..100 {
+        assert!(pool.try_take_member().is_err());
+    }
+
+    // Sixty seconds of outage: retries are spaced 0.4, 0.8, 1.6 … up to 10 s, one at a time.
+    advance(Duration::ZERO).await;
+    for _ in 0..600 {
+        advance(ms(100)).await;
+    }
+    let attempts = probe.attempts();
+    assert!(
+        (9..=14).contains(&attempts),
+        "{attempts} attempts in 60 s: a storm or a stall"
+    );
+    assert!(pool.utilization().starting_count <= 1);
+
+    // The backend comes back: within one backoff step the pool refills to init_count.
+    probe.set_start(Step::Ok);
+    for _ in 0..100 {
+        advance(ms(100)).await;
+    }
+    assert_eq!(counts(&pool), (0, 3, 0, 0, 0));
+    assert!(pool.try_take_member().is_ok());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_timeout_during_an_outage_names_the_cause() {
+    let (pool, probe) = pool_with(config(1, 2), Fake::default()).await;
+    let held = pool.try_take_member().unwrap();
+    probe.set_start(Step::Err);
+    // One member is in use, so the taker queues; the growth start fails meanwhile.
+    let e = pool.take_member(ms(300)).await.unwrap_err();
+    let TakeError::Timeout {
+        last_start_error: Some(cause),
+        ..
+    } = &e
+    else {
+        panic!("{e}")
+    };
+    assert_eq!(cause.to_string(), "starting a member failed: start refused");
+    assert!(e.to_string().contains("start refused"), "{e}");
+    drop(held);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_start_that_never_ends_is_cancelled_and_retried() {
+    let fake = Fake::default();
+    fake.probe.set_start(Step::Never);
+    let (pool, probe) = pool_with(config(1, 1), fake).await;
+    assert_eq!(probe.attempts(), 1);
+    probe.set_start(Step::Ok);
+    advance(ms(150)).await;
+    assert_eq!(
+        counts(&pool),
+        (0, 1, 0, 0, 0),
+        "the retry after 100 ms backoff succeeded"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn stopping_members_count_against_max_count() {
+    let (pool, probe) = pool_with(config(1, 1), Fake::default()).await;
+    probe.set_stop(Step::Slow(ms(200)));
+    Member::fail(pool.try_take_member().unwrap());
+    settle().await;
+    assert_eq!(counts(&pool), (0, 0, 0, 1, 0));
+    let e = pool.try_take_member().unwrap_err();
+    assert!(matches!(e, TakeError::AtCapacity { .. }), "{e}");
+    advance(ms(200)).await;
+    assert_eq!(
+        counts(&pool),
+        (0, 1, 0, 0, 0),
+        "slot freed, replacement started"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_hung_stop_frees_its_slot_at_member_shutdown() {
+    let (pool, probe) = pool_with(config(1, 1), Fake::default()).await;
+    probe.set_stop(Step::Never);
+    Member::fail(pool.try_take_member().unwrap());
+    settle().await;
+    advance(ms(499)).await;
+    assert_eq!(counts(&pool).3, 1, "still stopping before the bound");
+    advance(ms(1)).await;
+    assert_eq!(counts(&pool), (0, 1, 0, 0, 0));
+    assert_eq!(
+        probe.alive(),
+        1,
+        "the hung member was dropped with its stop"
+    );
+    assert_eq!(probe.drivers(), 1, "and its driver task ended");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_member_dying_while_starting_is_never_handed_out() {
+    let fake = Fake::default();
+    fake.probe.set_init(Step::Slow(ms(50)));
+    let (pool, probe) = pool_with(config(0, 1), fake).await;
+    let waiter = spawn_take(&pool, ms(1000));
+    settle().await;
+    assert_eq!(probe.attempts(), 1);
+    probe.crash(1); // its driver ends during initialize
+    let m = waiter.await.unwrap().unwrap();
+    assert_eq!(
+        Member::id(&m),
+        2,
+        "the dead one was stopped and a second start served the waiter"
+    );
+    assert_eq!(probe.stops(), 1);
+}
