@@ -21,8 +21,16 @@
 //! 5. A closed engine has no waiters and decides no starts.
 //! 6. While starts are failing (`failures > 0`) at most one start is in flight, so a dead
 //!    backend sees one attempt per backoff step, not a storm.
+//! 7. Only `Free` members are culled, expired by timer or claimed for a health check: a member
+//!    in use is never taken from its holder.
+//!
+//! Lifecycle bookkeeping lives here too: the demand window behind culling (a monotone queue of
+//! per-tick in-use peaks), each member's expiry (a min-heap with lazy deletion, untouched when
+//! no `max_lifetime` is set), and where each member in use was taken (for leak reports).
 
-use std::collections::VecDeque;
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, VecDeque};
+use std::panic::Location;
 use std::time::Duration;
 
 use slab::Slab;
@@ -56,20 +64,29 @@ pub(crate) fn backoff(failures: u32) -> Duration {
     BACKOFF_BASE.saturating_mul(1 << exp).min(BACKOFF_MAX)
 }
 
+/// Where a take was made, for leak reports.
+pub(crate) type Caller = &'static Location<'static>;
+
 #[derive(Debug)]
 struct Entry {
     id: u64,
     status: Status,
     since: Instant,
+    born: Instant,
     expires_at: Option<Instant>,
     /// The member's death signal was seen while it was starting or in use.
     dead: bool,
+    /// Where the current holder took it.
+    taken_by: Option<Caller>,
+    /// A leak report was made for the current holder.
+    leak_reported: bool,
 }
 
 #[derive(Debug)]
 struct Idle<T> {
     key: Key,
     value: T,
+    since: Instant,
 }
 
 /// The limits the engine enforces, taken from the pool's config.
@@ -79,6 +96,7 @@ pub(crate) struct Limits {
     pub(crate) max_count: usize,
     pub(crate) queue_max: usize,
     pub(crate) order: MemberOrder,
+    pub(crate) auto_grow_threshold: Option<usize>,
 }
 
 /// Counts of members in each status and of waiters.
@@ -127,8 +145,20 @@ pub(crate) enum Empty {
 /// What a take found.
 #[derive(Debug)]
 pub(crate) enum Take<T> {
-    Member(Key, T),
+    /// A member, and since when it was idle.
+    Member(Key, T, Instant),
+    /// The member at the head had outlived its `max_lifetime`: it is now `Stopping` (and
+    /// owed a replacement); the caller stops it and takes again.
+    Expired(Key, T),
     Empty(Empty, Starts),
+}
+
+/// A member held past the leak threshold.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Leak {
+    pub(crate) id: u64,
+    pub(crate) since: Instant,
+    pub(crate) taken_by: Option<Caller>,
 }
 
 /// What a member's death signal did.
@@ -173,6 +203,14 @@ pub(crate) struct Engine<T, W> {
     next_id: u64,
     next_waiter: u64,
     closed: bool,
+    /// The highest in-use count since the last cull tick.
+    peak: usize,
+    /// Per-tick peaks inside the demand window, values strictly decreasing front to back, so
+    /// the front is the window's peak.
+    demand: VecDeque<(Instant, usize)>,
+    /// Members' expiries, soonest first; entries whose member is gone or whose expiry moved
+    /// are skipped when they surface.
+    expiries: BinaryHeap<Reverse<(Instant, Key, u64)>>,
 }
 
 impl<T, W> Engine<T, W> {
@@ -192,6 +230,9 @@ impl<T, W> Engine<T, W> {
             next_id: 1,
             next_waiter: 0,
             closed: false,
+            peak: 0,
+            demand: VecDeque::new(),
+            expiries: BinaryHeap::new(),
         }
     }
 
@@ -267,7 +308,7 @@ impl<T, W> Engine<T, W> {
 
     /// Hands out a free member (by `member_order`), or says why there is none and which
     /// starts the take decided (SPEC §4.1: a batch of `max(min(init − starting, room), 1)`).
-    pub(crate) fn take(&mut self, now: Instant) -> Take<T> {
+    pub(crate) fn take(&mut self, now: Instant, caller: Caller) -> Take<T> {
         if self.closed {
             return Take::Empty(Empty::Closed, Starts::default());
         }
@@ -275,10 +316,17 @@ impl<T, W> Engine<T, W> {
             MemberOrder::Lifo => self.free.pop_back(),
             MemberOrder::Fifo => self.free.pop_front(),
         };
-        if let Some(Idle { key, value }) = idle {
+        if let Some(Idle { key, value, since }) = idle {
+            if self.entries[key].expires_at.is_some_and(|at| at <= now) {
+                self.set_status(key, Status::Stopping, now);
+                self.owe_replacement();
+                debug_assert!(self.holds());
+                return Take::Expired(key, value);
+            }
             self.set_status(key, Status::InUse, now);
+            self.handed_over(key, now, caller);
             debug_assert!(self.holds());
-            return Take::Member(key, value);
+            return Take::Member(key, value, since);
         }
         let room = self.room();
         if self.failures > 0 {
@@ -307,6 +355,34 @@ impl<T, W> Engine<T, W> {
         Take::Empty(Empty::AllInUse, self.reserve(batch, Duration::ZERO, now))
     }
 
+    /// An in-use member changes holder (a take, or a hand-off to a waiter): record where and
+    /// when, and the demand it adds.
+    pub(crate) fn handed_over(&mut self, key: Key, now: Instant, caller: Caller) {
+        let entry = &mut self.entries[key];
+        entry.since = now;
+        entry.taken_by = Some(caller);
+        entry.leak_reported = false;
+        self.peak = self.peak.max(self.in_use);
+    }
+
+    /// After a successful take: if at most `auto_grow_threshold` members are free, start up
+    /// to `init_count` more within `max_count`.
+    pub(crate) fn auto_grow(&mut self, now: Instant) -> Starts {
+        match self.limits.auto_grow_threshold {
+            Some(threshold)
+                if self.free.len() <= threshold && self.failures == 0 && !self.closed =>
+            {
+                let n = self
+                    .limits
+                    .init_count
+                    .saturating_sub(self.starting)
+                    .min(self.room());
+                self.reserve(n, Duration::ZERO, now)
+            }
+            _ => Starts::default(),
+        }
+    }
+
     /// While backing off: one delayed start if none is in flight and there is room.
     fn backoff_start(&mut self, now: Instant) -> Starts {
         if self.starting > 0 || self.room() == 0 || self.closed {
@@ -327,8 +403,11 @@ impl<T, W> Engine<T, W> {
                 id,
                 status: Status::Starting,
                 since: now,
+                born: now,
                 expires_at: None,
                 dead: false,
+                taken_by: None,
+                leak_reported: false,
             });
             self.starting += 1;
             slots.push((key, id));
@@ -381,7 +460,12 @@ impl<T, W> Engine<T, W> {
         );
         debug_assert_eq!(self.entries[key].status, Status::InUse);
         self.set_status(key, Status::Free, now);
-        self.free.push_back(Idle { key, value });
+        self.entries[key].taken_by = None;
+        self.free.push_back(Idle {
+            key,
+            value,
+            since: now,
+        });
         debug_assert!(self.holds());
     }
 
@@ -413,8 +497,14 @@ impl<T, W> Engine<T, W> {
     /// A start produced a member: it becomes `InUse` for the caller to hand to a waiter or put
     /// on the free list. Returns `false` (and makes it `Stopping`) if it died while starting
     /// or the pool closed meanwhile.
-    pub(crate) fn started(&mut self, key: Key, now: Instant) -> bool {
+    pub(crate) fn started(&mut self, key: Key, now: Instant, expires_at: Option<Instant>) -> bool {
         debug_assert_eq!(self.entries[key].status, Status::Starting);
+        let entry = &mut self.entries[key];
+        entry.born = now;
+        entry.expires_at = expires_at;
+        if let Some(at) = expires_at {
+            self.expiries.push(Reverse((at, key, entry.id)));
+        }
         self.failures = 0;
         self.retry_at = None;
         self.last_error = None;
@@ -535,7 +625,7 @@ impl<T, W> Engine<T, W> {
         self.closed = true;
         let waiters = self.waiters.drain(..).map(|(_, w)| w).collect();
         let mut free = Vec::with_capacity(self.free.len());
-        while let Some(Idle { key, value }) = self.free.pop_front() {
+        while let Some(Idle { key, value, .. }) = self.free.pop_front() {
             self.entries[key].status = Status::Stopping;
             self.entries[key].since = now;
             self.stopping += 1;
@@ -548,6 +638,162 @@ impl<T, W> Engine<T, W> {
     /// Whether nothing is starting or stopping (and, if `with_in_use`, nothing is in use).
     pub(crate) fn is_drained(&self, with_in_use: bool) -> bool {
         self.starting == 0 && self.stopping == 0 && (!with_in_use || self.in_use == 0)
+    }
+
+    // ---- lifecycle: cull, lifetime, health, leaks, reconfigure ------------------------
+
+    /// A cull tick (SPEC §4.6): records the peak in-use count since the last tick, drops
+    /// peaks older than `max_age`, and takes off the free list (oldest idle first) every
+    /// member beyond `max(init_count, the window's peak)`. The caller stops them.
+    pub(crate) fn cull(&mut self, now: Instant, max_age: Duration) -> Vec<(Key, T)> {
+        let peak = std::mem::replace(&mut self.peak, self.in_use).max(self.in_use);
+        while self.demand.back().is_some_and(|&(_, p)| p <= peak) {
+            self.demand.pop_back();
+        }
+        self.demand.push_back((now, peak));
+        if let Some(start) = now.checked_sub(max_age) {
+            while self.demand.front().is_some_and(|&(at, _)| at <= start) {
+                self.demand.pop_front();
+            }
+        }
+        let window_peak = self.demand.front().map_or(0, |&(_, p)| p).max(self.in_use);
+        let target = self.limits.init_count.max(window_peak);
+        let live = self.in_use + self.free.len();
+        let excess = live.saturating_sub(target).min(self.free.len());
+        self.take_oldest_free(excess, now)
+    }
+
+    /// Takes the `n` members idle longest off the free list, making them `Stopping`.
+    pub(crate) fn take_oldest_free(&mut self, n: usize, now: Instant) -> Vec<(Key, T)> {
+        let mut out = Vec::with_capacity(n);
+        for _ in 0..n {
+            let Some(Idle { key, value, .. }) = self.free.pop_front() else {
+                break;
+            };
+            self.set_status(key, Status::Stopping, now);
+            out.push((key, value));
+        }
+        debug_assert!(self.holds());
+        out
+    }
+
+    /// When the next free member's lifetime ends, skipping heap entries that went stale.
+    pub(crate) fn next_expiry(&mut self) -> Option<Instant> {
+        while let Some(&Reverse((at, key, id))) = self.expiries.peek() {
+            let live = self.entries.get(key).is_some_and(|e| {
+                e.id == id
+                    && e.expires_at == Some(at)
+                    && matches!(e.status, Status::Free | Status::InUse)
+            });
+            if live {
+                return Some(at);
+            }
+            self.expiries.pop();
+        }
+        None
+    }
+
+    /// Free members whose lifetime has ended, now `Stopping` and owed replacements. Members
+    /// in use are left to their holders (invariant #7) and recycled when returned.
+    pub(crate) fn expire_due(&mut self, now: Instant) -> Vec<(Key, T)> {
+        let mut out = Vec::new();
+        while let Some(&Reverse((at, key, id))) = self.expiries.peek() {
+            if at > now {
+                break;
+            }
+            self.expiries.pop();
+            let due = self.entries.get(key).is_some_and(|e| {
+                e.id == id && e.expires_at == Some(at) && e.status == Status::Free
+            });
+            if due && let Some(value) = self.remove_free(key, now) {
+                self.owe_replacement();
+                out.push((key, value));
+            }
+        }
+        out
+    }
+
+    /// Whether a member's lifetime has ended.
+    pub(crate) fn is_expired(&self, key: Key, now: Instant) -> bool {
+        self.entries
+            .get(key)
+            .and_then(|e| e.expires_at)
+            .is_some_and(|at| at <= now)
+    }
+
+    /// Gives every member a new expiry computed from its birth (`reconfigure` changed the
+    /// lifetime); `None` removes lifetimes altogether.
+    pub(crate) fn reschedule(&mut self, mut expiry: impl FnMut(Instant) -> Option<Instant>) {
+        self.expiries.clear();
+        for (key, e) in &mut self.entries {
+            if matches!(e.status, Status::Free | Status::InUse) {
+                e.expires_at = expiry(e.born);
+                if let Some(at) = e.expires_at {
+                    self.expiries.push(Reverse((at, key, e.id)));
+                }
+            }
+        }
+    }
+
+    /// Claims the member idle longest for a health check, as a take would (it counts as in
+    /// use, adds no demand, and no take can get it meanwhile). Only members idle since before
+    /// `idle_before` are claimed, so a round never checks a member twice.
+    pub(crate) fn claim_for_check(
+        &mut self,
+        now: Instant,
+        idle_before: Instant,
+    ) -> Option<(Key, T)> {
+        if self.free.front().is_none_or(|i| i.since >= idle_before) {
+            return None;
+        }
+        let Idle { key, value, .. } = self.free.pop_front()?;
+        self.set_status(key, Status::InUse, now);
+        self.entries[key].taken_by = None;
+        debug_assert!(self.holds());
+        Some((key, value))
+    }
+
+    /// Members held since before `held_before` and not yet reported; each is reported once
+    /// per holder.
+    pub(crate) fn leaks(&mut self, held_before: Instant) -> Vec<Leak> {
+        let mut out = Vec::new();
+        for (_, e) in &mut self.entries {
+            if e.status == Status::InUse
+                && e.taken_by.is_some()
+                && !e.leak_reported
+                && e.since <= held_before
+            {
+                e.leak_reported = true;
+                out.push(Leak {
+                    id: e.id,
+                    since: e.since,
+                    taken_by: e.taken_by,
+                });
+            }
+        }
+        out
+    }
+
+    /// The leak report made for an in-use member's holder, if one was made.
+    pub(crate) fn reported_leak(&self, key: Key) -> Option<Leak> {
+        let e = self.entries.get(key)?;
+        e.leak_reported.then_some(Leak {
+            id: e.id,
+            since: e.since,
+            taken_by: e.taken_by,
+        })
+    }
+
+    /// New limits from `reconfigure`; the caller has already brought the pool within them.
+    pub(crate) fn set_limits(&mut self, limits: Limits) {
+        self.limits = limits;
+        debug_assert!(self.holds());
+    }
+
+    /// Removes the oldest waiters beyond `keep`, for `reconfigure` lowering `queue_max`.
+    pub(crate) fn shed_waiters(&mut self, keep: usize) -> Vec<W> {
+        let excess = self.waiters.len().saturating_sub(keep);
+        self.waiters.drain(..excess).map(|(_, w)| w).collect()
     }
 
     /// One row per member that exists (starting slots have no member yet).
@@ -586,6 +832,7 @@ mod tests {
             max_count: max,
             queue_max: 2,
             order: MemberOrder::Lifo,
+            auto_grow_threshold: None,
         }
     }
 
@@ -598,7 +845,7 @@ mod tests {
         let starts = e.grow(values.len(), now());
         let mut keys = Vec::new();
         for ((key, _), v) in starts.slots.into_iter().zip(values) {
-            assert!(e.started(key, now()));
+            assert!(e.started(key, now(), None));
             e.put_free(key, v, now());
             keys.push(key);
         }
@@ -610,13 +857,13 @@ mod tests {
     fn take_prefers_lifo_then_fifo_when_switched() {
         let mut e = E::new(limits(0, 4));
         fill(&mut e, &["a", "b", "c"]);
-        let Take::Member(k, v) = e.take(now()) else {
+        let Take::Member(k, v, _) = e.take(now(), Location::caller()) else {
             panic!()
         };
         assert_eq!(v, "c");
         e.put_free(k, v, now());
         e.limits.order = MemberOrder::Fifo;
-        let Take::Member(_, v) = e.take(now()) else {
+        let Take::Member(_, v, _) = e.take(now(), Location::caller()) else {
             panic!()
         };
         assert_eq!(v, "a");
@@ -626,17 +873,17 @@ mod tests {
     #[test]
     fn empty_take_starts_a_batch_of_init_count_within_room() {
         let mut e = E::new(limits(3, 4));
-        let Take::Empty(why, starts) = e.take(now()) else {
+        let Take::Empty(why, starts) = e.take(now(), Location::caller()) else {
             panic!()
         };
         assert_eq!(why, Empty::AllInUse);
         assert_eq!(starts.slots.len(), 3);
         // init − starting = 0, so the next take starts max(0, 1) = 1 within the one slot left.
-        let Take::Empty(_, starts) = e.take(now()) else {
+        let Take::Empty(_, starts) = e.take(now(), Location::caller()) else {
             panic!()
         };
         assert_eq!(starts.slots.len(), 1);
-        let Take::Empty(why, starts) = e.take(now()) else {
+        let Take::Empty(why, starts) = e.take(now(), Location::caller()) else {
             panic!()
         };
         assert_eq!((why, starts.slots.len()), (Empty::AllInUse, 0));
@@ -648,10 +895,10 @@ mod tests {
     fn at_capacity_when_all_in_use_and_nothing_starting() {
         let mut e = E::new(limits(1, 1));
         fill(&mut e, &["a"]);
-        let Take::Member(..) = e.take(now()) else {
+        let Take::Member(..) = e.take(now(), Location::caller()) else {
             panic!()
         };
-        let Take::Empty(why, starts) = e.take(now()) else {
+        let Take::Empty(why, starts) = e.take(now(), Location::caller()) else {
             panic!()
         };
         assert_eq!((why, starts.is_empty()), (Empty::AtCapacity, true));
@@ -661,7 +908,7 @@ mod tests {
     fn stopping_members_hold_their_slot_until_the_stop_ends() {
         let mut e = E::new(limits(1, 1));
         fill(&mut e, &["a"]);
-        let Take::Member(k, _) = e.take(now()) else {
+        let Take::Member(k, _, _) = e.take(now(), Location::caller()) else {
             panic!()
         };
         e.begin_stop(k, now());
@@ -702,13 +949,13 @@ mod tests {
         assert_eq!(retry.slots.len(), 1, "one probe while backing off");
         assert_eq!(retry.delay, backoff(3));
         assert!(e.refill(t0).is_empty(), "never a second probe in flight");
-        let Take::Empty(why, starts) = e.take(t0) else {
+        let Take::Empty(why, starts) = e.take(t0, Location::caller()) else {
             panic!()
         };
         assert_eq!((why, starts.is_empty()), (Empty::Unavailable, true));
         // The probe succeeds: the backoff ends and the rest start at once.
         let (k, _) = retry.slots[0];
-        assert!(e.started(k, t0));
+        assert!(e.started(k, t0, None));
         e.put_free(k, "a", t0);
         assert_eq!(e.refill(t0).slots.len(), 2);
         assert!(e.last_error().is_none());
@@ -733,7 +980,7 @@ mod tests {
         assert_eq!(e.mark_dead(keys[0], id, now()), Death::Removed("a"));
         assert_eq!(e.counts().stopping, 1);
         assert_eq!(e.mark_dead(keys[0], id, now()), Death::Ignored);
-        let Take::Member(k, "b") = e.take(now()) else {
+        let Take::Member(k, "b", _) = e.take(now(), Location::caller()) else {
             panic!()
         };
         assert_eq!(e.mark_dead(k, e.id(k), now()), Death::Marked);
@@ -747,7 +994,7 @@ mod tests {
         let starts = e.refill(now());
         let (k, id) = starts.slots[0];
         assert_eq!(e.mark_dead(k, id, now()), Death::Marked);
-        assert!(!e.started(k, now()));
+        assert!(!e.started(k, now(), None));
         assert_eq!(e.counts().stopping, 1);
         e.check_all();
     }
@@ -759,7 +1006,10 @@ mod tests {
         let (waiters, free) = e.close(now());
         assert_eq!((waiters, free.len()), (vec![7], 0));
         assert!(e.refill(now()).is_empty());
-        assert!(matches!(e.take(now()), Take::Empty(Empty::Closed, _)));
+        assert!(matches!(
+            e.take(now(), Location::caller()),
+            Take::Empty(Empty::Closed, _)
+        ));
         assert_eq!(e.enqueue(8), Err(8));
 
         let mut e = E::new(limits(0, 3));

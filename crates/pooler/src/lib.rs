@@ -2,12 +2,18 @@
 #![forbid(unsafe_code)]
 
 mod config;
+mod cull;
 mod engine;
 mod error;
+mod health;
+mod leak;
 mod lifecycle;
+mod lifetime;
 mod manager;
 mod member;
+pub mod metrics;
 mod pool;
+mod reconfigure;
 mod shared;
 mod supervisor;
 pub mod time;
@@ -17,3 +23,4 @@ pub use crate::error::{ConfigError, StartError, TakeError};
 pub use crate::manager::{Manager, MemberContext};
 pub use crate::member::Member;
 pub use crate::pool::{MemberStats, MemberStatus, Pool, Shutdown, Utilization};
+pub use crate::reconfigure::ReconfigureAction;

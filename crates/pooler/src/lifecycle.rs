@@ -142,9 +142,12 @@ impl<M: Manager> Shared<M> {
             }
             Err((error, produced)) => {
                 match &error {
-                    StartError::TimedOut(_) => tracing::warn!(
+                    StartError::TimedOut(_) => {
+                        self.metrics.start_timed_out();
+                        tracing::warn!(
                         pool = %self.name, member = id, error = %error, "member start timed out"
-                    ),
+                        );
+                    }
                     _ => tracing::warn!(
                         pool = %self.name, member = id, error = %error, "member start failed"
                     ),

@@ -51,7 +51,8 @@ impl<M: Manager> Member<M> {
     /// use it when the member is in a state you cannot trust.
     pub fn fail(mut this: Self) {
         if let Some(held) = this.held.take() {
-            this.shared.give_back(this.key, held, Fate::Failed);
+            this.shared
+                .give_back(this.key, held, Fate::Failed, this.taken_at);
         }
     }
 
@@ -115,7 +116,7 @@ impl<M: Manager> Drop for Member<M> {
             } else {
                 Fate::Ok
             };
-            self.shared.give_back(self.key, held, fate);
+            self.shared.give_back(self.key, held, fate, self.taken_at);
         }
     }
 }

@@ -1,6 +1,8 @@
 //! The public pool handle.
 
 use std::fmt;
+use std::future::Future;
+use std::panic::Location;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -9,12 +11,14 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
 use crate::config::PoolConfig;
-use crate::engine::{Empty, Status};
+use crate::engine::{Caller, Empty, Status};
 use crate::error::{ConfigError, TakeError};
 use crate::manager::Manager;
 use crate::member::Member;
-use crate::shared::Shared;
+use crate::reconfigure::ReconfigureAction;
+use crate::shared::{Shared, Waiting};
 use crate::supervisor::Supervisor;
+use crate::{cull, health, leak, lifetime};
 
 /// A pool of members of one [`Manager`].
 ///
@@ -144,6 +148,17 @@ impl<M: Manager> Pool<M> {
         drop(done);
         // Every initial start task holds a sender; recv ends when the last one is done.
         let _ = all_done.recv().await;
+        let shared = &pool.handle.shared;
+        let timers = [
+            Box::pin(cull::run(shared.clone()))
+                as std::pin::Pin<Box<dyn Future<Output = ()> + Send>>,
+            Box::pin(lifetime::run(shared.clone())),
+            Box::pin(health::run(shared.clone())),
+            Box::pin(leak::run(shared.clone())),
+        ];
+        for timer in timers {
+            shared.supervisor.spawn_until_closing(timer);
+        }
         Ok(pool)
     }
 
@@ -178,11 +193,16 @@ impl<M: Manager> Pool<M> {
     ///
     /// [`TakeError::AllInUse`], [`TakeError::AtCapacity`], [`TakeError::Unavailable`] (starts
     /// are failing and none is in use) or [`TakeError::Closed`].
+    #[track_caller]
     pub fn try_take_member(&self) -> Result<Member<M>, TakeError> {
         let shared = self.shared();
-        shared
-            .take_now()
-            .map_err(|(why, state)| shared.empty_error(&why, &state))
+        match shared.take_now(Location::caller()) {
+            Ok((member, _)) => {
+                shared.metrics.taken(Duration::ZERO);
+                Ok(member)
+            }
+            Err((why, state)) => Err(shared.empty_error(&why, &state)),
+        }
     }
 
     /// Takes a member, waiting up to `timeout` in the pool's FIFO queue when none is free
@@ -203,31 +223,45 @@ impl<M: Manager> Pool<M> {
     /// # Cancel safety
     ///
     /// Cancel safe: dropping the future leaves the queue and loses no member.
-    pub async fn take_member(&self, timeout: Duration) -> Result<Member<M>, TakeError> {
-        if timeout.is_zero() {
-            return self.try_take_member();
+    #[track_caller]
+    pub fn take_member(
+        &self,
+        timeout: Duration,
+    ) -> impl Future<Output = Result<Member<M>, TakeError>> + Send + '_ {
+        let caller = Location::caller();
+        async move {
+            if timeout.is_zero() {
+                let shared = self.shared();
+                return match shared.take_now(caller) {
+                    Ok((member, _)) => Ok(member),
+                    Err((why, state)) => Err(shared.empty_error(&why, &state)),
+                };
+            }
+            let started = Instant::now();
+            let deadline = started + timeout.min(crate::time::MAX_TIME);
+            loop {
+                let member = self.take_until(deadline, timeout, caller).await?;
+                let Some(member) = member else { continue };
+                self.shared().metrics.taken(started.elapsed());
+                return Ok(member);
+            }
         }
+    }
+
+    /// One take, queueing until `deadline`. `Ok(None)`: the member failed its idle check and
+    /// was replaced; take again.
+    async fn take_until(
+        &self,
+        deadline: Instant,
+        timeout: Duration,
+        caller: Caller,
+    ) -> Result<Option<Member<M>>, TakeError> {
         let shared = self.shared();
         let (tx, rx) = oneshot::channel();
-        let id = match shared.take_now() {
-            Ok(member) => return Ok(member),
-            Err((why @ (Empty::Closed | Empty::Unavailable), state)) => {
-                return Err(shared.empty_error(&why, &state));
-            }
-            Err((why, mut state)) => match state.engine.enqueue(tx) {
-                Ok(id) => id,
-                Err(_) => {
-                    let queue_max = state.engine.limits().queue_max;
-                    return Err(if queue_max == 0 {
-                        shared.empty_error(&why, &state)
-                    } else {
-                        TakeError::QueueFull {
-                            pool: shared.name.clone(),
-                            queue_max,
-                        }
-                    });
-                }
-            },
+        let id = match self.take_or_queue(caller, tx)? {
+            Taken::Member(member, false) => return Ok(Some(member)),
+            Taken::Member(member, true) => return Ok(health::check(shared, member).await),
+            Taken::Queued(id) => id,
         };
         let mut waiter = Waiter {
             shared,
@@ -235,12 +269,13 @@ impl<M: Manager> Pool<M> {
             rx,
             queued: true,
         };
-        let outcome = tokio::time::timeout(timeout, &mut waiter.rx).await;
+        let outcome = tokio::time::timeout_at(deadline, &mut waiter.rx).await;
         let served = match outcome {
             Ok(served) => served,
             Err(_) if shared.cancel_waiter(id) => {
                 waiter.queued = false;
                 let last_start_error = shared.lock().engine.last_error().cloned();
+                shared.metrics.no_member("timeout");
                 return Err(TakeError::Timeout {
                     pool: shared.name.clone(),
                     waited: timeout,
@@ -252,11 +287,41 @@ impl<M: Manager> Pool<M> {
             Err(_) => (&mut waiter.rx).await,
         };
         waiter.queued = false;
-        served.unwrap_or_else(|_| {
-            Err(TakeError::Closed {
-                pool: shared.name.clone(),
+        served
+            .unwrap_or_else(|_| {
+                Err(TakeError::Closed {
+                    pool: shared.name.clone(),
+                })
             })
-        })
+            .map(Some)
+    }
+
+    /// A free member (and whether it needs its idle check), or a place in the queue.
+    fn take_or_queue(&self, caller: Caller, tx: Handoff<M>) -> Result<Taken<M>, TakeError> {
+        let shared = self.shared();
+        let (why, mut state) = match shared.take_now(caller) {
+            Ok((member, check)) => return Ok(Taken::Member(member, check)),
+            Err(empty) => empty,
+        };
+        if matches!(why, Empty::Closed | Empty::Unavailable) {
+            return Err(shared.empty_error(&why, &state));
+        }
+        match state.engine.enqueue(Waiting { tx, caller }) {
+            Ok(id) => Ok(Taken::Queued(id)),
+            Err(_) => {
+                let queue_max = state.engine.limits().queue_max;
+                if queue_max == 0 {
+                    return Err(shared.empty_error(&why, &state));
+                }
+                drop(state);
+                shared.metrics.no_member("queue_full");
+                tracing::debug!(pool = %shared.name, queue_max, "queue full; take refused");
+                Err(TakeError::QueueFull {
+                    pool: shared.name.clone(),
+                    queue_max,
+                })
+            }
+        }
     }
 
     /// Takes a member (as [`take_member`](Pool::take_member)), runs `f` on it and returns it.
@@ -294,15 +359,45 @@ impl<M: Manager> Pool<M> {
     ///
     /// Cancelling while queued is as `take_member`; cancelling while `f` runs destroys and
     /// replaces the member.
-    pub async fn with_member<T, F>(&self, timeout: Duration, f: F) -> Result<T, TakeError>
+    #[track_caller]
+    pub fn with_member<T, F>(
+        &self,
+        timeout: Duration,
+        f: F,
+    ) -> impl Future<Output = Result<T, TakeError>>
     where
         F: AsyncFnOnce(&mut M::Member) -> T,
     {
-        let mut member = self.take_member(timeout).await?;
-        member.set_mid_use(true);
-        let out = f(&mut member).await;
-        member.set_mid_use(false);
-        Ok(out)
+        let take = self.take_member(timeout);
+        async move {
+            let mut member = take.await?;
+            member.set_mid_use(true);
+            let out = f(&mut member).await;
+            member.set_mid_use(false);
+            Ok(out)
+        }
+    }
+
+    /// Applies a full new configuration at runtime (pooler's `pool_reconfigure/2`) and says
+    /// what it did, in pooler's order: set parameters, start members (`init_count` up), stop
+    /// free members (`max_count` down), refuse the oldest waiters beyond a lower `queue_max`,
+    /// re-arm the cull timer (turning culling on from 0 included), cull, recompute expiries,
+    /// leave and join groups, switch the member order.
+    ///
+    /// The change is atomic: a rejected config changes nothing.
+    ///
+    /// # Errors
+    ///
+    /// What [`PoolConfig::validate`] rejects; [`ConfigError::NameChanged`];
+    /// [`ConfigError::NotEnoughFree`] when a lower `max_count` would need more free members
+    /// stopped than there are; [`ConfigError::Closed`].
+    pub fn reconfigure(&self, config: PoolConfig) -> Result<Vec<ReconfigureAction>, ConfigError> {
+        self.shared().reconfigure(config)
+    }
+
+    /// Runs one cull now, as the cull timer would.
+    pub fn cull(&self) {
+        self.shared().cull();
     }
 
     /// The pool's counts now.
@@ -361,6 +456,16 @@ impl<M: Manager> Pool<M> {
         shared.close(how == Shutdown::Graceful).await;
         shared.supervisor.join().await;
     }
+}
+
+type Handoff<M> = oneshot::Sender<Result<Member<M>, TakeError>>;
+
+/// What one take attempt got.
+enum Taken<M: Manager> {
+    /// A member, and whether it must pass its idle check first.
+    Member(Member<M>, bool),
+    /// A place in the queue.
+    Queued(u64),
 }
 
 /// A queued take. Dropped while still queued, it leaves the queue; a member already sent to

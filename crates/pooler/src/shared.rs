@@ -4,18 +4,21 @@
 //! Rules of the lock: user code (the manager's methods) never runs under it, and nothing that
 //! can return a member (a [`Member`] guard, a waiter's receiver) is dropped under it.
 
+use std::ops::{Deref, DerefMut};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::Duration;
 
-use tokio::sync::{Notify, oneshot};
+use tokio::sync::{Notify, oneshot, watch};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::PoolConfig;
-use crate::engine::{Death, Empty, Engine, Key, Limits, Starts, Take};
+use crate::engine::{Caller, Death, Empty, Engine, Key, Limits, Starts, Take};
 use crate::error::TakeError;
+use crate::lifetime;
 use crate::manager::{Deaths, Manager};
 use crate::member::Member;
+use crate::metrics::{PoolMetrics, Reason};
 use crate::supervisor::Supervisor;
 
 /// A member value as the pool keeps it, with what must travel along.
@@ -27,14 +30,43 @@ pub(crate) struct Held<T> {
     pub(crate) token: CancellationToken,
 }
 
-/// A queued taker's end of the hand-off.
-pub(crate) type Handoff<M> = oneshot::Sender<Result<Member<M>, TakeError>>;
+/// A queued taker: its end of the hand-off, and where it called from.
+pub(crate) struct Waiting<M: Manager> {
+    pub(crate) tx: oneshot::Sender<Result<Member<M>, TakeError>>,
+    pub(crate) caller: Caller,
+}
 
 pub(crate) struct State<M: Manager> {
-    pub(crate) engine: Engine<Held<M::Member>, Handoff<M>>,
+    pub(crate) engine: Engine<Held<M::Member>, Waiting<M>>,
     pub(crate) config: PoolConfig,
     /// The close has finished: members returned from now on are dropped in place.
     pub(crate) shut: bool,
+}
+
+/// The lock, held. Releasing it publishes the pool's counts to the gauges, so they are
+/// current after every change.
+pub(crate) struct Locked<'a, M: Manager> {
+    guard: MutexGuard<'a, State<M>>,
+    metrics: &'a PoolMetrics,
+}
+
+impl<M: Manager> Deref for Locked<'_, M> {
+    type Target = State<M>;
+    fn deref(&self) -> &State<M> {
+        &self.guard
+    }
+}
+
+impl<M: Manager> DerefMut for Locked<'_, M> {
+    fn deref_mut(&mut self) -> &mut State<M> {
+        &mut self.guard
+    }
+}
+
+impl<M: Manager> Drop for Locked<'_, M> {
+    fn drop(&mut self) {
+        self.metrics.counts(self.guard.engine.counts());
+    }
 }
 
 /// How a member comes back.
@@ -42,7 +74,7 @@ pub(crate) struct State<M: Manager> {
 pub(crate) enum Fate {
     /// Returned normally: back to the free list or the oldest waiter.
     Ok,
-    /// `Member::fail`: destroyed and replaced.
+    /// `Member::fail` or a failed health check: destroyed and replaced.
     Failed,
     /// Its holder panicked or was cancelled mid-use: destroyed and replaced.
     Crashed,
@@ -53,8 +85,13 @@ pub(crate) struct Shared<M: Manager> {
     pub(crate) manager: M,
     state: Mutex<State<M>>,
     pub(crate) supervisor: Supervisor,
+    pub(crate) metrics: PoolMetrics,
     /// Woken whenever a closing pool's counts change.
     drained: Notify,
+    /// Bumped by `reconfigure`, so timers re-read the config.
+    pub(crate) reconfigured: watch::Sender<u64>,
+    /// Wakes the lifetime timer when an expiry may have moved earlier.
+    pub(crate) lifetime_poke: Notify,
     this: Weak<Shared<M>>,
 }
 
@@ -64,6 +101,7 @@ pub(crate) fn limits(config: &PoolConfig) -> Limits {
         max_count: config.max_count,
         queue_max: config.queue_max,
         order: config.member_order,
+        auto_grow_threshold: config.auto_grow_threshold,
     }
 }
 
@@ -71,6 +109,7 @@ impl<M: Manager> Shared<M> {
     pub(crate) fn new(config: PoolConfig, manager: M, supervisor: Supervisor) -> Arc<Self> {
         Arc::new_cyclic(|this| Shared {
             name: config.name.as_str().into(),
+            metrics: PoolMetrics::new(&config.name),
             manager,
             state: Mutex::new(State {
                 engine: Engine::new(limits(&config)),
@@ -79,16 +118,21 @@ impl<M: Manager> Shared<M> {
             }),
             supervisor,
             drained: Notify::new(),
+            reconfigured: watch::Sender::new(0),
+            lifetime_poke: Notify::new(),
             this: this.clone(),
         })
     }
 
     /// The lock. No code under it panics, so a poisoned lock still holds a consistent state.
-    pub(crate) fn lock(&self) -> MutexGuard<'_, State<M>> {
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    pub(crate) fn lock(&self) -> Locked<'_, M> {
+        Locked {
+            guard: self.state.lock().unwrap_or_else(PoisonError::into_inner),
+            metrics: &self.metrics,
+        }
     }
 
-    fn arc(&self) -> Arc<Self> {
+    pub(crate) fn arc(&self) -> Arc<Self> {
         self.this
             .upgrade()
             .expect("a method of a live pool runs behind an Arc")
@@ -96,21 +140,38 @@ impl<M: Manager> Shared<M> {
 
     // ---- take -------------------------------------------------------------------------
 
-    /// One attempt at a free member that is not broken. `Err` carries why none was free,
-    /// after the starts the take decided have been spawned.
-    pub(crate) fn take_now(&self) -> Result<Member<M>, (Empty, MutexGuard<'_, State<M>>)> {
+    /// One attempt at a free member that is neither broken nor expired, and whether it has
+    /// been idle long enough to be checked before use. `Err` carries why none was free, with
+    /// the lock still held (to queue under it) and the starts the take decided spawned.
+    #[allow(clippy::type_complexity)]
+    pub(crate) fn take_now(
+        &self,
+        caller: Caller,
+    ) -> Result<(Member<M>, bool), (Empty, Locked<'_, M>)> {
         loop {
             let now = Instant::now();
             let mut state = self.lock();
-            match state.engine.take(now) {
-                Take::Member(key, held) => {
+            match state.engine.take(now, caller) {
+                Take::Member(key, held, idle_since) => {
+                    let check = state
+                        .config
+                        .idle_check_threshold
+                        .is_some_and(|t| now - idle_since >= t);
+                    let starts = state.engine.auto_grow(now);
                     drop(state);
+                    self.spawn_starts(starts, None);
                     if self.manager.is_broken(&held.value) {
-                        tracing::debug!(pool = %self.name, "free member found broken at take");
-                        self.destroy(key, held, now);
+                        tracing::debug!(pool = %self.name, member = held.id, "free member found broken at take");
+                        self.destroy(key, held, now, Reason::Crashed);
                         continue;
                     }
-                    return Ok(Member::new(self.arc(), key, held, now));
+                    return Ok((Member::new(self.arc(), key, held, now), check));
+                }
+                Take::Expired(key, held) => {
+                    let starts = state.engine.refill(now);
+                    drop(state);
+                    self.retire(key, held, Reason::MaxLifetime);
+                    self.spawn_starts(starts, None);
                 }
                 Take::Empty(why, starts) => {
                     self.spawn_starts(starts, None);
@@ -120,10 +181,10 @@ impl<M: Manager> Shared<M> {
         }
     }
 
-    /// Turns an empty take into the error a caller sees.
+    /// Turns an empty take into the error a caller sees, and counts it.
     pub(crate) fn empty_error(&self, why: &Empty, state: &State<M>) -> TakeError {
         let pool = self.name.clone();
-        match why {
+        let error = match why {
             Empty::AtCapacity => TakeError::AtCapacity { pool },
             Empty::AllInUse => TakeError::AllInUse { pool },
             Empty::Closed => TakeError::Closed { pool },
@@ -134,47 +195,64 @@ impl<M: Manager> Shared<M> {
                 },
                 None => TakeError::AllInUse { pool },
             },
-        }
+        };
+        self.metrics.no_member(error.reason());
+        error
     }
 
     /// Removes a queued taker that gave up. `false` if it was already served or failed.
     pub(crate) fn cancel_waiter(&self, id: u64) -> bool {
-        let sender = self.lock().engine.cancel_waiter(id);
-        sender.is_some()
+        let waiter = self.lock().engine.cancel_waiter(id);
+        waiter.is_some()
     }
 
     // ---- return -----------------------------------------------------------------------
 
     /// A member comes back from its holder.
-    pub(crate) fn give_back(&self, key: Key, held: Held<M::Member>, fate: Fate) {
+    pub(crate) fn give_back(&self, key: Key, held: Held<M::Member>, fate: Fate, taken_at: Instant) {
         let broken = fate == Fate::Ok && self.manager.is_broken(&held.value);
         let now = Instant::now();
-        let state = self.lock();
+        self.metrics.used(now - taken_at);
+        let mut state = self.lock();
         if state.shut {
             drop(state);
             held.token.cancel();
             return;
         }
-        if fate != Fate::Ok || broken || state.engine.is_dead(key) || state.engine.is_closed() {
-            drop(state);
-            self.destroy(key, held, now);
-            return;
+        if let Some(leak) = state.engine.reported_leak(key) {
+            tracing::warn!(
+                pool = %self.name,
+                member = leak.id,
+                held_for = %humantime::format_duration(now - leak.since),
+                "member reported as a possible leak came back"
+            );
         }
-        self.hand_off(state, key, held, now);
+        let reason = match fate {
+            Fate::Failed => Some(Reason::Failed),
+            Fate::Crashed => Some(Reason::Crashed),
+            Fate::Ok if broken || state.engine.is_dead(key) => Some(Reason::Crashed),
+            Fate::Ok if state.engine.is_expired(key, now) => Some(Reason::MaxLifetime),
+            Fate::Ok => None,
+        };
+        if state.engine.is_closed() {
+            state.engine.begin_stop(key, now);
+            drop(state);
+            self.spawn_stop(key, held);
+        } else if let Some(reason) = reason {
+            drop(state);
+            self.destroy(key, held, now, reason);
+        } else {
+            self.hand_off(state, key, held, now);
+        }
     }
 
     /// Gives an in-use member to the oldest waiter that still waits, or puts it on the free
     /// list (invariant #3).
-    fn hand_off(
-        &self,
-        mut state: MutexGuard<'_, State<M>>,
-        key: Key,
-        held: Held<M::Member>,
-        now: Instant,
-    ) {
+    fn hand_off(&self, mut state: Locked<'_, M>, key: Key, held: Held<M::Member>, now: Instant) {
         let mut held = held;
         while let Some(waiter) = state.engine.pop_waiter() {
-            match waiter.send(Ok(Member::new(self.arc(), key, held, now))) {
+            state.engine.handed_over(key, now, waiter.caller);
+            match waiter.tx.send(Ok(Member::new(self.arc(), key, held, now))) {
                 Ok(()) => return,
                 // The waiter gave up after being popped; take the member back out of the
                 // guard (which then drops as an empty shell) and try the next one.
@@ -187,14 +265,23 @@ impl<M: Manager> Shared<M> {
         state.engine.put_free(key, held, now);
     }
 
-    /// Stops an in-use member and owes its replacement.
-    pub(crate) fn destroy(&self, key: Key, held: Held<M::Member>, now: Instant) {
+    /// Stops an in-use member, owes its replacement and starts it if there is room.
+    pub(crate) fn destroy(&self, key: Key, held: Held<M::Member>, now: Instant, reason: Reason) {
         let mut state = self.lock();
         state.engine.begin_stop(key, now);
-        if !state.engine.is_closed() {
-            state.engine.owe_replacement();
-        }
+        state.engine.owe_replacement();
+        let starts = state.engine.refill(now);
         drop(state);
+        tracing::debug!(pool = %self.name, member = held.id, reason = reason.as_str(), "member removed after use");
+        self.metrics.killed(reason, true);
+        self.spawn_stop(key, held);
+        self.spawn_starts(starts, None);
+    }
+
+    /// Stops a free member the engine has already made `Stopping`.
+    pub(crate) fn retire(&self, key: Key, held: Held<M::Member>, reason: Reason) {
+        tracing::debug!(pool = %self.name, member = held.id, reason = reason.as_str(), "free member removed");
+        self.metrics.killed(reason, false);
         self.spawn_stop(key, held);
     }
 
@@ -204,13 +291,21 @@ impl<M: Manager> Shared<M> {
     pub(crate) fn on_started(&self, key: Key, held: Held<M::Member>) {
         let now = Instant::now();
         let mut state = self.lock();
-        if !state.engine.started(key, now) {
+        let expires_at = lifetime::expiry(
+            now,
+            state.config.max_lifetime,
+            state.config.max_lifetime_jitter,
+        );
+        if !state.engine.started(key, now, expires_at) {
             drop(state);
             self.notify_if_closing();
             self.spawn_stop(key, held);
             return;
         }
         self.hand_off(state, key, held, now);
+        if expires_at.is_some() {
+            self.lifetime_poke.notify_one();
+        }
         self.refill();
     }
 
@@ -233,7 +328,7 @@ impl<M: Manager> Shared<M> {
     pub(crate) async fn close(&self, wait_in_use: bool) {
         let (waiters, free) = self.lock().engine.close(Instant::now());
         for waiter in waiters {
-            let _ = waiter.send(Err(TakeError::Closed {
+            let _ = waiter.tx.send(Err(TakeError::Closed {
                 pool: self.name.clone(),
             }));
         }
@@ -293,22 +388,24 @@ impl<M: Manager> Shared<M> {
 
 impl<M: Manager> Deaths for Shared<M> {
     fn died(&self, key: Key, id: u64) {
+        let now = Instant::now();
         let mut state = self.lock();
-        let death = state.engine.mark_dead(key, id, Instant::now());
+        let death = state.engine.mark_dead(key, id, now);
         if matches!(death, Death::Removed(_)) {
             state.engine.owe_replacement();
         }
+        let starts = state.engine.refill(now);
         drop(state);
         match death {
             Death::Removed(held) => {
                 tracing::warn!(pool = %self.name, member = id, "free member died; replacing it");
-                self.spawn_stop(key, held);
-                self.refill();
+                self.retire(key, held, Reason::Crashed);
             }
             Death::Marked => {
                 tracing::warn!(pool = %self.name, member = id, "member died; it is replaced when returned");
             }
             Death::Ignored => {}
         }
+        self.spawn_starts(starts, None);
     }
 }

@@ -42,6 +42,17 @@ impl Supervisor {
         drop(self.tracker.spawn_on(task, &self.runtime));
     }
 
+    /// Runs `task` until it ends or the pool starts closing.
+    pub(crate) fn spawn_until_closing<F>(&self, task: F)
+    where
+        F: Future<Output = ()> + Send + 'static,
+    {
+        let closing = self.closing.clone();
+        self.spawn(async move {
+            closing.run_until_cancelled(task).await;
+        });
+    }
+
     /// How many of this pool's tasks are alive.
     pub(crate) fn live_tasks(&self) -> usize {
         self.tracker.len()

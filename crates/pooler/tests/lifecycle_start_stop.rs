@@ -200,3 +200,16 @@ async fn a_member_dying_while_starting_is_never_handed_out() {
     );
     assert_eq!(probe.stops(), 1);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_replacement_starts_at_once_when_there_is_room() {
+    let (pool, probe) = pool_with(config(1, 3), Fake::default()).await;
+    probe.set_stop(Step::Slow(ms(200)));
+    Member::fail(pool.try_take_member().unwrap());
+    settle().await;
+    assert_eq!(
+        counts(&pool),
+        (0, 1, 0, 1, 0),
+        "replaced while the old one still stops"
+    );
+}
