@@ -10,12 +10,13 @@ use crate::manager::Manager;
 use crate::metrics::Reason;
 use crate::shared::Shared;
 
-/// The cull timer. A `reconfigure` that changes `cull_interval` re-arms it (from zero to on
-/// included); the next tick is scheduled after the previous cull completes.
-pub(crate) async fn run<M: Manager>(shared: Arc<Shared<M>>) {
+/// The cull timer, first due `cull_interval` after `origin` (the pool's start). A
+/// `reconfigure` that changes `cull_interval` re-arms it (from zero to on included); the next
+/// tick is scheduled after the previous cull completes.
+pub(crate) async fn run<M: Manager>(shared: Arc<Shared<M>>, origin: Instant) {
     let mut changes = shared.reconfigured.subscribe();
     let mut interval = shared.lock().config.cull_interval;
-    let tick = tokio::time::sleep(interval);
+    let tick = tokio::time::sleep_until(origin + interval);
     tokio::pin!(tick);
     loop {
         tokio::select! {
@@ -27,10 +28,11 @@ pub(crate) async fn run<M: Manager>(shared: Arc<Shared<M>>) {
                 if changed.is_err() {
                     return;
                 }
+                let at = *changes.borrow_and_update();
                 let now = shared.lock().config.cull_interval;
                 if now != interval {
                     interval = now;
-                    tick.as_mut().reset(Instant::now() + interval);
+                    tick.as_mut().reset(at + interval);
                 }
             }
         }

@@ -12,7 +12,9 @@
 //! # Invariants
 //!
 //! 1. `in_use + free + starting + stopping <= max_count`: stopping members count until their
-//!    stop ends, starting ones from the moment the start is decided.
+//!    stop ends, starting ones from the moment the start is decided. The one exception is a
+//!    `reconfigure` that lowers `max_count`: the members beyond the new cap are all stopping,
+//!    the excess only shrinks as their stops end, and nothing starts until it is gone.
 //! 2. Every entry is in exactly one status; the four counts are the numbers of entries in each
 //!    status (`entries.len()` is their sum) and the free list holds exactly the `Free` entries.
 //! 3. A waiter is queued only while no member is free: a member that becomes free goes to the
@@ -196,6 +198,8 @@ pub(crate) struct Engine<T, W> {
     /// Replacements owed for members destroyed (failed, crashed, expired) and not yet
     /// replaced by a successful start.
     owed: usize,
+    /// Members beyond `max_count` after `reconfigure` lowered it, all stopping (invariant #1).
+    excess: usize,
     /// Consecutive failed starts; zero after a success.
     failures: u32,
     retry_at: Option<Instant>,
@@ -205,6 +209,9 @@ pub(crate) struct Engine<T, W> {
     closed: bool,
     /// The highest in-use count since the last cull tick.
     peak: usize,
+    /// When a member last changed holder; in-use counts only rise then, so with no take
+    /// inside the window its peak is the current count.
+    last_take: Option<Instant>,
     /// Per-tick peaks inside the demand window, values strictly decreasing front to back, so
     /// the front is the window's peak.
     demand: VecDeque<(Instant, usize)>,
@@ -224,6 +231,7 @@ impl<T, W> Engine<T, W> {
             starting: 0,
             stopping: 0,
             owed: 0,
+            excess: 0,
             failures: 0,
             retry_at: None,
             last_error: None,
@@ -231,6 +239,7 @@ impl<T, W> Engine<T, W> {
             next_waiter: 0,
             closed: false,
             peak: 0,
+            last_take: None,
             demand: VecDeque::new(),
             expiries: BinaryHeap::new(),
         }
@@ -239,7 +248,8 @@ impl<T, W> Engine<T, W> {
     /// Invariants #1–#5 in O(1); `debug_assert!`ed after every change.
     fn holds(&self) -> bool {
         let c = self.counts();
-        c.total() <= self.limits.max_count
+        c.total() <= self.limits.max_count + self.excess
+            && self.excess <= c.stopping
             && self.entries.len() == c.total()
             && (self.waiters.is_empty() || self.free.is_empty())
             && self.waiters.len() <= self.limits.queue_max
@@ -363,6 +373,7 @@ impl<T, W> Engine<T, W> {
         entry.taken_by = Some(caller);
         entry.leak_reported = false;
         self.peak = self.peak.max(self.in_use);
+        self.last_take = Some(now);
     }
 
     /// After a successful take: if at most `auto_grow_threshold` members are free, start up
@@ -484,6 +495,7 @@ impl<T, W> Engine<T, W> {
         debug_assert_eq!(self.entries[key].status, Status::Stopping);
         self.entries.remove(key);
         self.stopping -= 1;
+        self.excess = self.excess.saturating_sub(1);
         debug_assert!(self.holds());
     }
 
@@ -646,12 +658,23 @@ impl<T, W> Engine<T, W> {
     /// peaks older than `max_age`, and takes off the free list (oldest idle first) every
     /// member beyond `max(init_count, the window's peak)`. The caller stops them.
     pub(crate) fn cull(&mut self, now: Instant, max_age: Duration) -> Vec<(Key, T)> {
-        let peak = std::mem::replace(&mut self.peak, self.in_use).max(self.in_use);
+        let window_start = now.checked_sub(max_age);
+        let stale = match (self.last_take, window_start) {
+            (None, _) => true,
+            (Some(take), Some(start)) => take <= start,
+            (Some(_), None) => false,
+        };
+        let peak = std::mem::replace(&mut self.peak, self.in_use);
+        let peak = if stale {
+            self.in_use
+        } else {
+            peak.max(self.in_use)
+        };
         while self.demand.back().is_some_and(|&(_, p)| p <= peak) {
             self.demand.pop_back();
         }
         self.demand.push_back((now, peak));
-        if let Some(start) = now.checked_sub(max_age) {
+        if let Some(start) = window_start {
             while self.demand.front().is_some_and(|&(at, _)| at <= start) {
                 self.demand.pop_front();
             }
@@ -784,10 +807,15 @@ impl<T, W> Engine<T, W> {
         })
     }
 
-    /// New limits from `reconfigure`; the caller has already brought the pool within them.
+    /// New limits from `reconfigure`. The caller has already made stopping every member
+    /// beyond a lower `max_count` (invariant #1) and shed the waiters beyond `queue_max`.
     pub(crate) fn set_limits(&mut self, limits: Limits) {
         self.limits = limits;
-        debug_assert!(self.holds());
+        self.excess = self.counts().total().saturating_sub(limits.max_count);
+        debug_assert!(
+            self.holds(),
+            "invariant #1: the excess over a lower max_count must be stopping"
+        );
     }
 
     /// Removes the oldest waiters beyond `keep`, for `reconfigure` lowering `queue_max`.
@@ -1037,6 +1065,155 @@ mod tests {
         e.owe_replacement();
         e.owe_replacement();
         assert_eq!(e.refill(now()).slots.len(), 1, "three owed, two starting");
+        e.check_all();
+    }
+
+    #[test]
+    fn an_expired_head_is_evicted_at_take_and_owed_a_replacement() {
+        let mut e = E::new(limits(0, 2));
+        let t0 = now();
+        let starts = e.grow(2, t0);
+        for ((k, _), v) in starts.slots.into_iter().zip(["old", "young"]) {
+            let life = if v == "old" { 10 } else { 100 };
+            assert!(e.started(k, t0, Some(t0 + Duration::from_secs(life))));
+            e.put_free(k, v, t0);
+        }
+        e.limits.order = MemberOrder::Fifo; // "old" is at the head
+        let later = t0 + Duration::from_secs(20);
+        let Take::Expired(k, "old") = e.take(later, Location::caller()) else {
+            panic!()
+        };
+        assert_eq!(e.counts().stopping, 1);
+        e.stop_done(k);
+        let Take::Member(_, "young", _) = e.take(later, Location::caller()) else {
+            panic!()
+        };
+        assert_eq!(
+            e.refill(later).slots.len(),
+            1,
+            "the expired one is replaced"
+        );
+        e.check_all();
+    }
+
+    #[test]
+    fn the_expiry_heap_skips_members_that_left_or_moved() {
+        let mut e = E::new(limits(0, 3));
+        let t0 = now();
+        let keys = fill(&mut e, &["a", "b", "c"]);
+        e.reschedule(|born| Some(born + Duration::from_secs(10)));
+        let first = e.next_expiry().unwrap();
+        assert!(first >= t0 + Duration::from_secs(10));
+        let Take::Member(k, v, _) = e.take(t0, Location::caller()) else {
+            panic!()
+        };
+        let later = first + Duration::from_secs(1);
+        let due = e.expire_due(later);
+        assert_eq!(due.len(), 2, "the one in use stays with its holder");
+        assert!(e.is_expired(k, later));
+        e.put_free(k, v, t0);
+        e.reschedule(|_| None);
+        assert_eq!(e.next_expiry(), None);
+        assert_eq!(keys.len(), 3);
+        e.check_all();
+    }
+
+    #[test]
+    fn cull_keeps_the_window_peak_and_never_touches_members_in_use() {
+        let mut e = E::new(limits(1, 10));
+        let t0 = now();
+        fill(&mut e, &["a", "b", "c", "d", "e"]);
+        let mut held = Vec::new();
+        for _ in 0..4 {
+            let Take::Member(k, v, _) = e.take(t0, Location::caller()) else {
+                panic!()
+            };
+            held.push((k, v));
+        }
+        let max_age = Duration::from_secs(10);
+        assert_eq!(
+            e.cull(t0, max_age).len(),
+            1,
+            "only the free member beyond the peak of 4"
+        );
+        assert_eq!(e.counts().in_use, 4, "in-use members untouched");
+        for (k, v) in held.drain(..) {
+            e.put_free(k, v, t0);
+        }
+        let at = |s| t0 + Duration::from_secs(s);
+        // The 4 in use until the returns are the peak of the tick at 5 s.
+        assert!(e.cull(at(5), max_age).is_empty());
+        assert!(
+            e.cull(at(11), max_age).is_empty(),
+            "that peak is still in the window"
+        );
+        assert_eq!(e.cull(at(16), max_age).len(), 3, "down to init_count");
+        assert_eq!(e.counts().free, 1);
+        e.check_all();
+    }
+
+    #[test]
+    fn a_health_claim_takes_each_idle_member_once_per_round() {
+        let mut e = E::new(limits(0, 3));
+        let t0 = now();
+        fill(&mut e, &["a", "b"]);
+        let round = t0 + Duration::from_secs(1);
+        let (k, v) = e.claim_for_check(round, round).unwrap();
+        assert_eq!(v, "a", "idle longest first");
+        assert_eq!(e.counts().in_use, 1);
+        e.put_free(k, v, round);
+        let (k2, v2) = e.claim_for_check(round, round).unwrap();
+        assert_eq!(v2, "b");
+        e.put_free(k2, v2, round);
+        assert!(
+            e.claim_for_check(round, round).is_none(),
+            "both checked this round"
+        );
+        e.check_all();
+    }
+
+    /// Regression: lowering max_count below the members held broke invariant #1 (stopping
+    /// members still count until their stops end).
+    #[test]
+    fn lowering_max_count_keeps_the_excess_stopping_and_starts_nothing() {
+        let mut e = E::new(limits(0, 4));
+        let t0 = now();
+        fill(&mut e, &["a", "b", "c", "d"]);
+        let stopping = e.take_oldest_free(2, t0);
+        e.set_limits(Limits { max_count: 2, ..e.limits });
+        e.owe_replacement();
+        assert!(e.refill(t0).is_empty(), "no room until the excess has stopped");
+        let Take::Empty(Empty::AtCapacity, starts) = ({
+            let _a = e.take(t0, Location::caller());
+            let _b = e.take(t0, Location::caller());
+            e.take(t0, Location::caller())
+        }) else {
+            panic!()
+        };
+        assert!(starts.is_empty());
+        for (k, _) in stopping {
+            e.stop_done(k);
+        }
+        e.check_all();
+    }
+
+    /// Regression: with culling off, the peak since the last tick never reset, so turning
+    /// culling on kept a burst from long before the window.
+    #[test]
+    fn a_peak_older_than_the_window_is_forgotten_when_no_take_happened() {
+        let mut e = E::new(limits(1, 6));
+        let t0 = now();
+        fill(&mut e, &["a", "b", "c", "d", "e", "f"]);
+        let mut held = Vec::new();
+        for _ in 0..6 {
+            let Take::Member(k, v, _) = e.take(t0, Location::caller()) else { panic!() };
+            held.push((k, v));
+        }
+        for (k, v) in held {
+            e.put_free(k, v, t0);
+        }
+        let a_minute_later = t0 + Duration::from_secs(60);
+        assert_eq!(e.cull(a_minute_later, Duration::from_secs(10)).len(), 5);
         e.check_all();
     }
 }

@@ -14,20 +14,30 @@ use crate::manager::Manager;
 use crate::member::Member;
 use crate::shared::Shared;
 
-/// The health-check timer.
-pub(crate) async fn run<M: Manager>(shared: Arc<Shared<M>>) {
+/// The health-check timer: a round every `health_check_interval`, counted from `origin` (the
+/// pool's start) and then from the end of the previous round; re-armed by `reconfigure`.
+pub(crate) async fn run<M: Manager>(shared: Arc<Shared<M>>, origin: Instant) {
     let mut changes = shared.reconfigured.subscribe();
+    let mut every = shared.lock().config.health_check_interval;
+    let tick = tokio::time::sleep_until(origin + every.unwrap_or_default());
+    tokio::pin!(tick);
     loop {
-        let every = shared.lock().config.health_check_interval;
-        let Some(every) = every else {
-            if changes.changed().await.is_err() {
-                return;
-            }
-            continue;
-        };
         tokio::select! {
-            () = tokio::time::sleep(every) => shared.check_free_members().await,
-            changed = changes.changed() => if changed.is_err() { return },
+            () = &mut tick, if every.is_some() => {
+                shared.check_free_members().await;
+                tick.as_mut().reset(Instant::now() + every.unwrap_or_default());
+            }
+            changed = changes.changed() => {
+                if changed.is_err() {
+                    return;
+                }
+                let at = *changes.borrow_and_update();
+                let now = shared.lock().config.health_check_interval;
+                if now != every {
+                    every = now;
+                    tick.as_mut().reset(at + every.unwrap_or_default());
+                }
+            }
         }
     }
 }

@@ -149,16 +149,12 @@ impl<M: Manager> Pool<M> {
         // Every initial start task holds a sender; recv ends when the last one is done.
         let _ = all_done.recv().await;
         let shared = &pool.handle.shared;
-        let timers = [
-            Box::pin(cull::run(shared.clone()))
-                as std::pin::Pin<Box<dyn Future<Output = ()> + Send>>,
-            Box::pin(lifetime::run(shared.clone())),
-            Box::pin(health::run(shared.clone())),
-            Box::pin(leak::run(shared.clone())),
-        ];
-        for timer in timers {
-            shared.supervisor.spawn_until_closing(timer);
-        }
+        let origin = Instant::now();
+        let supervisor = &shared.supervisor;
+        supervisor.spawn_until_closing(cull::run(shared.clone(), origin));
+        supervisor.spawn_until_closing(lifetime::run(shared.clone()));
+        supervisor.spawn_until_closing(health::run(shared.clone(), origin));
+        supervisor.spawn_until_closing(leak::run(shared.clone(), origin));
         Ok(pool)
     }
 

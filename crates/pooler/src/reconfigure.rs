@@ -167,7 +167,7 @@ impl<M: Manager> Shared<M> {
         }
         self.spawn_starts(starts, None);
         self.spawn_starts(more, None);
-        self.reconfigured.send_modify(|generation| *generation += 1);
+        self.reconfigured.send_replace(now);
         self.lifetime_poke.notify_one();
         tracing::info!(pool = %self.name, ?actions, "reconfigured");
         Ok(actions)

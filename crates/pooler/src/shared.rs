@@ -88,8 +88,9 @@ pub(crate) struct Shared<M: Manager> {
     pub(crate) metrics: PoolMetrics,
     /// Woken whenever a closing pool's counts change.
     drained: Notify,
-    /// Bumped by `reconfigure`, so timers re-read the config.
-    pub(crate) reconfigured: watch::Sender<u64>,
+    /// Set to the instant of each `reconfigure`, so timers re-read the config and re-arm
+    /// from that instant.
+    pub(crate) reconfigured: watch::Sender<Instant>,
     /// Wakes the lifetime timer when an expiry may have moved earlier.
     pub(crate) lifetime_poke: Notify,
     this: Weak<Shared<M>>,
@@ -118,7 +119,7 @@ impl<M: Manager> Shared<M> {
             }),
             supervisor,
             drained: Notify::new(),
-            reconfigured: watch::Sender::new(0),
+            reconfigured: watch::Sender::new(Instant::now()),
             lifetime_poke: Notify::new(),
             this: this.clone(),
         })

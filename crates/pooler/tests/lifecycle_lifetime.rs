@@ -1,0 +1,115 @@
+//! max_lifetime with jitter: recycling by timer, at take and at return.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use pooler::{Member, MemberStatus, PoolConfig};
+use tokio::time::Instant;
+
+fn config(init: usize, max: usize, life: u64, jitter: u64) -> PoolConfig {
+    PoolConfig {
+        max_lifetime: Some(Duration::from_secs(life)),
+        max_lifetime_jitter: Duration::from_secs(jitter),
+        cull_interval: Duration::ZERO,
+        ..PoolConfig::new("p", init, max)
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn idle_members_are_recycled_at_their_lifetime_and_replaced() {
+    let t0 = Instant::now();
+    let (pool, probe) = pool_with(config(2, 2, 60, 0), Fake::default()).await;
+    let stats = pool.stats();
+    assert!(
+        stats
+            .iter()
+            .all(|s| s.expires_at == Some(t0 + Duration::from_secs(60)))
+    );
+    advance(Duration::from_secs(59)).await;
+    assert_eq!(probe.stops(), 0);
+    advance(Duration::from_secs(1)).await;
+    assert_eq!(probe.stops(), 2);
+    let ids: Vec<_> = pool.stats().iter().map(|s| s.id).collect();
+    assert_eq!(ids, [3, 4], "both replaced");
+    assert_eq!(counts(&pool), (0, 2, 0, 0, 0));
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_expired_member_is_never_handed_out() {
+    let (pool, _) = pool_with(config(1, 1, 60, 0), Fake::default()).await;
+    // Jump past the expiry and take before the lifetime timer has had a chance to run.
+    tokio::time::advance(Duration::from_secs(61)).await;
+    let now = Instant::now();
+    let m = pool.take_member(ms(1000)).await.unwrap();
+    assert_eq!(
+        Member::id(&m),
+        2,
+        "the expired member 1 was evicted, a new one served"
+    );
+    let row = pool.stats().into_iter().find(|s| s.id == 2).unwrap();
+    assert!(row.expires_at.unwrap() > now);
+}
+
+#[tokio::test(start_paused = true)]
+async fn members_in_use_are_never_taken_away_and_are_recycled_at_return() {
+    let (pool, probe) = pool_with(config(1, 1, 60, 0), Fake::default()).await;
+    let mut m = pool.try_take_member().unwrap();
+    advance(Duration::from_secs(90)).await;
+    m.uses += 1; // still ours, past its lifetime
+    assert_eq!(probe.stops(), 0);
+    assert_eq!(pool.stats()[0].status, MemberStatus::InUse);
+    drop(m);
+    settle().await;
+    assert_eq!(probe.stops(), 1);
+    assert_eq!(pool.stats().iter().map(|s| s.id).collect::<Vec<_>>(), [2]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn jitter_spreads_the_expiry_of_members_started_together() {
+    let (pool, probe) = pool_with(config(100, 100, 60, 10), Fake::default()).await;
+    let t0 = Instant::now();
+    let expiries: Vec<_> = pool
+        .stats()
+        .iter()
+        .map(|s| s.expires_at.unwrap() - t0)
+        .collect();
+    assert!(
+        expiries
+            .iter()
+            .all(|e| *e >= Duration::from_secs(50) && *e <= Duration::from_secs(70))
+    );
+    // Recycled second by second over the 20 s window, never all at once.
+    advance(Duration::from_secs(49)).await;
+    assert_eq!(probe.stops(), 0);
+    let mut per_second = Vec::new();
+    for _ in 0..21 {
+        let before = probe.stops();
+        advance(Duration::from_secs(1)).await;
+        per_second.push(probe.stops() - before);
+    }
+    assert_eq!(
+        per_second.iter().sum::<usize>(),
+        100,
+        "every original member recycled once"
+    );
+    let busiest = *per_second.iter().max().unwrap();
+    assert!(
+        busiest <= 20,
+        "{busiest} members recycled in one second: {per_second:?}"
+    );
+    assert!(
+        per_second.iter().filter(|n| **n > 0).count() >= 15,
+        "{per_second:?}"
+    );
+    assert_eq!(pool.utilization().free_count, 100, "and replaced");
+}
+
+#[tokio::test(start_paused = true)]
+async fn without_max_lifetime_nothing_expires() {
+    let (pool, probe) = pool(2, 2).await;
+    assert!(pool.stats().iter().all(|s| s.expires_at.is_none()));
+    advance(Duration::from_secs(365 * 24 * 3600)).await;
+    assert_eq!(probe.stops(), 0);
+}
