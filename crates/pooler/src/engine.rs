@@ -1180,9 +1180,15 @@ mod tests {
         let t0 = now();
         fill(&mut e, &["a", "b", "c", "d"]);
         let stopping = e.take_oldest_free(2, t0);
-        e.set_limits(Limits { max_count: 2, ..e.limits });
+        e.set_limits(Limits {
+            max_count: 2,
+            ..e.limits
+        });
         e.owe_replacement();
-        assert!(e.refill(t0).is_empty(), "no room until the excess has stopped");
+        assert!(
+            e.refill(t0).is_empty(),
+            "no room until the excess has stopped"
+        );
         let Take::Empty(Empty::AtCapacity, starts) = ({
             let _a = e.take(t0, Location::caller());
             let _b = e.take(t0, Location::caller());
@@ -1206,7 +1212,9 @@ mod tests {
         fill(&mut e, &["a", "b", "c", "d", "e", "f"]);
         let mut held = Vec::new();
         for _ in 0..6 {
-            let Take::Member(k, v, _) = e.take(t0, Location::caller()) else { panic!() };
+            let Take::Member(k, v, _) = e.take(t0, Location::caller()) else {
+                panic!()
+            };
             held.push((k, v));
         }
         for (k, v) in held {
