@@ -101,6 +101,18 @@ pub enum TakeError {
         /// The most recent start failure.
         source: StartError,
     },
+    /// No pool of that name (and member type) is registered in the [`Pooler`](crate::Pooler).
+    #[error("pool `{pool}`: no such pool")]
+    NoSuchPool {
+        /// The name asked for.
+        pool: Arc<str>,
+    },
+    /// No pool of the member type asked for belongs to that group.
+    #[error("group `{group}`: no such group, or no pool in it")]
+    NoSuchGroup {
+        /// The group asked for.
+        group: Arc<str>,
+    },
     /// The waiter was dropped from the queue because `reconfigure` lowered `queue_max`.
     #[error("pool `{pool}`: removed from the queue when queue_max was lowered to {queue_max}")]
     QueueShrunk {
@@ -118,10 +130,12 @@ fn cause(e: &Option<StartError>) -> String {
 }
 
 impl TakeError {
-    /// The name of the pool the error is about.
+    /// The name of the pool (or group) the error is about.
     #[must_use]
     pub fn pool(&self) -> &str {
         match self {
+            Self::NoSuchGroup { group } => group,
+            Self::NoSuchPool { pool } => pool,
             Self::AtCapacity { pool }
             | Self::AllInUse { pool }
             | Self::QueueFull { pool, .. }
@@ -141,6 +155,7 @@ impl TakeError {
             Self::QueueFull { .. } | Self::QueueShrunk { .. } => "queue_full",
             Self::Timeout { .. } => "timeout",
             Self::Closed { .. } => "closed",
+            Self::NoSuchPool { .. } | Self::NoSuchGroup { .. } => "no_such_pool",
             Self::Unavailable { .. } => "failed",
         }
     }
@@ -251,6 +266,23 @@ pub enum ConfigError {
     Closed {
         /// The pool's name.
         pool: String,
+    },
+    /// A pool of that name already exists in the [`Pooler`](crate::Pooler) (or twice in a
+    /// pools file).
+    #[error("pool `{pool}`: a pool of that name already exists")]
+    DuplicateName {
+        /// The name.
+        pool: String,
+    },
+    /// A pools-file entry names a member kind nobody registered.
+    #[error("pool `{pool}`: unknown kind `{kind}` (known: {known})")]
+    UnknownKind {
+        /// The pool's name.
+        pool: String,
+        /// The kind asked for.
+        kind: String,
+        /// The kinds registered, comma-separated.
+        known: String,
     },
     /// Several problems at once, each naming its pool and key.
     #[error("{} problems: {}", .0.len(), join(.0))]

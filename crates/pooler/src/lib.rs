@@ -5,6 +5,7 @@ mod config;
 mod cull;
 mod engine;
 mod error;
+mod file;
 mod health;
 mod leak;
 mod lifecycle;
@@ -14,13 +15,18 @@ mod member;
 pub mod metrics;
 mod pool;
 mod reconfigure;
+mod registry;
 mod shared;
 mod supervisor;
 pub mod time;
 
 pub use crate::config::{MemberOrder, PoolConfig};
 pub use crate::error::{ConfigError, StartError, TakeError};
+pub use crate::file::Kinds;
 pub use crate::manager::{Manager, MemberContext};
 pub use crate::member::Member;
 pub use crate::pool::{MemberStats, MemberStatus, Pool, Shutdown, Utilization};
 pub use crate::reconfigure::ReconfigureAction;
+pub use crate::registry::{GroupMember, GroupStrategy, Pooler, PoolerError};
+/// The TOML crate, re-exported for [`Kinds`] builders, which read a pool's `member` table.
+pub use toml;

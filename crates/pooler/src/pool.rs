@@ -168,6 +168,12 @@ impl<M: Manager> Pool<M> {
         &self.shared().name
     }
 
+    /// The group the pool belongs to, if any.
+    #[must_use]
+    pub fn group(&self) -> Option<String> {
+        self.shared().lock().config.group.clone()
+    }
+
     /// The configuration in force.
     #[must_use]
     pub fn config(&self) -> PoolConfig {

@@ -241,8 +241,10 @@ pub async fn settle() {
     }
 }
 
-/// Moves the paused clock by `d` and lets tasks run.
+/// Lets pending work run (so it can arm its timers), moves the paused clock by `d`, and lets
+/// tasks run again.
 pub async fn advance(d: Duration) {
+    settle().await;
     tokio::time::advance(d).await;
     settle().await;
 }
@@ -273,28 +275,33 @@ pub fn spawn_take(
 }
 
 /// Captures `tracing` output on this thread (the paused-clock runtime runs every task here).
-pub struct Logs {
-    buf: Arc<Mutex<Vec<u8>>>,
-    _guard: tracing::subscriber::DefaultGuard,
+///
+/// One global subscriber writes into a per-thread buffer: a thread-scoped subscriber would let
+/// a parallel test thread without one decide tracing's cached callsite interest.
+pub struct Logs(());
+
+thread_local! {
+    static CAPTURED: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 impl Logs {
     pub fn capture() -> Logs {
-        let buf = Arc::new(Mutex::new(Vec::new()));
-        let writer = buf.clone();
-        let subscriber = tracing_subscriber::fmt()
-            .with_writer(move || LogWriter(writer.clone()))
-            .with_ansi(false)
-            .with_max_level(tracing::Level::DEBUG)
-            .finish();
-        Logs {
-            buf,
-            _guard: tracing::subscriber::set_default(subscriber),
-        }
+        static INSTALL: std::sync::Once = std::sync::Once::new();
+        INSTALL.call_once(|| {
+            let subscriber = tracing_subscriber::fmt()
+                .with_writer(|| LogWriter)
+                .with_ansi(false)
+                .with_max_level(tracing::Level::DEBUG)
+                .finish();
+            tracing::subscriber::set_global_default(subscriber)
+                .expect("the only global subscriber");
+        });
+        CAPTURED.with(|c| c.borrow_mut().clear());
+        Logs(())
     }
 
     pub fn text(&self) -> String {
-        String::from_utf8_lossy(&self.buf.lock().unwrap()).into_owned()
+        CAPTURED.with(|c| String::from_utf8_lossy(&c.borrow()).into_owned())
     }
 
     pub fn count(&self, needle: &str) -> usize {
@@ -302,11 +309,11 @@ impl Logs {
     }
 }
 
-struct LogWriter(Arc<Mutex<Vec<u8>>>);
+struct LogWriter;
 
 impl std::io::Write for LogWriter {
     fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(b);
+        CAPTURED.with(|c| c.borrow_mut().extend_from_slice(b));
         Ok(b.len())
     }
     fn flush(&mut self) -> std::io::Result<()> {

@@ -1,0 +1,245 @@
+//! Metrics through the `metrics` facade, and `tracing` events.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use pooler::{Member, PoolConfig};
+
+/// A recorder that keeps every value where a test can read it at any time.
+mod recorder {
+    use std::collections::HashMap;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::{Arc, Mutex};
+
+    use metrics::{
+        Counter, Gauge, Histogram, HistogramFn, Key, KeyName, Metadata, Recorder, SharedString,
+        Unit,
+    };
+
+    #[derive(Default)]
+    struct Samples(Mutex<Vec<f64>>);
+
+    impl HistogramFn for Samples {
+        fn record(&self, value: f64) {
+            self.0.lock().unwrap().push(value);
+        }
+    }
+
+    #[derive(Default)]
+    pub(super) struct Store {
+        counters: Mutex<HashMap<String, Arc<AtomicU64>>>,
+        gauges: Mutex<HashMap<String, Arc<AtomicU64>>>,
+        histograms: Mutex<HashMap<String, Arc<Samples>>>,
+    }
+
+    /// `name{label=value,…}` with labels in registration order.
+    fn id(key: &Key) -> String {
+        let labels: Vec<_> = key
+            .labels()
+            .map(|l| format!("{}={}", l.key(), l.value()))
+            .collect();
+        format!("{}{{{}}}", key.name(), labels.join(","))
+    }
+
+    impl Store {
+        pub(super) fn counter(&self, id: &str) -> u64 {
+            self.counters
+                .lock()
+                .unwrap()
+                .get(id)
+                .map_or(0, |c| c.load(Ordering::SeqCst))
+        }
+        pub(super) fn gauge(&self, id: &str) -> f64 {
+            let gauges = self.gauges.lock().unwrap();
+            f64::from_bits(
+                gauges
+                    .get(id)
+                    .unwrap_or_else(|| panic!("no gauge {id}"))
+                    .load(Ordering::SeqCst),
+            )
+        }
+        pub(super) fn samples(&self, id: &str) -> usize {
+            self.histograms
+                .lock()
+                .unwrap()
+                .get(id)
+                .map_or(0, |h| h.0.lock().unwrap().len())
+        }
+    }
+
+    impl Recorder for Store {
+        fn describe_counter(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+        fn describe_gauge(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+        fn describe_histogram(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+        fn register_counter(&self, key: &Key, _: &Metadata<'_>) -> Counter {
+            Counter::from_arc(
+                self.counters
+                    .lock()
+                    .unwrap()
+                    .entry(id(key))
+                    .or_default()
+                    .clone(),
+            )
+        }
+        fn register_gauge(&self, key: &Key, _: &Metadata<'_>) -> Gauge {
+            Gauge::from_arc(
+                self.gauges
+                    .lock()
+                    .unwrap()
+                    .entry(id(key))
+                    .or_default()
+                    .clone(),
+            )
+        }
+        fn register_histogram(&self, key: &Key, _: &Metadata<'_>) -> Histogram {
+            Histogram::from_arc(
+                self.histograms
+                    .lock()
+                    .unwrap()
+                    .entry(id(key))
+                    .or_default()
+                    .clone(),
+            )
+        }
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn metrics_follow_every_change_with_reasons() {
+    let store = recorder::Store::default();
+    let _local = metrics::set_default_local_recorder(&store);
+    let counter = |name: &str, reason: Option<&str>| match reason {
+        Some(r) => store.counter(&format!("{name}{{pool=p,reason={r}}}")),
+        None => store.counter(&format!("{name}{{pool=p}}")),
+    };
+    let gauge = |name: &str| store.gauge(&format!("{name}{{pool=p}}"));
+    let histogram_len = |name: &str| store.samples(&format!("{name}{{pool=p}}"));
+    let config = PoolConfig {
+        queue_max: 1,
+        ..PoolConfig::new("p", 1, 1)
+    };
+    let (pool, probe) = pool_with(config, Fake::default()).await;
+
+    let m = pool.try_take_member().unwrap();
+    assert_eq!(counter("pooler_take_total", None), 1);
+    assert_eq!((gauge("pooler_in_use"), gauge("pooler_free")), (1.0, 0.0));
+    assert!(pool.try_take_member().is_err());
+    assert_eq!(
+        counter("pooler_error_no_members_total", Some("at_capacity")),
+        1
+    );
+
+    let waiter = spawn_take(&pool, ms(100));
+    settle().await;
+    assert_eq!(gauge("pooler_queue"), 1.0);
+    assert!(pool.take_member(ms(100)).await.is_err());
+    assert_eq!(
+        counter("pooler_error_no_members_total", Some("queue_full")),
+        1
+    );
+    assert_eq!(counter("pooler_queue_max_reached_total", None), 1);
+    assert!(waiter.await.unwrap().is_err());
+    assert_eq!(counter("pooler_error_no_members_total", Some("timeout")), 1);
+
+    // A return alone (no take) updates the gauges: pooler's stale-gauge bug.
+    drop(m);
+    assert_eq!((gauge("pooler_in_use"), gauge("pooler_free")), (0.0, 1.0));
+    assert_eq!(histogram_len("pooler_member_use_seconds"), 1);
+
+    Member::fail(pool.try_take_member().unwrap());
+    assert_eq!(counter("pooler_killed_in_use_total", Some("failed")), 1);
+    assert_eq!(gauge("pooler_stopping"), 1.0);
+    settle().await;
+    assert_eq!((gauge("pooler_stopping"), gauge("pooler_free")), (0.0, 1.0));
+
+    let id = pool.stats()[0].id;
+    probe.crash(id);
+    settle().await;
+    assert_eq!(counter("pooler_killed_free_total", Some("crashed")), 1);
+
+    probe.set_start(Step::Never);
+    Member::fail(pool.try_take_member().unwrap());
+    settle().await;
+    assert_eq!(gauge("pooler_starting"), 1.0);
+    advance(Duration::from_secs(60)).await;
+    assert_eq!(counter("pooler_starting_member_timeout_total", None), 1);
+    assert!(histogram_len("pooler_take_wait_seconds") >= 1);
+}
+
+/// Takes a member, waiting for starts if needed (the pool below cannot queue).
+async fn take(pool: &pooler::Pool<Fake>) -> Member<Fake> {
+    loop {
+        if let Ok(m) = pool.try_take_member() {
+            return m;
+        }
+        advance(ms(50)).await;
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn tracing_events_name_the_pool() {
+    let logs = Logs::capture();
+    let config = PoolConfig {
+        queue_max: 1,
+        member_start_timeout: ms(100),
+        member_shutdown: ms(100),
+        cull_interval: ms(500),
+        max_age: ms(500),
+        ..PoolConfig::new("p", 1, 3)
+    };
+    let (pool, probe) = pool_with(config.clone(), Fake::default()).await;
+
+    // Growth to 3, a full queue, then a cull back to 1.
+    let held = vec![take(&pool).await, take(&pool).await, take(&pool).await];
+    let waiter = spawn_take(&pool, ms(10));
+    settle().await;
+    assert!(pool.take_member(ms(10)).await.is_err());
+    let _ = waiter.await;
+    drop(held);
+    advance(Duration::from_secs(2)).await;
+    assert_eq!(pool.utilization().free_count, 1);
+
+    // A start that fails, then one that times out, then the pool refills.
+    probe.set_start(Step::Err);
+    Member::fail(take(&pool).await);
+    settle().await;
+    probe.set_start(Step::Never);
+    advance(Duration::from_secs(1)).await;
+    probe.set_start(Step::Ok);
+    let m = take(&pool).await;
+    let id = Member::id(&m);
+    drop(m);
+
+    // A free member dies, and its stop hangs.
+    probe.set_stop(Step::Never);
+    probe.crash(id);
+    advance(Duration::from_secs(1)).await;
+    pool.reconfigure(PoolConfig {
+        queue_max: 5,
+        ..config
+    })
+    .unwrap();
+
+    let text = logs.text();
+    for event in [
+        "queue full",
+        "culled idle members",
+        "member start failed",
+        "member start timed out",
+        "free member died",
+        "member stop hung past member_shutdown",
+        "reconfigured",
+    ] {
+        let line = text
+            .lines()
+            .find(|l| l.contains(event))
+            .unwrap_or_else(|| panic!("no {event:?} in\n{text}"));
+        assert!(line.contains("pool=p"), "{line}");
+    }
+    assert!(
+        text.contains("start refused"),
+        "the manager's error is in the log"
+    );
+}
