@@ -27,9 +27,10 @@ use crate::registry::{Pooler, PoolerError};
 
 type Start = Pin<Box<dyn Future<Output = Result<(), PoolerError>> + Send>>;
 type Build = Box<dyn Fn(&Pooler, PoolConfig, &toml::Table) -> Result<Start, String> + Send + Sync>;
+type Check = Box<dyn Fn(&PoolConfig, &toml::Table) -> Result<(), String> + Send + Sync>;
 
 /// The member kinds a pools file may name, each with how to build its manager from the
-/// pool's `[pools.member]` table.
+/// pool's config and its `[pools.member]` table.
 ///
 /// ```
 /// use pooler::{Kinds, Manager, MemberContext, Pooler};
@@ -45,7 +46,7 @@ type Build = Box<dyn Fn(&Pooler, PoolConfig, &toml::Table) -> Result<Start, Stri
 ///
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() {
-/// let kinds = Kinds::new().kind("echo", |member: &pooler::toml::Table| {
+/// let kinds = Kinds::new().kind("echo", |_pool, member: &pooler::toml::Table| {
 ///     let word = member.get("word").and_then(|w| w.as_str()).ok_or("`word` is required")?;
 ///     Ok(Echo(word.to_owned()))
 /// });
@@ -68,7 +69,7 @@ type Build = Box<dyn Fn(&Pooler, PoolConfig, &toml::Table) -> Result<Start, Stri
 /// ```
 #[derive(Default)]
 pub struct Kinds {
-    builders: BTreeMap<String, Build>,
+    builders: BTreeMap<String, (Build, Check)>,
 }
 
 impl fmt::Debug for Kinds {
@@ -87,21 +88,25 @@ impl Kinds {
     }
 
     /// Registers `name`: a pool of this kind gets its manager from `build`, given the pool's
-    /// `member` table (empty if absent). An `Err` names what is wrong with the table.
+    /// config and its `member` table (empty if absent). An `Err` names what is wrong with the
+    /// table. `build` may also be called to check a file that is then rejected.
     #[must_use]
     pub fn kind<M, F>(mut self, name: &str, build: F) -> Self
     where
         M: Manager,
-        F: Fn(&toml::Table) -> Result<M, String> + Send + Sync + 'static,
+        F: Fn(&PoolConfig, &toml::Table) -> Result<M, String> + Send + Sync + 'static,
     {
-        let build: Build = Box::new(move |pooler, config, member| {
-            let manager = build(member)?;
+        let build = std::sync::Arc::new(build);
+        let check = build.clone();
+        let start: Build = Box::new(move |pooler, config, member| {
+            let manager = build(&config, member)?;
             let pooler = pooler.clone();
             Ok(Box::pin(async move {
                 pooler.new_pool(config, manager).await.map(drop)
             }))
         });
-        self.builders.insert(name.to_owned(), build);
+        let check: Check = Box::new(move |config, member| check(config, member).map(drop));
+        self.builders.insert(name.to_owned(), (start, check));
         self
     }
 
@@ -253,15 +258,20 @@ impl Pooler {
                     None
                 }
             };
-            if let (Ok(config), Some(build), Some(member)) = (config, build, member) {
-                match build(self, config, &member) {
-                    Ok(start) => starts.push(start),
-                    Err(reason) => problems.push(ConfigError::InvalidValue {
-                        pool: name,
-                        key: "member".into(),
-                        reason,
-                    }),
-                }
+            let (Some((start, check)), Some(member)) = (build, member) else {
+                continue;
+            };
+            let built = match config {
+                Ok(config) => start(self, config, &member).map(|s| starts.push(s)),
+                // Still check the member table, so its problems are reported with the rest.
+                Err(()) => check(&PoolConfig::new(name.as_str(), 0, 1), &member),
+            };
+            if let Err(reason) = built {
+                problems.push(ConfigError::InvalidValue {
+                    pool: name,
+                    key: "member".into(),
+                    reason,
+                });
             }
         }
         ConfigError::from_list(problems)?;

@@ -6,7 +6,7 @@ use common::*;
 use pooler::{ConfigError, Kinds, PoolConfig, Pooler};
 
 fn kinds() -> Kinds {
-    Kinds::new().kind("fake", |member: &pooler::toml::Table| {
+    Kinds::new().kind("fake", |_pool, member: &pooler::toml::Table| {
         if let Some(v) = member.get("fail_start") {
             let fail = v.as_bool().ok_or("`fail_start` must be true or false")?;
             let fake = Fake::default();

@@ -1,0 +1,351 @@
+//! pooler-demo: watch pools breathe.
+//!
+//! Loads a pools file (by default the one built into the binary, of simulated members),
+//! drives a bursty workload across the group `replicas` (or the first group in the file) and a
+//! standalone pool, draws each pool live, and ends with a summary.
+#![allow(clippy::disallowed_methods)] // the spawn ban guards the library, not this program
+
+mod sim;
+
+use std::collections::BTreeMap;
+use std::io::{IsTerminal, Write};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use clap::Parser;
+use pooler::{GroupMember, Kinds, Member, Pooler, Shutdown, TakeError};
+use rand::Rng;
+use tokio::time::Instant;
+
+use crate::sim::Sim;
+
+/// The pools file used when --file is not given.
+const DEFAULT_POOLS: &str = include_str!("../pools.toml");
+
+/// Watch pooler pools breathe under a bursty workload.
+///
+/// The workload alternates calm and burst phases. Consumers take members from every group in
+/// the pools file (load-balanced over its pools) and from every standalone pool, hold them for
+/// a while, and now and then fail them. Each pool is drawn live: in use (#), free (=),
+/// starting (+), stopping (-) and queued takers. Watch it grow in batches, queue, cull back to
+/// init_count after the burst, recycle members at max_lifetime and replace crashed ones.
+///
+/// Without --file the built-in pools file is used (simulated members, no server needed); run
+/// with --print-default-file to see it, then edit a copy. A bad file prints every problem in it
+/// and exits with status 2.
+#[derive(Debug, Parser)]
+#[command(version, about, long_about)]
+struct Args {
+    /// A pools file (TOML, one `[[pools]]` table per pool) instead of the built-in one.
+    #[arg(long, short)]
+    file: Option<std::path::PathBuf>,
+    /// How long to run the workload, e.g. "20s" or "1min".
+    #[arg(long, short, default_value = "20s", value_parser = humantime::parse_duration)]
+    duration: Duration,
+    /// Peak number of concurrent consumers during a burst.
+    #[arg(long, default_value_t = 24)]
+    consumers: usize,
+    /// Print one line per pool every second instead of redrawing the screen (the default when
+    /// the output is not a terminal).
+    #[arg(long)]
+    plain: bool,
+    /// Print the built-in pools file and exit.
+    #[arg(long)]
+    print_default_file: bool,
+}
+
+/// What consumers saw, per pool (or group).
+#[derive(Debug, Default)]
+struct Tally {
+    waits: Vec<Duration>,
+    errors: BTreeMap<&'static str, u64>,
+}
+
+type Tallies = Arc<Mutex<BTreeMap<String, Tally>>>;
+
+fn record(tallies: &Tallies, target: &str, outcome: Result<Duration, &TakeError>) {
+    let mut t = tallies
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let tally = t.entry(target.to_owned()).or_default();
+    match outcome {
+        Ok(wait) => tally.waits.push(wait),
+        Err(e) => *tally.errors.entry(e.reason()).or_default() += 1,
+    }
+}
+
+/// Where consumers take from.
+#[derive(Debug, Clone)]
+enum Target {
+    Group(String),
+    Pool(String),
+}
+
+impl Target {
+    fn label(&self) -> String {
+        match self {
+            Target::Group(g) => format!("group {g}"),
+            Target::Pool(p) => p.clone(),
+        }
+    }
+}
+
+/// One consumer: take, hold, maybe fail, return; until `end`.
+async fn consumer(pooler: Pooler, target: Target, end: Instant, tallies: Tallies) {
+    while Instant::now() < end {
+        let (hold, fail) = {
+            let mut rng = rand::rng();
+            (
+                Duration::from_millis(rng.random_range(50..400)),
+                rng.random_bool(0.03),
+            )
+        };
+        let asked = Instant::now();
+        let label = target.label();
+        match &target {
+            Target::Group(group) => match pooler
+                .take_group_member::<Sim>(group, Duration::from_secs(2))
+                .await
+            {
+                Ok(mut m) => {
+                    record(&tallies, &label, Ok(asked.elapsed()));
+                    m.queries += 1;
+                    tokio::time::sleep(hold).await;
+                    if fail {
+                        GroupMember::fail(m);
+                    }
+                }
+                Err(e) => {
+                    record(&tallies, &label, Err(&e));
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            },
+            Target::Pool(name) => {
+                let Ok(pool) = pooler.pool::<Sim>(name) else {
+                    return;
+                };
+                match pool.take_member(Duration::from_secs(2)).await {
+                    Ok(mut m) => {
+                        record(&tallies, &label, Ok(asked.elapsed()));
+                        m.queries += 1;
+                        tokio::time::sleep(hold).await;
+                        if fail {
+                            Member::fail(m);
+                        }
+                    }
+                    Err(e) => {
+                        record(&tallies, &label, Err(&e));
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// How many consumers run at `elapsed`: calm, burst, calm, burst, calm.
+fn load(elapsed: Duration, total: Duration, peak: usize) -> usize {
+    let phase = (elapsed.as_secs_f64() / total.as_secs_f64() * 5.0) as usize;
+    if phase % 2 == 1 {
+        peak
+    } else {
+        (peak / 6).max(1)
+    }
+}
+
+fn bar(n: usize, c: char) -> String {
+    std::iter::repeat_n(c, n).collect()
+}
+
+fn draw(pooler: &Pooler, elapsed: Duration, consumers: usize, live: bool) {
+    let mut out = String::new();
+    if live {
+        out.push_str("\x1b[H\x1b[2J");
+        out.push_str(&format!(
+            "pooler-demo  t={:>5.1}s  consumers={consumers:<3}  # in use  = free  + starting  - stopping\n\n",
+            elapsed.as_secs_f64()
+        ));
+    }
+    for (name, u) in pooler.utilization() {
+        let pool = bar(u.in_use_count, '#')
+            + &bar(u.free_count, '=')
+            + &bar(u.starting_count, '+')
+            + &bar(u.stopping_count, '-');
+        let line = format!(
+            "{name:<10} [{pool:<max$}] in_use={:<2} free={:<2} starting={:<2} stopping={:<2} queued={:<3}",
+            u.in_use_count,
+            u.free_count,
+            u.starting_count,
+            u.stopping_count,
+            u.queued_count,
+            max = u.max_count,
+        );
+        if live {
+            out.push_str(&line);
+            out.push('\n');
+        } else {
+            out.push_str(&format!("t={:>4.0}s {line}\n", elapsed.as_secs_f64()));
+        }
+    }
+    print!("{out}");
+    let _ = std::io::stdout().flush();
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    if sorted.is_empty() {
+        return Duration::ZERO;
+    }
+    sorted[((sorted.len() - 1) as f64 * p).round() as usize]
+}
+
+fn summary(tallies: &Tallies, sims: &BTreeMap<String, Sim>) {
+    use std::sync::atomic::Ordering::Relaxed;
+    println!("\nsummary");
+    println!(
+        "{:<16} {:>7} {:>10} {:>10}  errors by reason",
+        "taken from", "takes", "wait p50", "wait p99"
+    );
+    let tallies = tallies
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    for (target, t) in tallies.iter() {
+        let mut waits = t.waits.clone();
+        waits.sort();
+        let errors = if t.errors.is_empty() {
+            "none".to_owned()
+        } else {
+            t.errors
+                .iter()
+                .map(|(r, n)| format!("{r}={n}"))
+                .collect::<Vec<_>>()
+                .join(" ")
+        };
+        println!(
+            "{target:<16} {:>7} {:>10} {:>10}  {errors}",
+            waits.len(),
+            format!("{:.1?}", percentile(&waits, 0.5)),
+            format!("{:.1?}", percentile(&waits, 0.99)),
+        );
+    }
+    println!(
+        "\n{:<16} {:>8} {:>13} {:>8} {:>8}",
+        "pool", "started", "failed starts", "crashed", "stopped"
+    );
+    for (name, sim) in sims {
+        let c = &sim.counts;
+        println!(
+            "{name:<16} {:>8} {:>13} {:>8} {:>8}",
+            c.started.load(Relaxed),
+            c.failed_starts.load(Relaxed),
+            c.crashed.load(Relaxed),
+            c.stopped.load(Relaxed)
+        );
+    }
+}
+
+#[tokio::main]
+async fn main() {
+    let args = Args::parse();
+    if args.print_default_file {
+        print!("{DEFAULT_POOLS}");
+        return;
+    }
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_env("POOLER_DEMO_LOG"))
+        .with_writer(std::io::stderr)
+        .init();
+
+    let text = match &args.file {
+        None => DEFAULT_POOLS.to_owned(),
+        Some(path) => match std::fs::read_to_string(path) {
+            Ok(text) => text,
+            Err(e) => {
+                eprintln!("pooler-demo: cannot read {}: {e}", path.display());
+                std::process::exit(2);
+            }
+        },
+    };
+    // Keep each pool's manager (a clone shares its counters) for the summary.
+    let sims: Arc<Mutex<BTreeMap<String, Sim>>> = Arc::default();
+    let built = sims.clone();
+    let kinds = Kinds::new().kind("sim", move |pool, member| {
+        let sim = Sim::from_table(member)?;
+        let mut sims = built
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        sims.insert(pool.name.clone(), sim.clone());
+        Ok(sim)
+    });
+    let pooler = match Pooler::from_config(&text, &kinds).await {
+        Ok(pooler) => pooler,
+        Err(e) => {
+            eprintln!("pooler-demo: the pools file has problems:");
+            for problem in e.problems() {
+                eprintln!("  - {problem}");
+            }
+            std::process::exit(2);
+        }
+    };
+    let names = pooler.pool_names();
+    let sims = sims
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .clone();
+
+    // Targets: every group, and every pool in no group.
+    let mut targets = Vec::new();
+    for name in &names {
+        let pool = pooler.pool::<Sim>(name).expect("started from the file");
+        match pool.group() {
+            Some(group)
+                if !targets
+                    .iter()
+                    .any(|t| matches!(t, Target::Group(g) if *g == group)) =>
+            {
+                targets.push(Target::Group(group));
+            }
+            Some(_) => {}
+            None => targets.push(Target::Pool(name.clone())),
+        }
+    }
+
+    let live = !args.plain && std::io::stdout().is_terminal();
+    let tallies: Tallies = Arc::default();
+    let start = Instant::now();
+    let end = start + args.duration;
+    // (target index, consumer) pairs; a group gets the full load, a standalone pool a third.
+    let mut running: Vec<(usize, tokio::task::JoinHandle<()>)> = Vec::new();
+    let mut last_line = Instant::now();
+    while Instant::now() < end {
+        let elapsed = start.elapsed();
+        let peak = load(elapsed, args.duration, args.consumers);
+        running.retain(|(_, h)| !h.is_finished());
+        // Calm phases let consumers run out; bursts add them.
+        for (i, target) in targets.iter().enumerate() {
+            let want = if matches!(target, Target::Group(_)) {
+                peak
+            } else {
+                (peak / 3).max(1)
+            };
+            let have = running.iter().filter(|(t, _)| *t == i).count();
+            for _ in have..want {
+                let phase_end = (Instant::now() + Duration::from_millis(800)).min(end);
+                let consumer = consumer(pooler.clone(), target.clone(), phase_end, tallies.clone());
+                running.push((i, tokio::spawn(consumer)));
+            }
+        }
+        if live {
+            draw(&pooler, elapsed, running.len(), true);
+        } else if last_line.elapsed() >= Duration::from_secs(1) {
+            draw(&pooler, elapsed, running.len(), false);
+            last_line = Instant::now();
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    for (_, consumer) in running {
+        let _ = consumer.await;
+    }
+    draw(&pooler, start.elapsed(), 0, live);
+    pooler.close(Shutdown::Graceful).await;
+    summary(&tallies, &sims);
+}

@@ -1,0 +1,101 @@
+//! The demo, end to end: a short run on the built-in pools file, a bad file, and --help.
+
+use std::process::Command;
+
+fn demo() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_pooler-demo"))
+}
+
+#[test]
+fn a_short_run_on_the_default_file_ends_with_a_summary() {
+    let out = demo()
+        .args(["--duration", "3s", "--plain", "--consumers", "8"])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let summary = stdout
+        .split("\nsummary\n")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no summary:\n{stdout}"));
+    for pool in ["replica-a", "replica-b", "jobs"] {
+        assert!(
+            stdout.contains(&format!("{pool:<10} [")),
+            "{pool} was not drawn:\n{stdout}"
+        );
+    }
+    let takes = |target: &str| -> u64 {
+        let line = summary
+            .lines()
+            .find(|l| l.starts_with(target))
+            .unwrap_or_else(|| panic!("{target}:\n{summary}"));
+        line[target.len()..]
+            .split_whitespace()
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
+    assert!(takes("group replicas") > 0, "{summary}");
+    assert!(takes("jobs") > 0, "{summary}");
+    assert!(
+        summary.contains("wait p99") && summary.contains("errors by reason"),
+        "{summary}"
+    );
+}
+
+#[test]
+fn a_bad_file_lists_its_problems_and_exits_2() {
+    let dir = std::env::temp_dir().join(format!("pooler-demo-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("bad.toml");
+    std::fs::write(
+        &path,
+        "[[pools]]\nname = \"x\"\nkind = \"sim\"\ninit_count = 9\nmax_count = 2\nmember = { crash_rate = 7 }\n\n\
+         [[pools]]\nname = \"y\"\nkind = \"sim\"\ninit_count = 1\nmax_count = 1\nmax_age = \"later\"\n",
+    )
+    .unwrap();
+    let out = demo()
+        .args(["--file", path.to_str().unwrap(), "--duration", "1s"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert!(
+        stderr.contains(
+            "pool `x`: bad value for `member`: `crash_rate` must be a number from 0.0 to 1.0"
+        ),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("pool `y`: bad time value for `max_age`"),
+        "{stderr}"
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn help_explains_the_options() {
+    let out = demo().arg("--help").output().unwrap();
+    let help = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success());
+    for option in [
+        "--file",
+        "--duration",
+        "--consumers",
+        "--plain",
+        "--print-default-file",
+    ] {
+        assert!(
+            help.contains(option),
+            "{option} missing from --help:\n{help}"
+        );
+    }
+    let out = demo().arg("--print-default-file").output().unwrap();
+    assert!(String::from_utf8_lossy(&out.stdout).contains("[[pools]]"));
+}
