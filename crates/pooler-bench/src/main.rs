@@ -1,104 +1,244 @@
-//! pooler's benchmarks. `cargo run --release -p pooler-bench -- [suite]`.
+//! pooler's benchmarks, side by side with deadpool, bb8, qp, mobc, fastpool and r2d2.
+//!
+//! `cargo run --release -p pooler-bench` runs every suite (a few minutes) and writes
+//! `docs/benchmarks.md` with two SVG charts beside it. `--smoke` runs each suite for a moment
+//! and writes nothing (CI uses it to prove the suite runs). `--out DIR` picks another folder.
+//! `lifetime` alone measures the cost of `max_lifetime`; `fixed-plain` and `fixed-lifetime`
+//! do a fixed amount of work for instruction counting under `valgrind --tool=callgrind`.
 #![allow(clippy::disallowed_methods)] // benchmarks spawn their own load
 
+mod peers;
+mod report;
+mod suites;
+
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use pooler::{Manager, MemberContext, Pool, PoolConfig};
+use suites::Effort;
 
-/// A member that costs nothing, so only the pool is measured.
-struct Noop;
-
-impl Manager for Noop {
-    type Member = u64;
-    type Error = std::io::Error;
-    async fn start(&self, ctx: &MemberContext) -> Result<u64, Self::Error> {
-        Ok(ctx.member_id())
-    }
+/// Everything one run measured.
+pub(crate) struct Results {
+    pub(crate) grid: Vec<(&'static str, usize, usize, Option<f64>)>,
+    pub(crate) uncontended: Vec<(&'static str, Option<f64>)>,
+    pub(crate) fairness: Vec<(&'static str, Option<Vec<f64>>)>,
+    pub(crate) sizes: Vec<(usize, f64)>,
+    pub(crate) rejection: f64,
+    pub(crate) churn: (Duration, Duration),
+    pub(crate) parallel_start: Duration,
+    pub(crate) metrics: (f64, f64),
+    pub(crate) metrics_share: Option<f64>,
+    pub(crate) lifetime: (f64, f64),
+    pub(crate) seconds: f64,
 }
 
-/// Median nanoseconds per take+return on one task, over `rounds` rounds of `n`.
-async fn take_return(config: PoolConfig, n: u32, rounds: usize) -> f64 {
-    let pool = Pool::start(config, Noop).await.expect("valid config");
-    let mut samples = Vec::with_capacity(rounds);
-    for _ in 0..rounds {
+async fn take_return_pooler(config: pooler::PoolConfig, ops: u32) -> f64 {
+    let pool = pooler::Pool::start(config, peers::Noop)
+        .await
+        .expect("valid config");
+    let mut samples = Vec::new();
+    for _ in 0..11 {
         let t = Instant::now();
-        for _ in 0..n {
+        for _ in 0..ops {
             let m = pool.try_take_member().expect("a free member");
             std::hint::black_box(&*m);
         }
-        samples.push(t.elapsed().as_nanos() as f64 / f64::from(n));
+        samples.push(t.elapsed().as_nanos() as f64 / f64::from(ops));
     }
     samples.sort_by(f64::total_cmp);
-    samples[rounds / 2]
+    samples[samples.len() / 2]
 }
 
-async fn lifetime_cost() {
-    let base = PoolConfig {
-        cull_interval: Duration::ZERO,
-        ..PoolConfig::new("bench", 8, 8)
+/// Median of interleaved runs of two configs, to spread machine noise over both.
+async fn paired(a: pooler::PoolConfig, b: pooler::PoolConfig, ops: u32) -> (f64, f64) {
+    let (mut x, mut y) = (Vec::new(), Vec::new());
+    for round in 0..7 {
+        if round % 2 == 0 {
+            x.push(take_return_pooler(a.clone(), ops).await);
+            y.push(take_return_pooler(b.clone(), ops).await);
+        } else {
+            y.push(take_return_pooler(b.clone(), ops).await);
+            x.push(take_return_pooler(a.clone(), ops).await);
+        }
+    }
+    x.sort_by(f64::total_cmp);
+    y.sort_by(f64::total_cmp);
+    (x[3], y[3])
+}
+
+/// Share of instructions spent in `pooler::metrics` per take+return with no recorder,
+/// counted by callgrind running this binary's `fixed-plain` mode. `None` without valgrind.
+fn metrics_share() -> Option<f64> {
+    let exe = std::env::current_exe().ok()?;
+    let out = std::env::temp_dir().join(format!("pooler-bench-cg-{}", std::process::id()));
+    let status = std::process::Command::new("valgrind")
+        .args(["--tool=callgrind", "-q"])
+        .arg(format!("--callgrind-out-file={}", out.display()))
+        .arg(&exe)
+        .arg("fixed-plain")
+        .status()
+        .ok()?;
+    if !status.success() {
+        return None;
+    }
+    let annotated = std::process::Command::new("callgrind_annotate")
+        .arg(&out)
+        .output()
+        .ok()?;
+    let _ = std::fs::remove_file(&out);
+    let text = String::from_utf8_lossy(&annotated.stdout);
+    let number = |line: &str| -> Option<f64> {
+        line.split_whitespace()
+            .next()?
+            .replace(',', "")
+            .parse()
+            .ok()
     };
-    let with = PoolConfig {
-        max_lifetime: Some(Duration::from_secs(3600)),
-        ..base.clone()
+    let total = text
+        .lines()
+        .find(|l| l.contains("PROGRAM TOTALS"))
+        .and_then(number)?;
+    let metrics: f64 = text
+        .lines()
+        .filter(|l| l.contains("pooler::metrics::"))
+        .filter_map(number)
+        .sum();
+    Some(metrics / total)
+}
+
+async fn run_all(effort: Effort) -> Results {
+    let started = Instant::now();
+    let mut r = Results {
+        grid: Vec::new(),
+        uncontended: Vec::new(),
+        fairness: Vec::new(),
+        sizes: Vec::new(),
+        rejection: 0.0,
+        churn: (Duration::ZERO, Duration::ZERO),
+        parallel_start: Duration::ZERO,
+        metrics: (0.0, 0.0),
+        metrics_share: None,
+        lifetime: (0.0, 0.0),
+        seconds: 0.0,
     };
-    let jitter = PoolConfig {
-        max_lifetime_jitter: Duration::from_secs(60),
-        ..with.clone()
-    };
-    take_return(base.clone(), 200_000, 10).await; // warm up
-    // Interleave, rotating the order, to spread machine noise over all three.
-    let (mut a, mut b, mut c) = (Vec::new(), Vec::new(), Vec::new());
-    for round in 0..9 {
-        for which in 0..3 {
-            match (round + which) % 3 {
-                0 => a.push(take_return(base.clone(), 200_000, 15).await),
-                1 => b.push(take_return(with.clone(), 200_000, 15).await),
-                _ => c.push(take_return(jitter.clone(), 200_000, 15).await),
+    eprintln!("grid: pool size × tasks × 10 take/returns each");
+    for size in [4, 8, 16] {
+        for tasks in [4, 16, 64, 256] {
+            for name in peers::NAMES {
+                let cell = suites::grid_cell(name, size, tasks, effort).await;
+                eprintln!(
+                    "  {name:<9} size {size:>2} tasks {tasks:>3}: {}",
+                    cell.map_or("hung".into(), |c| format!("{c:.1} µs"))
+                );
+                r.grid.push((name, size, tasks, cell));
             }
         }
     }
-    let median = |v: &mut Vec<f64>| {
-        v.sort_by(f64::total_cmp);
-        v[v.len() / 2]
+    eprintln!("uncontended");
+    for name in peers::NAMES {
+        let ns = suites::uncontended(name, 8, effort).await;
+        eprintln!(
+            "  {name:<9} {}",
+            ns.map_or("hung".into(), |n| format!("{n:.0} ns"))
+        );
+        r.uncontended.push((name, ns));
+    }
+    eprintln!("fairness");
+    for name in peers::NAMES {
+        let lat = suites::fairness(name, effort).await;
+        eprintln!(
+            "  {name:<9} {}",
+            lat.as_ref().map_or("hung".into(), |l| format!(
+                "p50 {:.0} ns, p99 {:.0} ns",
+                suites::percentile(l, 0.5),
+                suites::percentile(l, 0.99)
+            ))
+        );
+        r.fairness.push((name, lat));
+    }
+    eprintln!("pool size, rejection, churn, parallel start, lifetime");
+    for size in [5, 1_000, 100_000] {
+        r.sizes.push((
+            size,
+            take_return_pooler(peers::pooler_config(size), effort.uncontended_ops).await,
+        ));
+    }
+    r.rejection = suites::rejection(effort).await;
+    r.churn = suites::churn().await;
+    r.parallel_start = suites::parallel_start().await;
+    let base = peers::pooler_config(8);
+    let lifetime = pooler::PoolConfig {
+        max_lifetime: Some(Duration::from_secs(3600)),
+        max_lifetime_jitter: Duration::from_secs(60),
+        ..base.clone()
     };
-    let (a, b, c) = (median(&mut a), median(&mut b), median(&mut c));
-    println!("uncontended take+return, one task, pool of 8 (median ns per pair):");
-    println!("  no max_lifetime             {a:7.1}");
-    println!(
-        "  max_lifetime 1h             {b:7.1}  ({:+.1} %)",
-        (b / a - 1.0) * 100.0
-    );
-    println!(
-        "  max_lifetime 1h, jitter 60s {c:7.1}  ({:+.1} %)",
-        (c / a - 1.0) * 100.0
-    );
+    r.lifetime = paired(base.clone(), lifetime, effort.uncontended_ops).await;
+    eprintln!("metrics: no recorder, then a Prometheus recorder");
+    let none = take_return_pooler(base.clone(), effort.uncontended_ops).await;
+    let _handle = metrics_exporter_prometheus::PrometheusBuilder::new().install_recorder();
+    let installed = take_return_pooler(base, effort.uncontended_ops).await;
+    r.metrics = (none, installed);
+    if effort.grid_iterations > Effort::SMOKE.grid_iterations {
+        r.metrics_share = metrics_share();
+    }
+    r.seconds = started.elapsed().as_secs_f64();
+    r
 }
 
-/// A fixed amount of work for instruction counting (`valgrind --tool=callgrind`): 100 000
-/// take+return pairs with or without a lifetime.
+/// A fixed amount of work for instruction counting: 100 000 take+return pairs.
 async fn fixed_work(lifetime: bool) {
-    let mut config = PoolConfig {
-        cull_interval: Duration::ZERO,
-        ..PoolConfig::new("bench", 8, 8)
-    };
+    let mut config = peers::pooler_config(8);
     if lifetime {
         config.max_lifetime = Some(Duration::from_secs(3600));
         config.max_lifetime_jitter = Duration::from_secs(60);
     }
-    let median = take_return(config, 100_000, 1).await;
-    std::hint::black_box(median);
+    std::hint::black_box(take_return_pooler(config, 10_000).await);
 }
 
-#[tokio::main(flavor = "current_thread")]
-async fn main() {
-    let suite = std::env::args().nth(1).unwrap_or_else(|| "lifetime".into());
-    match suite.as_str() {
-        "lifetime" => lifetime_cost().await,
-        "fixed-plain" => fixed_work(false).await,
-        "fixed-lifetime" => fixed_work(true).await,
-        other => {
-            eprintln!("unknown suite `{other}`; suites: lifetime, fixed-plain, fixed-lifetime");
-            std::process::exit(2);
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let mode = args
+        .iter()
+        .find(|a| !a.starts_with("--") && !a.contains('/'))
+        .cloned()
+        .unwrap_or_default();
+    let out = args
+        .iter()
+        .position(|a| a == "--out")
+        .and_then(|i| args.get(i + 1))
+        .map_or_else(
+            || PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs")),
+            PathBuf::from,
+        );
+    let smoke = args.iter().any(|a| a == "--smoke");
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    runtime.block_on(async {
+        match mode.as_str() {
+            "fixed-plain" => fixed_work(false).await,
+            "fixed-lifetime" => fixed_work(true).await,
+            "lifetime" => {
+                let base = peers::pooler_config(8);
+                let with = pooler::PoolConfig { max_lifetime: Some(Duration::from_secs(3600)), ..base.clone() };
+                let (a, b) = paired(base, with, 200_000).await;
+                println!("take+return: {a:.1} ns without max_lifetime, {b:.1} ns with ({:+.1} %)", (b / a - 1.0) * 100.0);
+            }
+            "" => {
+                let effort = if smoke { Effort::SMOKE } else { Effort::FULL };
+                let results = run_all(effort).await;
+                if smoke {
+                    println!("smoke run: every suite ran in {:.1} s", results.seconds);
+                } else {
+                    report::write(&results, &out).expect("the report is written");
+                    println!("wrote {}", out.join("benchmarks.md").display());
+                }
+            }
+            other => {
+                eprintln!("unknown mode `{other}`: run with no mode (or --smoke), or lifetime, fixed-plain, fixed-lifetime");
+                std::process::exit(2);
+            }
         }
-    }
+    });
 }

@@ -247,20 +247,37 @@ impl PoolMetrics {
         }
     }
 
-    /// Publishes the pool's counts to the gauges.
-    pub(crate) fn counts(&self, c: Counts) {
-        self.free.set(c.free as f64);
-        self.in_use.set(c.in_use as f64);
-        self.starting.set(c.starting as f64);
-        self.stopping.set(c.stopping as f64);
-        self.queue.set(c.queued as f64);
+    /// Publishes the counts that differ from `last` (what was published before) to the
+    /// gauges. Values go in as `u32`, converted to `f64` only inside a recorder.
+    #[inline]
+    pub(crate) fn counts(&self, c: Counts, last: &mut Counts) {
+        #[inline]
+        fn publish(gauge: &Gauge, now: usize, before: &mut usize) {
+            if now != *before {
+                *before = now;
+                gauge.set(u32::try_from(now).unwrap_or(u32::MAX));
+            }
+        }
+        publish(&self.free, c.free, &mut last.free);
+        publish(&self.in_use, c.in_use, &mut last.in_use);
+        publish(&self.starting, c.starting, &mut last.starting);
+        publish(&self.stopping, c.stopping, &mut last.stopping);
+        publish(&self.queue, c.queued, &mut last.queued);
     }
 
+    /// A take handed out a member without waiting.
+    #[inline]
+    pub(crate) fn taken_at_once(&self) {
+        self.take.increment(1);
+    }
+
+    /// A take handed out a member after waiting `waited` (possibly zero).
     pub(crate) fn taken(&self, waited: std::time::Duration) {
         self.take.increment(1);
         self.take_wait.record(waited.as_secs_f64());
     }
 
+    #[inline]
     pub(crate) fn used(&self, held: std::time::Duration) {
         self.member_use.record(held.as_secs_f64());
     }

@@ -200,7 +200,7 @@ impl<M: Manager> Pool<M> {
         let shared = self.shared();
         match shared.take_now(Location::caller()) {
             Ok((member, _)) => {
-                shared.metrics.taken(Duration::ZERO);
+                shared.metrics.taken_at_once();
                 Ok(member)
             }
             Err((why, state)) => Err(shared.empty_error(&why, &state)),

@@ -13,7 +13,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::PoolConfig;
-use crate::engine::{Caller, Death, Empty, Engine, Key, Limits, Starts, Take};
+use crate::engine::{Caller, Counts, Death, Empty, Engine, Key, Limits, Starts, Take};
 use crate::error::TakeError;
 use crate::lifetime;
 use crate::manager::{Deaths, Manager};
@@ -41,6 +41,8 @@ pub(crate) struct State<M: Manager> {
     pub(crate) config: PoolConfig,
     /// The close has finished: members returned from now on are dropped in place.
     pub(crate) shut: bool,
+    /// The counts last published to the gauges.
+    published: Counts,
 }
 
 /// The lock, held. Releasing it publishes the pool's counts to the gauges, so they are
@@ -65,7 +67,9 @@ impl<M: Manager> DerefMut for Locked<'_, M> {
 
 impl<M: Manager> Drop for Locked<'_, M> {
     fn drop(&mut self) {
-        self.metrics.counts(self.guard.engine.counts());
+        let state = &mut *self.guard;
+        self.metrics
+            .counts(state.engine.counts(), &mut state.published);
     }
 }
 
@@ -116,6 +120,7 @@ impl<M: Manager> Shared<M> {
                 engine: Engine::new(limits(&config)),
                 config,
                 shut: false,
+                published: Counts::default(),
             }),
             supervisor,
             drained: Notify::new(),

@@ -1,0 +1,415 @@
+//! `docs/benchmarks.md` and its charts.
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use plotters::prelude::*;
+
+use crate::Results;
+use crate::peers::NAMES;
+use crate::suites::percentile;
+
+const PERCENTILES: [(&str, f64); 5] = [
+    ("p50", 0.5),
+    ("p90", 0.9),
+    ("p99", 0.99),
+    ("p99.9", 0.999),
+    ("max", 1.0),
+];
+
+/// The version of `package` in the workspace's Cargo.lock.
+fn version(package: &str) -> String {
+    let lock = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../Cargo.lock"))
+        .unwrap_or_default();
+    let mut lines = lock.lines();
+    while let Some(line) = lines.next() {
+        if line == format!("name = \"{package}\"") {
+            if let Some(v) = lines.next().and_then(|l| l.strip_prefix("version = ")) {
+                return v.trim_matches('"').to_owned();
+            }
+        }
+    }
+    "?".into()
+}
+
+fn machine() -> String {
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|c| {
+            c.lines()
+                .find(|l| l.starts_with("model name"))
+                .map(|l| l.split(':').nth(1).unwrap_or("").trim().to_owned())
+        })
+        .unwrap_or_else(|| "unknown CPU".into());
+    let cores = std::thread::available_parallelism().map_or(0, usize::from);
+    let rustc = std::process::Command::new("rustc")
+        .arg("--version")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
+        .unwrap_or_default();
+    format!("{cpu}, {cores} cores; {rustc}; tokio multi-thread runtime with 2 workers")
+}
+
+fn cell(results: &Results, name: &str, size: usize, tasks: usize) -> Option<f64> {
+    results
+        .grid
+        .iter()
+        .find(|g| g.0 == name && g.1 == size && g.2 == tasks)
+        .and_then(|g| g.3)
+}
+
+fn fmt_opt(v: Option<f64>, digits: usize) -> String {
+    v.map_or_else(|| "hung".into(), |v| format!("{v:.digits$}"))
+}
+
+pub(crate) fn write(r: &Results, dir: &Path) -> Result<(), Box<dyn std::error::Error>> {
+    std::fs::create_dir_all(dir)?;
+    grid_chart(r, &dir.join("benchmarks-grid.svg"))?;
+    fairness_chart(r, &dir.join("benchmarks-fairness.svg"))?;
+    let mut md = String::new();
+    writeln!(md, "# Benchmarks\n")?;
+    writeln!(
+        md,
+        "Written by `cargo run --release -p pooler-bench` ({:.0} s). Do not edit by hand.\n",
+        r.seconds
+    )?;
+    writeln!(md, "- Machine: {}", machine())?;
+    let versions: Vec<String> = NAMES
+        .iter()
+        .map(|n| format!("{n} {}", version(n)))
+        .collect();
+    writeln!(md, "- Versions: {}", versions.join(", "))?;
+    writeln!(
+        md,
+        "- Every pool holds no-op members; every run of a peer has a 10 s hang guard (`hung` below).\n"
+    )?;
+
+    writeln!(
+        md,
+        "## Contended take/return (the rust-pool-benchmark grid)\n"
+    )?;
+    writeln!(
+        md,
+        "Median µs for `tasks` tasks each doing 10 take+return, clock started before spawning."
+    )?;
+    writeln!(
+        md,
+        "Ratio columns: peer time ÷ pooler time (above 1 means pooler is faster).\n"
+    )?;
+    write!(md, "| size | tasks |")?;
+    for n in NAMES {
+        write!(md, " {n} |")?;
+    }
+    for n in &NAMES[1..] {
+        write!(md, " ÷ {n} |")?;
+    }
+    writeln!(md)?;
+    writeln!(md, "|{}", "---|".repeat(2 + NAMES.len() * 2 - 1))?;
+    for size in [4, 8, 16] {
+        for tasks in [4, 16, 64, 256] {
+            write!(md, "| {size} | {tasks} |")?;
+            for n in NAMES {
+                write!(md, " {} |", fmt_opt(cell(r, n, size, tasks), 1))?;
+            }
+            let ours = cell(r, "pooler", size, tasks);
+            for n in &NAMES[1..] {
+                let ratio = cell(r, n, size, tasks).zip(ours).map(|(p, o)| p / o);
+                write!(md, " {} |", fmt_opt(ratio, 2))?;
+            }
+            writeln!(md)?;
+        }
+    }
+    writeln!(md, "\n![grid](benchmarks-grid.svg)\n")?;
+
+    writeln!(md, "## Uncontended take+return (one task, pool of 8)\n")?;
+    writeln!(md, "| pool | ns per pair | ÷ pooler |\n|---|---|---|")?;
+    let ours = r
+        .uncontended
+        .iter()
+        .find(|u| u.0 == "pooler")
+        .and_then(|u| u.1);
+    for (name, ns) in &r.uncontended {
+        writeln!(
+            md,
+            "| {name} | {} | {} |",
+            fmt_opt(*ns, 0),
+            fmt_opt(ns.zip(ours).map(|(p, o)| p / o), 2)
+        )?;
+    }
+
+    writeln!(
+        md,
+        "\n## Fairness (pool of 8, 256 tasks × {} rounds of take → yield → return)\n",
+        crate::suites::Effort::FULL.fairness_rounds
+    )?;
+    writeln!(md, "Take latency in µs.\n")?;
+    write!(md, "| pool |")?;
+    for (label, _) in PERCENTILES {
+        write!(md, " {label} |")?;
+    }
+    writeln!(
+        md,
+        " p99 ÷ p50 | p99.9 ÷ p50 |\n|---|---|---|---|---|---|---|---|"
+    )?;
+    for (name, lat) in &r.fairness {
+        write!(md, "| {name} |")?;
+        match lat {
+            Some(lat) => {
+                for (_, p) in PERCENTILES {
+                    write!(md, " {:.1} |", percentile(lat, p) / 1e3)?;
+                }
+                let p50 = percentile(lat, 0.5).max(1.0);
+                writeln!(
+                    md,
+                    " {:.1} | {:.1} |",
+                    percentile(lat, 0.99) / p50,
+                    percentile(lat, 0.999) / p50
+                )?;
+            }
+            None => writeln!(md, " hung | | | | | | |")?,
+        }
+    }
+    writeln!(md, "\n![fairness](benchmarks-fairness.svg)\n")?;
+
+    writeln!(md, "## pooler alone\n")?;
+    writeln!(md, "| measurement | result |\n|---|---|")?;
+    for (size, ns) in &r.sizes {
+        writeln!(
+            md,
+            "| uncontended take+return, pool of {size} | {ns:.0} ns |"
+        )?;
+    }
+    let flat = r.sizes.iter().map(|s| s.1).fold(f64::MIN, f64::max)
+        / r.sizes.iter().map(|s| s.1).fold(f64::MAX, f64::min);
+    writeln!(
+        md,
+        "| pool-size cost spread (slowest ÷ fastest) | {flat:.2}× |"
+    )?;
+    writeln!(
+        md,
+        "| rejection: try_take on an exhausted pool | {:.0} ns |",
+        r.rejection
+    )?;
+    writeln!(
+        md,
+        "| churn: 500 takes on init 0 / max 500 (growth + queue) | {:.1} ms |",
+        r.churn.0.as_secs_f64() * 1e3
+    )?;
+    writeln!(
+        md,
+        "| churn: cull back to 0 after returning them (cull_interval 10 ms) | {:.1} ms |",
+        r.churn.1.as_secs_f64() * 1e3
+    )?;
+    writeln!(
+        md,
+        "| parallel start: 100 members × 100 ms start → ready | {:.1} ms |",
+        r.parallel_start.as_secs_f64() * 1e3
+    )?;
+    writeln!(
+        md,
+        "| take+return without / with max_lifetime (+jitter) | {:.0} / {:.0} ns ({:+.1} %) |",
+        r.lifetime.0,
+        r.lifetime.1,
+        (r.lifetime.1 / r.lifetime.0 - 1.0) * 100.0
+    )?;
+    writeln!(
+        md,
+        "| take+return, metrics recorder absent / installed (Prometheus) | {:.0} / {:.0} ns |",
+        r.metrics.0, r.metrics.1
+    )?;
+    match r.metrics_share {
+        Some(s) => writeln!(
+            md,
+            "| instructions in `pooler::metrics` per take+return, no recorder (callgrind) | {:.1} % |",
+            s * 100.0
+        )?,
+        None => writeln!(
+            md,
+            "| instructions in `pooler::metrics`, no recorder | valgrind not found |"
+        )?,
+    }
+
+    writeln!(md, "\n## Goals\n")?;
+    writeln!(md, "| goal | measured | met |\n|---|---|---|")?;
+    let mut worst_deadpool = f64::MAX;
+    let mut vs_qp = Vec::new();
+    for size in [4, 8, 16] {
+        for tasks in [4, 16, 64, 256] {
+            let ours = cell(r, "pooler", size, tasks);
+            if let (Some(o), Some(d)) = (ours, cell(r, "deadpool", size, tasks)) {
+                worst_deadpool = worst_deadpool.min(d / o);
+            }
+            if let (Some(o), Some(q)) = (ours, cell(r, "qp", size, tasks)) {
+                vs_qp.push(q / o);
+            }
+        }
+    }
+    let hung = r.grid.iter().any(|g| g.0 == "pooler" && g.3.is_none());
+    let qp_median = if vs_qp.is_empty() {
+        f64::NAN
+    } else {
+        vs_qp.sort_by(f64::total_cmp);
+        vs_qp[vs_qp.len() / 2]
+    };
+    let yes = |b: bool| if b { "yes" } else { "no" };
+    writeln!(
+        md,
+        "| contended grid ≥ 1.5× deadpool in every cell | worst cell {worst_deadpool:.2}× | {} |",
+        yes(worst_deadpool >= 1.5)
+    )?;
+    writeln!(
+        md,
+        "| at least qp's median, never hanging | median cell {qp_median:.2}× qp; pooler hung: {} | {} |",
+        yes(hung),
+        yes(qp_median >= 1.0 && !hung)
+    )?;
+    let dead_unc = r
+        .uncontended
+        .iter()
+        .find(|u| u.0 == "deadpool")
+        .and_then(|u| u.1);
+    let unc = dead_unc.zip(ours).map(|(d, o)| d / o).unwrap_or(f64::NAN);
+    writeln!(
+        md,
+        "| uncontended ≥ 3× deadpool | {unc:.2}× | {} |",
+        yes(unc >= 3.0)
+    )?;
+    if let Some(Some(lat)) = r.fairness.iter().find(|f| f.0 == "pooler").map(|f| &f.1) {
+        let p50 = percentile(lat, 0.5).max(1.0);
+        let (p99, p999) = (percentile(lat, 0.99) / p50, percentile(lat, 0.999) / p50);
+        writeln!(
+            md,
+            "| fairness p99 ≤ 2× p50 | {p99:.1}× | {} |",
+            yes(p99 <= 2.0)
+        )?;
+        writeln!(
+            md,
+            "| fairness p99.9 ≤ 4× p50 | {p999:.1}× | {} |",
+            yes(p999 <= 4.0)
+        )?;
+    }
+    writeln!(
+        md,
+        "| pool-size cost flat within 1.2× | {flat:.2}× | {} |",
+        yes(flat <= 1.2)
+    )?;
+    let ready = r.parallel_start.as_secs_f64() * 1e3;
+    writeln!(
+        md,
+        "| 100 × 100 ms starts ready within 130 ms | {ready:.1} ms | {} |",
+        yes(ready <= 130.0)
+    )?;
+    match r.metrics_share {
+        Some(s) => writeln!(
+            md,
+            "| metrics cost ≤ 5 % with no recorder | {:.1} % | {} |",
+            s * 100.0,
+            yes(s <= 0.05)
+        )?,
+        None => writeln!(
+            md,
+            "| metrics cost ≤ 5 % with no recorder | not measured (no valgrind) | ? |"
+        )?,
+    }
+    std::fs::write(dir.join("benchmarks.md"), md)?;
+    Ok(())
+}
+
+fn grid_chart(r: &Results, path: &Path) -> Result<(), Box<dyn std::error::Error>> {
+    let root = SVGBackend::new(path, (1200, 420)).into_drawing_area();
+    root.fill(&WHITE)?;
+    let panels = root.split_evenly((1, 3));
+    let max = r.grid.iter().filter_map(|g| g.3).fold(1.0, f64::max) * 1.5;
+    let min = r
+        .grid
+        .iter()
+        .filter_map(|g| g.3)
+        .fold(f64::MAX, f64::min)
+        .max(0.1)
+        / 1.5;
+    for (panel, size) in panels.iter().zip([4, 8, 16]) {
+        let mut chart = ChartBuilder::on(panel)
+            .caption(format!("pool of {size}: µs per run"), ("sans-serif", 18))
+            .margin(10)
+            .x_label_area_size(30)
+            .y_label_area_size(50)
+            .build_cartesian_2d(0f64..3f64, (min..max).log_scale())?;
+        chart
+            .configure_mesh()
+            .x_labels(4)
+            .x_label_formatter(&|x| {
+                format!("{} tasks", [4, 16, 64, 256][(x.round() as usize).min(3)])
+            })
+            .draw()?;
+        for (i, name) in NAMES.iter().enumerate() {
+            let color = Palette99::pick(i).to_rgba();
+            let points: Vec<(f64, f64)> = [4, 16, 64, 256]
+                .iter()
+                .enumerate()
+                .filter_map(|(x, t)| cell(r, name, size, *t).map(|v| (x as f64, v)))
+                .collect();
+            chart
+                .draw_series(LineSeries::new(points, color.stroke_width(2)))?
+                .label(*name)
+                .legend(move |(x, y)| {
+                    PathElement::new(vec![(x, y), (x + 16, y)], color.stroke_width(2))
+                });
+        }
+        chart
+            .configure_series_labels()
+            .background_style(WHITE.mix(0.8))
+            .border_style(BLACK)
+            .draw()?;
+    }
+    root.present()?;
+    Ok(())
+}
+
+fn fairness_chart(r: &Results, path: &Path) -> Result<(), Box<dyn std::error::Error>> {
+    let root = SVGBackend::new(path, (800, 420)).into_drawing_area();
+    root.fill(&WHITE)?;
+    let all: Vec<f64> = r
+        .fairness
+        .iter()
+        .filter_map(|f| f.1.as_ref())
+        .flat_map(|l| PERCENTILES.iter().map(|(_, p)| percentile(l, *p) / 1e3))
+        .collect();
+    let max = all.iter().copied().fold(1.0, f64::max) * 1.5;
+    let min = all.iter().copied().fold(f64::MAX, f64::min).max(0.01) / 1.5;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(
+            "take latency, pool of 8, 256 tasks (µs)",
+            ("sans-serif", 18),
+        )
+        .margin(10)
+        .x_label_area_size(30)
+        .y_label_area_size(60)
+        .build_cartesian_2d(0f64..4f64, (min..max).log_scale())?;
+    chart
+        .configure_mesh()
+        .x_labels(5)
+        .x_label_formatter(&|x| PERCENTILES[(x.round() as usize).min(4)].0.to_owned())
+        .draw()?;
+    for (i, (name, lat)) in r.fairness.iter().enumerate() {
+        let Some(lat) = lat else { continue };
+        let color = Palette99::pick(i).to_rgba();
+        let points: Vec<(f64, f64)> = PERCENTILES
+            .iter()
+            .enumerate()
+            .map(|(x, (_, p))| (x as f64, percentile(lat, *p) / 1e3))
+            .collect();
+        chart
+            .draw_series(LineSeries::new(points, color.stroke_width(2)))?
+            .label(*name)
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 16, y)], color.stroke_width(2))
+            });
+    }
+    chart
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .draw()?;
+    root.present()?;
+    Ok(())
+}

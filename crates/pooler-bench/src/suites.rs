@@ -1,0 +1,259 @@
+//! The measurements. Every run of a peer is wrapped in a hang guard: a run that does not
+//! finish within [`HANG`] is reported as hung and its tasks are aborted.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::peers::{self, Contender};
+
+/// How much work each suite does.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Effort {
+    /// A run that takes longer than this is a hang.
+    pub(crate) hang: Duration,
+    pub(crate) grid_iterations: usize,
+    pub(crate) fairness_rounds: usize,
+    pub(crate) uncontended_ops: u32,
+}
+
+impl Effort {
+    pub(crate) const FULL: Effort = Effort {
+        hang: Duration::from_secs(10),
+        grid_iterations: 150,
+        fairness_rounds: 200,
+        uncontended_ops: 200_000,
+    };
+    pub(crate) const SMOKE: Effort = Effort {
+        hang: Duration::from_secs(1),
+        grid_iterations: 2,
+        fairness_rounds: 2,
+        uncontended_ops: 1_000,
+    };
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// Runs `f` against a freshly built pool of every contender, by name.
+macro_rules! each_contender {
+    ($name:expr, $size:expr, |$pool:ident| $body:expr) => {
+        match $name {
+            "pooler" => {
+                let $pool = Arc::new(peers::pooler($size).await);
+                $body
+            }
+            "deadpool" => {
+                let $pool = Arc::new(peers::deadpool($size));
+                $body
+            }
+            "bb8" => {
+                let $pool = Arc::new(peers::bb8($size).await);
+                $body
+            }
+            "qp" => {
+                let $pool = Arc::new(peers::qp($size));
+                $body
+            }
+            "mobc" => {
+                let $pool = Arc::new(peers::mobc($size));
+                $body
+            }
+            "fastpool" => {
+                let $pool = Arc::new(peers::fastpool($size));
+                $body
+            }
+            "r2d2" => {
+                let $pool = Arc::new(peers::r2d2($size));
+                $body
+            }
+            other => unreachable!("unknown contender {other}"),
+        }
+    };
+}
+
+/// One grid run: the clock starts before `tasks` tasks are spawned, each doing `ops` take and
+/// returns; it stops when all are done. `None` if it hung.
+async fn grid_run<C: Contender>(
+    pool: &Arc<C>,
+    tasks: usize,
+    ops: usize,
+    hang: Duration,
+) -> Option<Duration> {
+    let start = Instant::now();
+    let handles: Vec<_> = (0..tasks)
+        .map(|_| {
+            let pool = pool.clone();
+            tokio::spawn(async move {
+                for _ in 0..ops {
+                    pool.take_return().await;
+                }
+            })
+        })
+        .collect();
+    let aborts: Vec<_> = handles
+        .iter()
+        .map(tokio::task::JoinHandle::abort_handle)
+        .collect();
+    let all = async {
+        for h in handles {
+            let _ = h.await;
+        }
+    };
+    if tokio::time::timeout(hang, all).await.is_err() {
+        aborts.iter().for_each(tokio::task::AbortHandle::abort);
+        return None;
+    }
+    Some(start.elapsed())
+}
+
+/// One grid cell: median microseconds per run, `None` if a run hung.
+pub(crate) async fn grid_cell(
+    name: &str,
+    size: usize,
+    tasks: usize,
+    effort: Effort,
+) -> Option<f64> {
+    each_contender!(name, size, |pool| {
+        grid_run(&pool, tasks, 10, effort.hang).await?; // warm-up
+        let mut samples = Vec::with_capacity(effort.grid_iterations);
+        for _ in 0..effort.grid_iterations {
+            samples.push(grid_run(&pool, tasks, 10, effort.hang).await?.as_secs_f64() * 1e6);
+        }
+        Some(median(samples))
+    })
+}
+
+/// Median nanoseconds per take+return on one task.
+pub(crate) async fn uncontended(name: &str, size: usize, effort: Effort) -> Option<f64> {
+    each_contender!(name, size, |pool| {
+        let run = async {
+            let mut samples = Vec::new();
+            for _ in 0..11 {
+                let t = Instant::now();
+                for _ in 0..effort.uncontended_ops {
+                    pool.take_return().await;
+                }
+                samples.push(t.elapsed().as_nanos() as f64 / f64::from(effort.uncontended_ops));
+            }
+            median(samples)
+        };
+        tokio::time::timeout(effort.hang * 3, run).await.ok()
+    })
+}
+
+/// Take latencies (ns) with a pool of 8 and 256 tasks, each doing `rounds` times: take, yield
+/// once, return. Sorted. `None` if it hung.
+pub(crate) async fn fairness(name: &str, effort: Effort) -> Option<Vec<f64>> {
+    each_contender!(name, 8, |pool| {
+        let handles: Vec<_> = (0..256)
+            .map(|_| {
+                let pool = pool.clone();
+                tokio::spawn(async move {
+                    let mut lat = Vec::with_capacity(effort.fairness_rounds);
+                    for _ in 0..effort.fairness_rounds {
+                        lat.push(pool.timed_take().await.as_nanos() as f64);
+                    }
+                    lat
+                })
+            })
+            .collect();
+        let aborts: Vec<_> = handles
+            .iter()
+            .map(tokio::task::JoinHandle::abort_handle)
+            .collect();
+        let all = async {
+            let mut lat = Vec::new();
+            for h in handles {
+                lat.extend(h.await.unwrap_or_default());
+            }
+            lat
+        };
+        match tokio::time::timeout(effort.hang * 3, all).await {
+            Ok(mut lat) => {
+                lat.sort_by(f64::total_cmp);
+                Some(lat)
+            }
+            Err(_) => {
+                aborts.iter().for_each(tokio::task::AbortHandle::abort);
+                None
+            }
+        }
+    })
+}
+
+pub(crate) fn percentile(sorted: &[f64], p: f64) -> f64 {
+    sorted[((sorted.len() - 1) as f64 * p).round() as usize]
+}
+
+/// Nanoseconds per `try_take_member` on an exhausted pool.
+pub(crate) async fn rejection(effort: Effort) -> f64 {
+    let pool = peers::pooler(4).await;
+    let _held: Vec<_> = (0..4)
+        .map(|_| pool.try_take_member().expect("free"))
+        .collect();
+    let t = Instant::now();
+    for _ in 0..effort.uncontended_ops {
+        std::hint::black_box(pool.try_take_member().is_err());
+    }
+    t.elapsed().as_nanos() as f64 / f64::from(effort.uncontended_ops)
+}
+
+/// Churn: a pool of init 0, max 500 is asked for 500 members at once (growth and queueing);
+/// returns the time until all 500 are held, then the time to cull back to zero after they
+/// are returned.
+pub(crate) async fn churn() -> (Duration, Duration) {
+    let config = pooler::PoolConfig {
+        cull_interval: Duration::from_millis(10),
+        max_age: Duration::from_millis(10),
+        queue_max: 1000,
+        ..pooler::PoolConfig::new("churn", 0, 500)
+    };
+    let pool = pooler::Pool::start(config, peers::Noop)
+        .await
+        .expect("valid");
+    let t = Instant::now();
+    let takes: Vec<_> = (0..500)
+        .map(|_| {
+            let pool = pool.clone();
+            tokio::spawn(async move { pool.take_member(Duration::from_secs(30)).await })
+        })
+        .collect();
+    let mut held = Vec::new();
+    for h in takes {
+        held.push(h.await.expect("no panic").expect("a member"));
+    }
+    let grow = t.elapsed();
+    drop(held);
+    let t = Instant::now();
+    while pool.utilization().free_count + pool.utilization().stopping_count > 0 {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    let cull = t.elapsed();
+    pool.close(pooler::Shutdown::Immediate).await;
+    (grow, cull)
+}
+
+struct Slow;
+
+impl pooler::Manager for Slow {
+    type Member = ();
+    type Error = std::io::Error;
+    async fn start(&self, _: &pooler::MemberContext) -> Result<(), Self::Error> {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        Ok(())
+    }
+}
+
+/// Time for `Pool::start` with 100 members whose start takes 100 ms.
+pub(crate) async fn parallel_start() -> Duration {
+    let t = Instant::now();
+    let pool = pooler::Pool::start(pooler::PoolConfig::new("slow", 100, 100), Slow)
+        .await
+        .expect("valid");
+    let ready = t.elapsed();
+    assert_eq!(pool.utilization().free_count, 100);
+    pool.close(pooler::Shutdown::Immediate).await;
+    ready
+}
