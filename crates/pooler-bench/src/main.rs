@@ -65,7 +65,7 @@ async fn paired(a: pooler::PoolConfig, b: pooler::PoolConfig, ops: u32) -> (f64,
     (x[3], y[3])
 }
 
-/// Share of instructions spent in `pooler::metrics` per take+return with no recorder,
+/// Share of instructions spent in pooler's metrics code per take+return with no recorder,
 /// counted by callgrind running this binary's `fixed-plain` mode. `None` without valgrind.
 fn metrics_share() -> Option<f64> {
     let exe = std::env::current_exe().ok()?;

@@ -78,6 +78,26 @@ pub trait Manager: Send + Sync + 'static {
         let _ = member;
         false
     }
+
+    /// Whether a member given back in good order must go through
+    /// [`recycle`](Manager::recycle) before anyone else gets it. Asked on every return, so
+    /// keep it cheap. Default: `false` (returns cost nothing extra).
+    fn needs_recycle(&self, member: &Self::Member) -> bool {
+        let _ = member;
+        false
+    }
+
+    /// Makes a returned member fit for its next consumer (a database connection rolls back a
+    /// transaction its last user left open). Runs in a supervised task, bounded by
+    /// `member_start_timeout`, while the member still counts as in use; an error or a timeout
+    /// replaces it. Default: nothing.
+    fn recycle(
+        &self,
+        member: &mut Self::Member,
+    ) -> impl Future<Output = Result<(), Self::Error>> + Send {
+        let _ = member;
+        async { Ok(()) }
+    }
 }
 
 /// Receives members' death signals; implemented by the pool.

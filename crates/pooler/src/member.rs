@@ -28,6 +28,8 @@ pub struct Member<M: Manager> {
     taken_at: Instant,
     /// Set while a `with_member` closure runs: dropped in that state means cancelled mid-use.
     mid_use: bool,
+    /// Held by the pool's recycle task: on return, skip recycling.
+    recycling: bool,
 }
 
 impl<M: Manager> Member<M> {
@@ -44,6 +46,7 @@ impl<M: Manager> Member<M> {
             held: Some(held),
             taken_at,
             mid_use: false,
+            recycling: false,
         }
     }
 
@@ -52,7 +55,7 @@ impl<M: Manager> Member<M> {
     pub fn fail(mut this: Self) {
         if let Some(held) = this.held.take() {
             this.shared
-                .give_back(this.key, held, Fate::Failed, this.taken_at);
+                .give_back(this.key, held, Fate::Failed, this.taken_at, this.recycling);
         }
     }
 
@@ -76,6 +79,11 @@ impl<M: Manager> Member<M> {
 
     pub(crate) fn set_mid_use(&mut self, mid_use: bool) {
         self.mid_use = mid_use;
+    }
+
+    /// Marks the guard as the pool's own, held while the member is recycled.
+    pub(crate) fn set_recycling(&mut self) {
+        self.recycling = true;
     }
 
     /// Empties the guard without returning the member (a hand-off the waiter refused).
@@ -116,7 +124,8 @@ impl<M: Manager> Drop for Member<M> {
             } else {
                 Fate::Ok
             };
-            self.shared.give_back(self.key, held, fate, self.taken_at);
+            self.shared
+                .give_back(self.key, held, fate, self.taken_at, self.recycling);
         }
     }
 }

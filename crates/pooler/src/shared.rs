@@ -214,11 +214,23 @@ impl<M: Manager> Shared<M> {
 
     // ---- return -----------------------------------------------------------------------
 
-    /// A member comes back from its holder.
-    pub(crate) fn give_back(&self, key: Key, held: Held<M::Member>, fate: Fate, taken_at: Instant) {
+    /// A member comes back from its holder (or from the pool's own recycle task, when
+    /// `recycled`).
+    pub(crate) fn give_back(
+        &self,
+        key: Key,
+        held: Held<M::Member>,
+        fate: Fate,
+        taken_at: Instant,
+        recycled: bool,
+    ) {
         let broken = fate == Fate::Ok && self.manager.is_broken(&held.value);
+        let recycle =
+            fate == Fate::Ok && !broken && !recycled && self.manager.needs_recycle(&held.value);
         let now = Instant::now();
-        self.metrics.used(now - taken_at);
+        if !recycled {
+            self.metrics.used(now - taken_at);
+        }
         let mut state = self.lock();
         if state.shut {
             drop(state);
@@ -247,9 +259,37 @@ impl<M: Manager> Shared<M> {
         } else if let Some(reason) = reason {
             drop(state);
             self.destroy(key, held, now, reason);
+        } else if recycle {
+            drop(state);
+            self.spawn_recycle(key, held, now);
         } else {
             self.hand_off(state, key, held, now);
         }
+    }
+
+    /// Recycles a returned member in a supervised task; it stays in use meanwhile, held by a
+    /// guard, so a panic or a close cannot lose it.
+    fn spawn_recycle(&self, key: Key, held: Held<M::Member>, now: Instant) {
+        let mut member = Member::new(self.arc(), key, held, now);
+        member.set_recycling();
+        let shared = self.arc();
+        self.supervisor.spawn(async move {
+            let (limit, _) = shared.timeouts();
+            member.set_mid_use(true);
+            let result = tokio::time::timeout(limit, shared.manager.recycle(&mut member)).await;
+            member.set_mid_use(false);
+            match result {
+                Ok(Ok(())) => drop(member),
+                Ok(Err(e)) => {
+                    tracing::warn!(pool = %shared.name, member = Member::id(&member), error = %e, "recycling a returned member failed; replacing it");
+                    Member::fail(member);
+                }
+                Err(_) => {
+                    tracing::warn!(pool = %shared.name, member = Member::id(&member), "recycling a returned member timed out; replacing it");
+                    Member::fail(member);
+                }
+            }
+        });
     }
 
     /// Gives an in-use member to the oldest waiter that still waits, or puts it on the free

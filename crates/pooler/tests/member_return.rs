@@ -184,3 +184,43 @@ async fn stats_agree_with_what_happened() {
         MemberStatus::Stopping
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_member_that_needs_recycling_is_recycled_before_anyone_else_gets_it() {
+    let (pool, probe) = pool(1, 1).await;
+    probe
+        .recycle_on
+        .store(true, std::sync::atomic::Ordering::SeqCst);
+    probe.set_recycle(Step::Slow(ms(50)));
+    let mut m = pool.try_take_member().unwrap();
+    m.uses = 7; // left dirty
+    drop(m);
+    assert_eq!(
+        counts(&pool),
+        (1, 0, 0, 0, 0),
+        "still in use while it is recycled"
+    );
+    let t0 = tokio::time::Instant::now();
+    let m = pool.take_member(ms(1000)).await.unwrap();
+    assert_eq!(t0.elapsed(), ms(50), "served as soon as the recycle ended");
+    assert_eq!((m.id, m.uses), (1, 0), "the same member, clean");
+    assert_eq!(probe.recycles.load(std::sync::atomic::Ordering::SeqCst), 1);
+    drop(m);
+    advance(ms(50)).await; // its second recycle
+
+    // A recycle that fails replaces the member.
+    probe.set_recycle(Step::Err);
+    drop(pool.try_take_member().unwrap());
+    settle().await;
+    assert_eq!(probe.stops(), 1);
+    assert_eq!(pool.stats().iter().map(|s| s.id).collect::<Vec<_>>(), [2]);
+
+    // A failed or crashed member is not recycled, only replaced.
+    let before = probe.recycles.load(std::sync::atomic::Ordering::SeqCst);
+    Member::fail(pool.try_take_member().unwrap());
+    settle().await;
+    assert_eq!(
+        probe.recycles.load(std::sync::atomic::Ordering::SeqCst),
+        before
+    );
+}

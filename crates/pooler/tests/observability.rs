@@ -165,7 +165,11 @@ async fn metrics_follow_every_change_with_reasons() {
     assert_eq!(gauge("pooler_starting"), 1.0);
     advance(Duration::from_secs(60)).await;
     assert_eq!(counter("pooler_starting_member_timeout_total", None), 1);
-    assert_eq!(histogram_len("pooler_take_wait_seconds"), 0, "try_take_member never waits");
+    assert_eq!(
+        histogram_len("pooler_take_wait_seconds"),
+        0,
+        "try_take_member never waits"
+    );
     probe.set_start(Step::Ok);
     advance(Duration::from_secs(10)).await;
     drop(pool.take_member(ms(100)).await.unwrap());

@@ -51,6 +51,7 @@ pub struct Plan {
     pub init: Step,
     pub check: Step,
     pub stop: Step,
+    pub recycle: Step,
 }
 
 /// Counters and switches shared by the manager, its members and the test.
@@ -63,6 +64,9 @@ pub struct Probe {
     pub checks: AtomicUsize,
     /// Member values alive right now (created and not yet dropped).
     pub alive: AtomicUsize,
+    /// Whether returned members need recycling, and how many recycles ran.
+    pub recycle_on: AtomicBool,
+    pub recycles: AtomicUsize,
     drivers: Mutex<HashMap<u64, oneshot::Sender<()>>>,
     broken: Mutex<HashMap<u64, Arc<AtomicBool>>>,
 }
@@ -79,6 +83,9 @@ impl Probe {
     }
     pub fn set_stop(&self, s: Step) {
         self.plan.lock().unwrap().stop = s;
+    }
+    pub fn set_recycle(&self, s: Step) {
+        self.plan.lock().unwrap().recycle = s;
     }
     pub fn attempts(&self) -> usize {
         self.attempts.load(SeqCst)
@@ -135,7 +142,10 @@ impl Default for Fake {
                     init: Step::Ok,
                     check: Step::Ok,
                     stop: Step::Ok,
+                    recycle: Step::Ok,
                 }),
+                recycle_on: AtomicBool::new(false),
+                recycles: AtomicUsize::new(0),
                 attempts: AtomicUsize::new(0),
                 started: AtomicUsize::new(0),
                 stops: AtomicUsize::new(0),
@@ -220,6 +230,18 @@ impl Manager for Fake {
 
     fn is_broken(&self, m: &FakeMember) -> bool {
         m.broken.load(SeqCst)
+    }
+
+    fn needs_recycle(&self, _m: &FakeMember) -> bool {
+        self.probe.recycle_on.load(SeqCst)
+    }
+
+    async fn recycle(&self, m: &mut FakeMember) -> Result<(), FakeError> {
+        self.probe.recycles.fetch_add(1, SeqCst);
+        let step = self.probe.plan.lock().unwrap().recycle;
+        step.run("recycle").await?;
+        m.uses = 0; // the next holder gets it clean
+        Ok(())
     }
 }
 

@@ -1,0 +1,381 @@
+//! Live tests against PostgreSQL (`POOLER_POSTGRES_URL`, default
+//! `postgres://postgres@127.0.0.1:5432/test`). Unreachable, they skip with a notice, or fail
+//! under `POOLER_REQUIRE_SERVICES=1`.
+#![allow(clippy::disallowed_methods)] // tests spawn their own consumers
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use pooler::{Member, Pool, PoolConfig, Shutdown, TakeError};
+use pooler_postgres::{PgManager, Recycle};
+use pooler_testkit::{Proxy, host_port, service};
+use tokio::time::Instant;
+
+const DEFAULT: &str = "postgres://postgres@127.0.0.1:5432/test";
+
+async fn url() -> Option<String> {
+    service("POOLER_POSTGRES_URL", DEFAULT, host_port).await
+}
+
+/// A manager whose connections carry `tag` as their application_name.
+fn manager(url: &str, tag: &str) -> PgManager {
+    let mut config: tokio_postgres::Config = url.parse().expect("a valid URL");
+    config.application_name(tag);
+    PgManager::from_config(config)
+}
+
+/// A plain connection for looking at the server from outside the pool.
+async fn admin(url: &str) -> tokio_postgres::Client {
+    let (client, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+        .await
+        .expect("admin connection");
+    tokio::spawn(conn);
+    client
+}
+
+async fn sessions(admin: &tokio_postgres::Client, tag: &str) -> i64 {
+    admin
+        .query_one(
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1",
+            &[&tag],
+        )
+        .await
+        .expect("count sessions")
+        .get(0)
+}
+
+/// Whether the session is inside an explicit transaction. (Over the simple protocol: with
+/// the extended one, `now()` and `statement_timestamp()` differ even outside a transaction.)
+async fn in_transaction(conn: &tokio_postgres::Client) -> bool {
+    let messages = conn
+        .simple_query("SELECT now() = statement_timestamp()")
+        .await
+        .unwrap();
+    !messages
+        .iter()
+        .any(|m| matches!(m, tokio_postgres::SimpleQueryMessage::Row(r) if r.get(0) == Some("t")))
+}
+
+/// Waits (real time, bounded) until `done` holds.
+async fn eventually(what: &str, mut done: impl AsyncFnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while !done().await {
+        assert!(Instant::now() < deadline, "timed out waiting until {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sixty_four_tasks_share_eight_connections_with_correct_results() {
+    let Some(url) = url().await else { return };
+    // 56 of the 64 may wait at once: above the default queue_max of 50.
+    let config = PoolConfig {
+        queue_max: 64,
+        ..PoolConfig::new("pg-64", 8, 8)
+    };
+    let pool = Pool::start(config, manager(&url, "pooler-64"))
+        .await
+        .unwrap();
+    let mut tasks = Vec::new();
+    for i in 0..64i32 {
+        let pool = pool.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut pids = HashSet::new();
+            for j in 0..20i32 {
+                let conn = pool.take_member(Duration::from_secs(10)).await.unwrap();
+                let row = conn
+                    .query_one(
+                        "SELECT $1::INT * 1000 + $2::INT, pg_backend_pid()",
+                        &[&i, &j],
+                    )
+                    .await
+                    .unwrap();
+                assert_eq!(row.get::<_, i32>(0), i * 1000 + j);
+                pids.insert(row.get::<_, i32>(1));
+            }
+            pids
+        }));
+    }
+    let mut pids = HashSet::new();
+    for t in tasks {
+        pids.extend(t.await.unwrap());
+    }
+    assert!(pids.len() <= 8, "{} backends for a pool of 8", pids.len());
+    pool.close(Shutdown::Graceful).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_backend_is_replaced_and_never_handed_out() {
+    let Some(url) = url().await else { return };
+    let admin = admin(&url).await;
+    let pool = Pool::start(
+        PoolConfig::new("pg-kill", 2, 2),
+        manager(&url, "pooler-kill"),
+    )
+    .await
+    .unwrap();
+
+    // Killed while free: the driver task ends, the member is replaced without any take.
+    let pid: i32 = pool
+        .take_member(Duration::from_secs(5))
+        .await
+        .unwrap()
+        .query_one("SELECT pg_backend_pid()", &[])
+        .await
+        .unwrap()
+        .get(0);
+    let before: Vec<u64> = pool.stats().iter().map(|s| s.id).collect();
+    admin
+        .execute("SELECT pg_terminate_backend($1)", &[&pid])
+        .await
+        .unwrap();
+    eventually("the killed free member is replaced", async || {
+        let ids: Vec<u64> = pool.stats().iter().map(|s| s.id).collect();
+        ids.len() == 2 && ids != before && pool.utilization().free_count == 2
+    })
+    .await;
+    for _ in 0..10 {
+        let a = pool.take_member(Duration::from_secs(5)).await.unwrap();
+        let b = pool.take_member(Duration::from_secs(5)).await.unwrap();
+        for conn in [&a, &b] {
+            let alive: i32 = conn
+                .query_one("SELECT pg_backend_pid()", &[])
+                .await
+                .unwrap()
+                .get(0);
+            assert_ne!(alive, pid, "the dead backend was handed out");
+        }
+    }
+
+    // Killed while in use: the holder sees the error; the member is replaced on return.
+    let conn = pool.take_member(Duration::from_secs(5)).await.unwrap();
+    let pid: i32 = conn
+        .query_one("SELECT pg_backend_pid()", &[])
+        .await
+        .unwrap()
+        .get(0);
+    admin
+        .execute("SELECT pg_terminate_backend($1)", &[&pid])
+        .await
+        .unwrap();
+    eventually("the holder's connection is closed", async || {
+        conn.is_closed()
+    })
+    .await;
+    assert!(conn.query_one("SELECT 1", &[]).await.is_err());
+    drop(conn);
+    for _ in 0..5 {
+        let conn = pool.take_member(Duration::from_secs(5)).await.unwrap();
+        let one: i32 = conn
+            .query_one("SELECT 1", &[])
+            .await
+            .expect("a later taker gets a working connection")
+            .get(0);
+        assert_eq!(one, 1);
+    }
+    pool.close(Shutdown::Graceful).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_outage_fails_fast_backs_off_and_refills_by_itself() {
+    let Some(url) = url().await else { return };
+    let proxy = Proxy::start(&host_port(&url)).await;
+    proxy.set_open(false);
+    // A fresh config: `host()` and `port()` add to a parsed one's list, not replace it.
+    let parsed: tokio_postgres::Config = url.parse().unwrap();
+    let mut config = tokio_postgres::Config::new();
+    config
+        .host("127.0.0.1")
+        .port(proxy.addr().port())
+        .application_name("pooler-outage");
+    if let Some(user) = parsed.get_user() {
+        config.user(user);
+    }
+    if let Some(db) = parsed.get_dbname() {
+        config.dbname(db);
+    }
+    let pool = Pool::start(
+        PoolConfig {
+            member_start_timeout: Duration::from_secs(2),
+            ..PoolConfig::new("pg-outage", 2, 4)
+        },
+        PgManager::from_config(config),
+    )
+    .await
+    .unwrap();
+    assert_eq!(pool.utilization().free_count, 0);
+
+    // Takes fail at once, with the connect error in the message.
+    let t = Instant::now();
+    let e = pool.take_member(Duration::from_secs(5)).await.unwrap_err();
+    assert!(
+        t.elapsed() < Duration::from_millis(500),
+        "took {:?}",
+        t.elapsed()
+    );
+    assert!(matches!(e, TakeError::Unavailable { .. }), "{e}");
+    assert!(e.to_string().contains("starting a member failed"), "{e}");
+
+    // Three seconds of outage: a handful of attempts spaced by the backoff, not a storm.
+    let start = proxy.attempts();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let attempts = proxy.attempts() - start;
+    assert!(
+        (2..=8).contains(&attempts),
+        "{attempts} connection attempts in 3 s"
+    );
+
+    // The server comes back: the pool refills on its own, with no take asking for it.
+    proxy.set_open(true);
+    eventually("the pool refills to init_count", async || {
+        pool.utilization().free_count == 2
+    })
+    .await;
+    let one: i32 = pool
+        .take_member(Duration::from_secs(5))
+        .await
+        .unwrap()
+        .query_one("SELECT 1", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(one, 1);
+
+    // A cut link (the server vanishes mid-connection) is a dead member, replaced.
+    proxy.cut();
+    eventually("cut connections are replaced", async || {
+        pool.utilization().free_count == 2 && pool.stats().iter().all(|s| s.id > 2)
+    })
+    .await;
+    pool.close(Shutdown::Graceful).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn max_lifetime_with_jitter_recycles_real_connections() {
+    let Some(url) = url().await else { return };
+    let config = PoolConfig {
+        max_lifetime: Some(Duration::from_millis(1500)),
+        max_lifetime_jitter: Duration::from_millis(500),
+        ..PoolConfig::new("pg-life", 4, 4)
+    };
+    let pool = Pool::start(config, manager(&url, "pooler-life"))
+        .await
+        .unwrap();
+    let mut first = HashSet::new();
+    let mut held = Vec::new();
+    for _ in 0..4 {
+        let conn = pool.take_member(Duration::from_secs(5)).await.unwrap();
+        first.insert(
+            conn.query_one("SELECT pg_backend_pid()", &[])
+                .await
+                .unwrap()
+                .get::<_, i32>(0),
+        );
+        held.push(conn);
+    }
+    assert_eq!(first.len(), 4);
+    drop(held);
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let mut held = Vec::new();
+    let mut now = HashSet::new();
+    for _ in 0..4 {
+        let conn = pool.take_member(Duration::from_secs(5)).await.unwrap();
+        now.insert(
+            conn.query_one("SELECT pg_backend_pid()", &[])
+                .await
+                .unwrap()
+                .get::<_, i32>(0),
+        );
+        held.push(conn);
+    }
+    assert!(
+        first.is_disjoint(&now),
+        "every connection was replaced after its lifetime: {first:?} {now:?}"
+    );
+    drop(held);
+    pool.close(Shutdown::Graceful).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_returned_inside_a_transaction_is_rolled_back() {
+    let Some(url) = url().await else { return };
+    let admin = admin(&url).await;
+    admin
+        .batch_execute("CREATE TABLE IF NOT EXISTS pooler_tx (v INT)")
+        .await
+        .unwrap();
+    admin.batch_execute("DELETE FROM pooler_tx").await.unwrap();
+    let pool = Pool::start(PoolConfig::new("pg-tx", 1, 1), manager(&url, "pooler-tx"))
+        .await
+        .unwrap();
+    {
+        let conn = pool.take_member(Duration::from_secs(5)).await.unwrap();
+        conn.batch_execute("BEGIN; INSERT INTO pooler_tx VALUES (1)")
+            .await
+            .unwrap();
+        // Returned without COMMIT or ROLLBACK.
+    }
+    let conn = pool.take_member(Duration::from_secs(5)).await.unwrap();
+    assert!(
+        !in_transaction(&conn).await,
+        "the next taker is not inside the old transaction"
+    );
+    let rows: i64 = admin
+        .query_one("SELECT count(*) FROM pooler_tx", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(rows, 0, "the insert was rolled back, not committed");
+    drop(conn);
+
+    // A failed transaction cannot be recycled: the connection is replaced.
+    let conn = pool.take_member(Duration::from_secs(5)).await.unwrap();
+    let id = Member::id(&conn);
+    conn.batch_execute("BEGIN").await.unwrap();
+    assert!(conn.batch_execute("SELECT 1/0").await.is_err());
+    drop(conn);
+    let conn = pool.take_member(Duration::from_secs(5)).await.unwrap();
+    assert_ne!(Member::id(&conn), id);
+    let one: i32 = conn.query_one("SELECT 1", &[]).await.unwrap().get(0);
+    assert_eq!(one, 1);
+    drop(conn);
+    pool.close(Shutdown::Graceful).await;
+
+    // Recycle::Nothing leaves the session as it was (documented trade-off).
+    let plain = manager(&url, "pooler-tx-plain").recycle(Recycle::Nothing);
+    let pool = Pool::start(PoolConfig::new("pg-tx-plain", 1, 1), plain)
+        .await
+        .unwrap();
+    pool.take_member(Duration::from_secs(5))
+        .await
+        .unwrap()
+        .batch_execute("BEGIN")
+        .await
+        .unwrap();
+    let conn = pool.take_member(Duration::from_secs(5)).await.unwrap();
+    assert!(in_transaction(&conn).await);
+    drop(conn);
+    pool.close(Shutdown::Immediate).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn close_leaves_no_session_open() {
+    let Some(url) = url().await else { return };
+    let admin = admin(&url).await;
+    let tag = "pooler-close";
+    let pool = Pool::start(PoolConfig::new("pg-close", 5, 8), manager(&url, tag))
+        .await
+        .unwrap();
+    let held = pool.take_member(Duration::from_secs(5)).await.unwrap();
+    assert_eq!(sessions(&admin, tag).await, 5);
+    let p = pool.clone();
+    let closing = tokio::spawn(async move { p.close(Shutdown::Graceful).await });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    drop(held);
+    closing.await.unwrap();
+    assert_eq!(pool.live_tasks(), 0);
+    eventually("the server has no session of the pool", async || {
+        sessions(&admin, tag).await == 0
+    })
+    .await;
+}

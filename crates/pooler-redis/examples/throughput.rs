@@ -1,0 +1,51 @@
+//! `PING` through a pool of 8 connections from 64 concurrent tasks, for a few seconds.
+//! `cargo run --release -p pooler-redis --example throughput [URL]`
+#![allow(clippy::disallowed_methods)] // an application spawns its own tasks
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use pooler::{Pool, PoolConfig, Shutdown};
+use pooler_redis::{RedisManager, redis};
+
+#[tokio::main]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let url = std::env::args()
+        .nth(1)
+        .unwrap_or_else(|| "redis://127.0.0.1:6379".into());
+    let config = PoolConfig {
+        queue_max: 64,
+        ..PoolConfig::new("redis", 8, 8)
+    };
+    let pool = Pool::start(config, RedisManager::new(url.as_str())?).await?;
+    let done = Arc::new(AtomicU64::new(0));
+    let end = Instant::now() + Duration::from_secs(5);
+    let tasks: Vec<_> = (0..64)
+        .map(|_| {
+            let (pool, done) = (pool.clone(), done.clone());
+            tokio::spawn(async move {
+                while Instant::now() < end {
+                    let mut conn = pool
+                        .take_member(Duration::from_secs(5))
+                        .await
+                        .expect("a connection");
+                    let _: String = redis::cmd("PING")
+                        .query_async(&mut *conn)
+                        .await
+                        .expect("PONG");
+                    done.fetch_add(1, Ordering::Relaxed);
+                }
+            })
+        })
+        .collect();
+    for t in tasks {
+        t.await?;
+    }
+    println!(
+        "PING, 64 tasks, pool of 8: {:.0} commands/s",
+        done.load(Ordering::Relaxed) as f64 / 5.0
+    );
+    pool.close(Shutdown::Graceful).await;
+    Ok(())
+}

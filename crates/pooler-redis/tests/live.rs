@@ -1,0 +1,265 @@
+//! Live tests against Redis (`POOLER_REDIS_URL`, default `redis://127.0.0.1:6379`).
+//! Unreachable, they skip with a notice, or fail under `POOLER_REQUIRE_SERVICES=1`.
+#![allow(clippy::disallowed_methods)] // tests spawn their own consumers
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use pooler::{Pool, PoolConfig, Shutdown, TakeError};
+use pooler_redis::RedisManager;
+use pooler_redis::redis::{self, AsyncCommands};
+use pooler_testkit::{Proxy, host_port, service};
+use tokio::time::Instant;
+
+const DEFAULT: &str = "redis://127.0.0.1:6379";
+
+async fn url() -> Option<String> {
+    service("POOLER_REDIS_URL", DEFAULT, host_port).await
+}
+
+/// A plain connection for looking at the server from outside the pool.
+async fn admin(url: &str) -> redis::aio::MultiplexedConnection {
+    redis::Client::open(url)
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .expect("admin connection")
+}
+
+/// The ids of the server's clients named `name`.
+async fn clients(admin: &mut redis::aio::MultiplexedConnection, name: &str) -> Vec<u64> {
+    let list: String = redis::cmd("CLIENT")
+        .arg("LIST")
+        .query_async(admin)
+        .await
+        .unwrap();
+    list.lines()
+        .filter(|l| l.split(' ').any(|f| f == format!("name={name}")))
+        .filter_map(|l| {
+            l.split(' ')
+                .find_map(|f| f.strip_prefix("id="))
+                .and_then(|id| id.parse().ok())
+        })
+        .collect()
+}
+
+async fn my_id(conn: &mut redis::aio::MultiplexedConnection) -> u64 {
+    redis::cmd("CLIENT")
+        .arg("ID")
+        .query_async(conn)
+        .await
+        .unwrap()
+}
+
+async fn eventually(what: &str, mut done: impl AsyncFnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while !done().await {
+        assert!(Instant::now() < deadline, "timed out waiting until {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sixty_four_tasks_share_eight_connections_with_correct_results() {
+    let Some(url) = url().await else { return };
+    let manager = RedisManager::new(url.as_str())
+        .unwrap()
+        .client_name("pooler-64");
+    let config = PoolConfig {
+        queue_max: 64,
+        ..PoolConfig::new("redis-64", 8, 8)
+    };
+    let pool = Pool::start(config, manager).await.unwrap();
+    let mut tasks = Vec::new();
+    for i in 0..64u32 {
+        let pool = pool.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut ids = HashSet::new();
+            for j in 0..20u32 {
+                let mut conn = pool.take_member(Duration::from_secs(10)).await.unwrap();
+                let key = format!("pooler:test:{i}:{j}");
+                let _: () = conn.set_ex(&key, i * 1000 + j, 60).await.unwrap();
+                let back: u32 = conn.get(&key).await.unwrap();
+                assert_eq!(back, i * 1000 + j);
+                ids.insert(my_id(&mut conn).await);
+            }
+            ids
+        }));
+    }
+    let mut ids = HashSet::new();
+    for t in tasks {
+        ids.extend(t.await.unwrap());
+    }
+    assert!(ids.len() <= 8, "{} connections for a pool of 8", ids.len());
+    pool.close(Shutdown::Graceful).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_connection_is_replaced_and_never_handed_out() {
+    let Some(url) = url().await else { return };
+    let mut admin = admin(&url).await;
+    let manager = RedisManager::new(url.as_str())
+        .unwrap()
+        .client_name("pooler-kill");
+    let pool = Pool::start(PoolConfig::new("redis-kill", 2, 2), manager)
+        .await
+        .unwrap();
+
+    // Killed while free.
+    let id = my_id(&mut pool.take_member(Duration::from_secs(5)).await.unwrap()).await;
+    let before: Vec<u64> = pool.stats().iter().map(|s| s.id).collect();
+    let _: () = redis::cmd("CLIENT")
+        .arg("KILL")
+        .arg("ID")
+        .arg(id)
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    eventually("the killed free member is replaced", async || {
+        let ids: Vec<u64> = pool.stats().iter().map(|s| s.id).collect();
+        ids.len() == 2 && ids != before && pool.utilization().free_count == 2
+    })
+    .await;
+    for _ in 0..10 {
+        let mut a = pool.take_member(Duration::from_secs(5)).await.unwrap();
+        let mut b = pool.take_member(Duration::from_secs(5)).await.unwrap();
+        assert_ne!(
+            my_id(&mut a).await,
+            id,
+            "the dead connection was handed out"
+        );
+        assert_ne!(
+            my_id(&mut b).await,
+            id,
+            "the dead connection was handed out"
+        );
+    }
+
+    // Killed while in use: replaced on return; later takers get working connections.
+    let mut conn = pool.take_member(Duration::from_secs(5)).await.unwrap();
+    let id = my_id(&mut conn).await;
+    let _: () = redis::cmd("CLIENT")
+        .arg("KILL")
+        .arg("ID")
+        .arg(id)
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    let holder: Result<String, _> = redis::cmd("PING").query_async(&mut *conn).await;
+    assert!(holder.is_err(), "the holder sees the failure");
+    drop(conn);
+    for _ in 0..5 {
+        let mut conn = pool.take_member(Duration::from_secs(5)).await.unwrap();
+        let pong: String = redis::cmd("PING")
+            .query_async(&mut *conn)
+            .await
+            .expect("a working connection");
+        assert_eq!(pong, "PONG");
+    }
+    pool.close(Shutdown::Graceful).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_outage_fails_fast_backs_off_and_refills_by_itself() {
+    let Some(url) = url().await else { return };
+    let proxy = Proxy::start(&host_port(&url)).await;
+    proxy.set_open(false);
+    let manager = RedisManager::new(format!("redis://{}", proxy.addr())).unwrap();
+    let config = PoolConfig {
+        member_start_timeout: Duration::from_secs(2),
+        ..PoolConfig::new("redis-outage", 2, 4)
+    };
+    let pool = Pool::start(config, manager).await.unwrap();
+    assert_eq!(pool.utilization().free_count, 0);
+
+    let t = Instant::now();
+    let e = pool.take_member(Duration::from_secs(5)).await.unwrap_err();
+    assert!(
+        t.elapsed() < Duration::from_millis(500),
+        "took {:?}",
+        t.elapsed()
+    );
+    assert!(matches!(e, TakeError::Unavailable { .. }), "{e}");
+    assert!(e.to_string().contains("starting a member failed"), "{e}");
+
+    let start = proxy.attempts();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let attempts = proxy.attempts() - start;
+    assert!(
+        (2..=8).contains(&attempts),
+        "{attempts} connection attempts in 3 s"
+    );
+
+    proxy.set_open(true);
+    eventually("the pool refills to init_count", async || {
+        pool.utilization().free_count == 2
+    })
+    .await;
+    let mut conn = pool.take_member(Duration::from_secs(5)).await.unwrap();
+    let pong: String = redis::cmd("PING").query_async(&mut *conn).await.unwrap();
+    assert_eq!(pong, "PONG");
+    drop(conn);
+
+    proxy.cut();
+    eventually("cut connections are replaced", async || {
+        pool.utilization().free_count == 2 && pool.stats().iter().all(|s| s.id > 2)
+    })
+    .await;
+    pool.close(Shutdown::Graceful).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn max_lifetime_with_jitter_recycles_real_connections() {
+    let Some(url) = url().await else { return };
+    let config = PoolConfig {
+        max_lifetime: Some(Duration::from_millis(1500)),
+        max_lifetime_jitter: Duration::from_millis(500),
+        ..PoolConfig::new("redis-life", 4, 4)
+    };
+    let pool = Pool::start(config, RedisManager::new(url.as_str()).unwrap())
+        .await
+        .unwrap();
+    let ids = async || {
+        let mut held = Vec::new();
+        let mut ids = HashSet::new();
+        for _ in 0..4 {
+            let mut conn = pool.take_member(Duration::from_secs(5)).await.unwrap();
+            ids.insert(my_id(&mut conn).await);
+            held.push(conn);
+        }
+        ids
+    };
+    let first = ids().await;
+    assert_eq!(first.len(), 4);
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let now = ids().await;
+    assert!(
+        first.is_disjoint(&now),
+        "every connection was replaced after its lifetime: {first:?} {now:?}"
+    );
+    pool.close(Shutdown::Graceful).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn close_leaves_no_connection_open() {
+    let Some(url) = url().await else { return };
+    let mut admin = admin(&url).await;
+    let manager = RedisManager::new(url.as_str())
+        .unwrap()
+        .client_name("pooler-close");
+    let pool = Pool::start(PoolConfig::new("redis-close", 5, 8), manager)
+        .await
+        .unwrap();
+    let held = pool.take_member(Duration::from_secs(5)).await.unwrap();
+    assert_eq!(clients(&mut admin, "pooler-close").await.len(), 5);
+    let p = pool.clone();
+    let closing = tokio::spawn(async move { p.close(Shutdown::Graceful).await });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    drop(held);
+    closing.await.unwrap();
+    assert_eq!(pool.live_tasks(), 0);
+    eventually("the server has no connection of the pool", async || {
+        clients(&mut admin, "pooler-close").await.is_empty()
+    })
+    .await;
+}

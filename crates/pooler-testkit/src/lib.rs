@@ -1,0 +1,122 @@
+//! Test support for pooler's backend crates.
+//!
+//! - [`service`]: the address of a server a live test needs, from an environment variable
+//!   with a default; unreachable, the test is skipped with a notice, unless
+//!   `POOLER_REQUIRE_SERVICES=1` (as CI sets it), when it fails.
+//! - [`Proxy`]: a TCP proxy in front of a server, which a test opens, closes (refusing new
+//!   connections) and cuts (dropping live ones), to stage outages.
+#![allow(clippy::disallowed_methods)] // test support spawns its own tasks
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::net::{TcpListener, TcpStream};
+use tokio::task::JoinHandle;
+
+/// The URL in `var`, or `default`, if its host:port answers. `None` means skip the test: it
+/// prints why. Panics instead when `POOLER_REQUIRE_SERVICES=1`.
+pub async fn service(
+    var: &str,
+    default: &str,
+    host_port: impl Fn(&str) -> String,
+) -> Option<String> {
+    let url = std::env::var(var).unwrap_or_else(|_| default.to_owned());
+    let addr = host_port(&url);
+    let reachable = tokio::time::timeout(Duration::from_secs(3), TcpStream::connect(&addr)).await;
+    if matches!(reachable, Ok(Ok(_))) {
+        return Some(url);
+    }
+    if std::env::var("POOLER_REQUIRE_SERVICES").is_ok_and(|v| v == "1") {
+        panic!("{addr} ({var}) is unreachable and POOLER_REQUIRE_SERVICES=1");
+    }
+    eprintln!("skipping: {addr} ({var}) is unreachable");
+    None
+}
+
+/// `host:port` of a `scheme://[user@]host:port[/…]` URL.
+#[must_use]
+pub fn host_port(url: &str) -> String {
+    let rest = url.split_once("://").map_or(url, |(_, r)| r);
+    let rest = rest.rsplit_once('@').map_or(rest, |(_, r)| r);
+    rest.split(['/', '?']).next().unwrap_or(rest).to_owned()
+}
+
+/// A TCP proxy to one upstream address.
+pub struct Proxy {
+    addr: SocketAddr,
+    open: Arc<AtomicBool>,
+    attempts: Arc<AtomicUsize>,
+    links: Arc<Mutex<Vec<JoinHandle<()>>>>,
+    listener: JoinHandle<()>,
+}
+
+impl Proxy {
+    /// A proxy on a free local port, open.
+    pub async fn start(upstream: &str) -> Proxy {
+        let listener = TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("a local port");
+        let addr = listener.local_addr().expect("bound");
+        let open = Arc::new(AtomicBool::new(true));
+        let attempts = Arc::new(AtomicUsize::new(0));
+        let links: Arc<Mutex<Vec<JoinHandle<()>>>> = Arc::default();
+        let upstream = upstream.to_owned();
+        let (o, a, l) = (open.clone(), attempts.clone(), links.clone());
+        let listener = tokio::spawn(async move {
+            while let Ok((mut client, _)) = listener.accept().await {
+                a.fetch_add(1, Ordering::SeqCst);
+                if !o.load(Ordering::SeqCst) {
+                    drop(client); // refused: closed at once
+                    continue;
+                }
+                let upstream = upstream.clone();
+                let link = tokio::spawn(async move {
+                    if let Ok(mut server) = TcpStream::connect(&upstream).await {
+                        let _ = tokio::io::copy_bidirectional(&mut client, &mut server).await;
+                    }
+                });
+                l.lock().expect("links").push(link);
+            }
+        });
+        Proxy {
+            addr,
+            open,
+            attempts,
+            links,
+            listener,
+        }
+    }
+
+    /// Where clients connect.
+    #[must_use]
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Accept (true) or refuse (false) new connections.
+    pub fn set_open(&self, open: bool) {
+        self.open.store(open, Ordering::SeqCst);
+    }
+
+    /// Drops every live connection, as a crashed server or a partition would.
+    pub fn cut(&self) {
+        for link in self.links.lock().expect("links").drain(..) {
+            link.abort();
+        }
+    }
+
+    /// Connections attempted so far (accepted or refused).
+    #[must_use]
+    pub fn attempts(&self) -> usize {
+        self.attempts.load(Ordering::SeqCst)
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        self.listener.abort();
+        self.cut();
+    }
+}
