@@ -106,6 +106,11 @@ impl Probe {
             .expect("no such member driver");
         let _ = tx.send(());
     }
+    /// Ends member `id`'s driver task if it is still running; `false` if it is not.
+    pub fn try_crash(&self, id: u64) -> bool {
+        let tx = self.drivers.lock().unwrap().remove(&id);
+        tx.is_some_and(|tx| tx.send(()).is_ok())
+    }
     /// Makes `is_broken` say yes for member `id`.
     pub fn break_member(&self, id: u64) {
         self.broken.lock().unwrap()[&id].store(true, SeqCst);
