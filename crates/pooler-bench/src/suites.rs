@@ -1,5 +1,5 @@
 //! The measurements. Every run of a peer is wrapped in a hang guard: a run that does not
-//! finish within [`HANG`] is reported as hung and its tasks are aborted.
+//! finish within [`Effort::hang`] is reported as hung and its tasks are aborted.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -1225,3 +1225,105 @@ mod tests {
         e.check_all();
     }
 }
+
+/// Loom models of the hand-off protocol the pool builds on the engine: the engine under one
+/// lock, a returned member handed to the oldest waiter through a cell, waiters that give up
+/// (cancel) concurrently, and a competing taker. Every interleaving must end with the one
+/// member held by exactly one party or free, never lost, never doubled.
+///
+/// `RUSTFLAGS="--cfg pooler_loom" cargo test -p pooler --lib --release loom`
+#[cfg(all(test, pooler_loom))]
+mod loom_models {
+    use super::*;
+    use loom::sync::{Arc, Mutex};
+
+    /// A waiter's hand-off cell: a member, or nothing yet.
+    type Cell = Arc<Mutex<Option<(Key, u32)>>>;
+    type Shared = Arc<Mutex<Engine<u32, Cell>>>;
+
+    fn pool_with_one_member_taken() -> (Shared, (Key, u32)) {
+        let mut e = Engine::new(Limits {
+            init_count: 0,
+            max_count: 1,
+            queue_max: 4,
+            order: MemberOrder::Lifo,
+            auto_grow_threshold: None,
+        });
+        let now = Instant::now();
+        let starts = e.grow(1, now);
+        let (key, _) = starts.slots[0];
+        assert!(e.started(key, now, None));
+        (Arc::new(Mutex::new(e)), (key, 7))
+    }
+
+    /// The returner: to the oldest waiter (through its cell), else to the free list.
+    fn give_back(shared: &Shared, member: (Key, u32)) {
+        let mut e = shared.lock().unwrap();
+        if let Some(cell) = e.pop_waiter() {
+            *cell.lock().unwrap() = Some(member);
+            e.handed_over(member.0, Instant::now(), Location::caller());
+        } else {
+            e.put_free(member.0, member.1, Instant::now());
+        }
+    }
+
+    /// A taker that queues, then gives up; returns what it ended up holding.
+    fn take_then_cancel(shared: &Shared) -> Option<(Key, u32)> {
+        let cell: Cell = Arc::new(Mutex::new(None));
+        let id = {
+            let mut e = shared.lock().unwrap();
+            match e.take(Instant::now(), Location::caller()) {
+                Take::Member(k, v, _) => return Some((k, v)),
+                Take::Expired(..) => unreachable!(),
+                Take::Empty(..) => match e.enqueue(cell.clone()) {
+                    Ok(id) => id,
+                    Err(_) => return None,
+                },
+            }
+        };
+        loom::thread::yield_now();
+        let still_queued = shared.lock().unwrap().cancel_waiter(id).is_some();
+        let handed = cell.lock().unwrap().take();
+        assert!(
+            !(still_queued && handed.is_some()),
+            "a member went to a waiter still queued"
+        );
+        handed
+    }
+
+    fn settle(shared: &Shared, held: Vec<Option<(Key, u32)>>) {
+        let held: Vec<_> = held.into_iter().flatten().collect();
+        let e = shared.lock().unwrap();
+        let c = e.counts();
+        assert!(held.len() <= 1, "one member held twice: {held:?}");
+        assert_eq!(c.in_use, held.len(), "held ≠ in use: {c:?}");
+        assert_eq!(c.in_use + c.free, 1, "the member was lost: {c:?}");
+        assert_eq!(c.queued, 0);
+        e.check_all();
+    }
+
+    #[test]
+    fn loom_return_races_a_waiter_that_gives_up() {
+        loom::model(|| {
+            let (shared, member) = pool_with_one_member_taken();
+            let s = shared.clone();
+            let waiter = loom::thread::spawn(move || take_then_cancel(&s));
+            give_back(&shared, member);
+            let held = waiter.join().unwrap();
+            settle(&shared, vec![held]);
+        });
+    }
+
+    #[test]
+    fn loom_two_waiters_and_a_return() {
+        loom::model(|| {
+            let (shared, member) = pool_with_one_member_taken();
+            let (a, b) = (shared.clone(), shared.clone());
+            let first = loom::thread::spawn(move || take_then_cancel(&a));
+            let second = loom::thread::spawn(move || take_then_cancel(&b));
+            give_back(&shared, member);
+            let held = vec![first.join().unwrap(), second.join().unwrap()];
+            settle(&shared, held);
+        });
+    }
+}

@@ -76,7 +76,7 @@ fn check(pool: &Pool<Fake>, probe: &Probe, model: &mut Model, step: &Op) {
         held.len(),
         "after {step:?}: in use ≠ members held: {u:?}"
     );
-    let mut ids: Vec<u64> = held.iter().map(|m| Member::id(m)).collect();
+    let mut ids: Vec<u64> = held.iter().map(Member::id).collect();
     ids.sort_unstable();
     ids.dedup();
     assert_eq!(
