@@ -6,6 +6,7 @@
 #![allow(clippy::disallowed_methods)] // the spawn ban guards the library, not this program
 
 mod sim;
+mod work;
 
 use std::collections::BTreeMap;
 use std::io::{IsTerminal, Write};
@@ -18,6 +19,9 @@ use rand::Rng;
 use tokio::time::Instant;
 
 use crate::sim::Sim;
+use crate::work::Work;
+use pooler_postgres::PgManager;
+use pooler_redis::RedisManager;
 
 /// The pools file used when --file is not given.
 const DEFAULT_POOLS: &str = include_str!("../pools.toml");
@@ -81,6 +85,24 @@ enum Target {
     Pool(String),
 }
 
+/// The member kinds the demo drives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Sim,
+    Postgres,
+    Redis,
+}
+
+fn kind_of(pooler: &Pooler, name: &str) -> Kind {
+    if pooler.pool::<PgManager>(name).is_ok() {
+        Kind::Postgres
+    } else if pooler.pool::<RedisManager>(name).is_ok() {
+        Kind::Redis
+    } else {
+        Kind::Sim
+    }
+}
+
 impl Target {
     fn label(&self) -> String {
         match self {
@@ -90,8 +112,8 @@ impl Target {
     }
 }
 
-/// One consumer: take, hold, maybe fail, return; until `end`.
-async fn consumer(pooler: Pooler, target: Target, end: Instant, tallies: Tallies) {
+/// One consumer: take, work, hold, maybe fail, return; until `end`.
+async fn consumer<M: Work>(pooler: Pooler, target: Target, end: Instant, tallies: Tallies) {
     while Instant::now() < end {
         let (hold, fail) = {
             let mut rng = rand::rng();
@@ -102,44 +124,50 @@ async fn consumer(pooler: Pooler, target: Target, end: Instant, tallies: Tallies
         };
         let asked = Instant::now();
         let label = target.label();
-        match &target {
-            Target::Group(group) => match pooler
-                .take_group_member::<Sim>(group, Duration::from_secs(2))
+        let taken = match &target {
+            Target::Group(group) => pooler
+                .take_group_member::<M>(group, Duration::from_secs(2))
                 .await
-            {
-                Ok(mut m) => {
-                    record(&tallies, &label, Ok(asked.elapsed()));
-                    m.queries += 1;
-                    tokio::time::sleep(hold).await;
-                    if fail {
-                        GroupMember::fail(m);
-                    }
-                }
-                Err(e) => {
-                    record(&tallies, &label, Err(&e));
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                }
-            },
+                .map(GroupMember::into_member),
             Target::Pool(name) => {
-                let Ok(pool) = pooler.pool::<Sim>(name) else {
+                let Ok(pool) = pooler.pool::<M>(name) else {
                     return;
                 };
-                match pool.take_member(Duration::from_secs(2)).await {
-                    Ok(mut m) => {
-                        record(&tallies, &label, Ok(asked.elapsed()));
-                        m.queries += 1;
-                        tokio::time::sleep(hold).await;
-                        if fail {
-                            Member::fail(m);
-                        }
-                    }
-                    Err(e) => {
-                        record(&tallies, &label, Err(&e));
-                        tokio::time::sleep(Duration::from_millis(100)).await;
-                    }
+                pool.take_member(Duration::from_secs(2)).await
+            }
+        };
+        match taken {
+            Ok(mut m) => {
+                record(&tallies, &label, Ok(asked.elapsed()));
+                if let Err(e) = M::work(&mut m).await {
+                    tracing::warn!(target = %label, error = %e, "work failed");
+                    Member::fail(m);
+                    continue;
+                }
+                tokio::time::sleep(hold).await;
+                if fail {
+                    Member::fail(m);
                 }
             }
+            Err(e) => {
+                record(&tallies, &label, Err(&e));
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
         }
+    }
+}
+
+fn spawn_consumer(
+    kind: Kind,
+    pooler: Pooler,
+    target: Target,
+    end: Instant,
+    tallies: Tallies,
+) -> tokio::task::JoinHandle<()> {
+    match kind {
+        Kind::Sim => tokio::spawn(consumer::<Sim>(pooler, target, end, tallies)),
+        Kind::Postgres => tokio::spawn(consumer::<PgManager>(pooler, target, end, tallies)),
+        Kind::Redis => tokio::spawn(consumer::<RedisManager>(pooler, target, end, tallies)),
     }
 }
 
@@ -227,6 +255,9 @@ fn summary(tallies: &Tallies, sims: &BTreeMap<String, Sim>) {
             format!("{:.1?}", percentile(&waits, 0.99)),
         );
     }
+    if sims.is_empty() {
+        return;
+    }
     println!(
         "\n{:<16} {:>8} {:>13} {:>8} {:>8}",
         "pool", "started", "failed starts", "crashed", "stopped"
@@ -268,14 +299,21 @@ async fn main() {
     // Keep each pool's manager (a clone shares its counters) for the summary.
     let sims: Arc<Mutex<BTreeMap<String, Sim>>> = Arc::default();
     let built = sims.clone();
-    let kinds = Kinds::new().kind("sim", move |pool, member| {
-        let sim = Sim::from_table(member)?;
-        let mut sims = built
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        sims.insert(pool.name.clone(), sim.clone());
-        Ok(sim)
-    });
+    let kinds = Kinds::new()
+        .kind("sim", move |pool, member| {
+            let sim = Sim::from_table(member)?;
+            let mut sims = built
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            sims.insert(pool.name.clone(), sim.clone());
+            Ok(sim)
+        })
+        .kind("postgres", |_, member| {
+            PgManager::new(work::url(member)?).map_err(|e| e.to_string())
+        })
+        .kind("redis", |_, member| {
+            RedisManager::new(work::url(member)?).map_err(|e| e.to_string())
+        });
     let pooler = match Pooler::from_config(&text, &kinds).await {
         Ok(pooler) => pooler,
         Err(e) => {
@@ -293,19 +331,25 @@ async fn main() {
         .clone();
 
     // Targets: every group, and every pool in no group.
-    let mut targets = Vec::new();
+    let mut targets: Vec<(Kind, Target)> = Vec::new();
     for name in &names {
-        let pool = pooler.pool::<Sim>(name).expect("started from the file");
-        match pool.group() {
+        let kind = kind_of(&pooler, name);
+        let group = match kind {
+            Kind::Sim => pooler.pool::<Sim>(name).map(|p| p.group()),
+            Kind::Postgres => pooler.pool::<PgManager>(name).map(|p| p.group()),
+            Kind::Redis => pooler.pool::<RedisManager>(name).map(|p| p.group()),
+        }
+        .expect("started from the file");
+        match group {
             Some(group)
                 if !targets
                     .iter()
-                    .any(|t| matches!(t, Target::Group(g) if *g == group)) =>
+                    .any(|(_, t)| matches!(t, Target::Group(g) if *g == group)) =>
             {
-                targets.push(Target::Group(group));
+                targets.push((kind, Target::Group(group)));
             }
             Some(_) => {}
-            None => targets.push(Target::Pool(name.clone())),
+            None => targets.push((kind, Target::Pool(name.clone()))),
         }
     }
 
@@ -321,7 +365,7 @@ async fn main() {
         let peak = load(elapsed, args.duration, args.consumers);
         running.retain(|(_, h)| !h.is_finished());
         // Calm phases let consumers run out; bursts add them.
-        for (i, target) in targets.iter().enumerate() {
+        for (i, (kind, target)) in targets.iter().enumerate() {
             let want = if matches!(target, Target::Group(_)) {
                 peak
             } else {
@@ -330,8 +374,14 @@ async fn main() {
             let have = running.iter().filter(|(t, _)| *t == i).count();
             for _ in have..want {
                 let phase_end = (Instant::now() + Duration::from_millis(800)).min(end);
-                let consumer = consumer(pooler.clone(), target.clone(), phase_end, tallies.clone());
-                running.push((i, tokio::spawn(consumer)));
+                let consumer = spawn_consumer(
+                    *kind,
+                    pooler.clone(),
+                    target.clone(),
+                    phase_end,
+                    tallies.clone(),
+                );
+                running.push((i, consumer));
             }
         }
         if live {

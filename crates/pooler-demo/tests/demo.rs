@@ -99,3 +99,59 @@ fn help_explains_the_options() {
     let out = demo().arg("--print-default-file").output().unwrap();
     assert!(String::from_utf8_lossy(&out.stdout).contains("[[pools]]"));
 }
+
+#[tokio::test]
+async fn the_same_binary_drives_real_postgres_and_redis_pools() {
+    use pooler_testkit::{host_port, service};
+    let pg = service(
+        "POOLER_POSTGRES_URL",
+        "postgres://postgres@127.0.0.1:5432/test",
+        host_port,
+    )
+    .await;
+    let redis = service("POOLER_REDIS_URL", "redis://127.0.0.1:6379", host_port).await;
+    let (Some(pg), Some(redis)) = (pg, redis) else {
+        return;
+    };
+    let file = include_str!("../pools-live.toml")
+        .replace("postgres://postgres@127.0.0.1:5432/test", &pg)
+        .replace("redis://127.0.0.1:6379", &redis);
+    let path = std::env::temp_dir().join(format!("pooler-demo-live-{}.toml", std::process::id()));
+    std::fs::write(&path, file).unwrap();
+    let out = demo()
+        .args([
+            "--file",
+            path.to_str().unwrap(),
+            "--duration",
+            "2s",
+            "--plain",
+            "--consumers",
+            "6",
+        ])
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_file(&path);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let summary = stdout
+        .split("\nsummary\n")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no summary:\n{stdout}"));
+    for target in ["pg", "cache"] {
+        let line = summary
+            .lines()
+            .find(|l| l.starts_with(target))
+            .unwrap_or_else(|| panic!("{target}:\n{summary}"));
+        let takes: u64 = line[target.len()..]
+            .split_whitespace()
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert!(takes > 0, "{summary}");
+    }
+}

@@ -1,0 +1,54 @@
+//! What a consumer does with a member of each kind.
+
+use std::future::Future;
+
+use pooler::Manager;
+use pooler_postgres::PgManager;
+use pooler_redis::RedisManager;
+
+use crate::sim::Sim;
+
+/// One unit of work on a member.
+pub(crate) trait Work: Manager {
+    fn work(member: &mut Self::Member) -> impl Future<Output = Result<(), String>> + Send;
+}
+
+impl Work for Sim {
+    async fn work(member: &mut Self::Member) -> Result<(), String> {
+        member.queries += 1;
+        Ok(())
+    }
+}
+
+impl Work for PgManager {
+    async fn work(member: &mut Self::Member) -> Result<(), String> {
+        member
+            .simple_query("SELECT 1")
+            .await
+            .map(drop)
+            .map_err(|e| e.to_string())
+    }
+}
+
+impl Work for RedisManager {
+    async fn work(member: &mut Self::Member) -> Result<(), String> {
+        pooler_redis::redis::cmd("PING")
+            .query_async::<String>(member)
+            .await
+            .map(drop)
+            .map_err(|e| e.to_string())
+    }
+}
+
+/// A `url` from a pool's `member` table.
+pub(crate) fn url(member: &pooler::toml::Table) -> Result<&str, String> {
+    for key in member.keys() {
+        if key != "url" {
+            return Err(format!("unknown key `{key}` (this kind takes only `url`)"));
+        }
+    }
+    member
+        .get("url")
+        .and_then(|u| u.as_str())
+        .ok_or_else(|| "`url` is required".to_owned())
+}
