@@ -3,8 +3,10 @@
 //! `cargo run --release -p pooler-bench` runs every suite (a few minutes) and writes
 //! `docs/benchmarks.md` with two SVG charts beside it. `--smoke` runs each suite for a moment
 //! and writes nothing (CI uses it to prove the suite runs). `--out DIR` picks another folder.
-//! `lifetime` alone measures the cost of `max_lifetime`; `fixed-plain` and `fixed-lifetime`
-//! do a fixed amount of work for instruction counting under `valgrind --tool=callgrind`.
+//! `lifetime` alone measures the cost of `max_lifetime`; `fairness` and `grid-sample` run a
+//! quick pooler-versus-deadpool subset; `metrics-share` counts the instructions pooler's
+//! metrics take; `fixed-plain` and `fixed-lifetime` do a fixed amount of work for instruction
+//! counting under `valgrind --tool=callgrind`.
 #![allow(clippy::disallowed_methods)] // benchmarks spawn their own load
 
 mod peers;
@@ -81,6 +83,7 @@ fn metrics_share() -> Option<f64> {
         return None;
     }
     let annotated = std::process::Command::new("callgrind_annotate")
+        .arg("--inclusive=no")
         .arg(&out)
         .output()
         .ok()?;
@@ -97,15 +100,33 @@ fn metrics_share() -> Option<f64> {
         .lines()
         .find(|l| l.contains("PROGRAM TOTALS"))
         .and_then(number)?;
+    // Inlined code is attributed to its source file (release builds keep line tables):
+    // pooler's metrics module and the `metrics` facade itself. Only per-line rows count
+    // (rows starting with "=>" are calls, already counted where they land).
     let metrics: f64 = text
         .lines()
-        .filter(|l| l.contains("pooler::metrics::"))
+        .filter(|l| !l.trim_start().starts_with("=>"))
+        .filter(|l| l.contains("/pooler/src/metrics.rs:") || l.contains("/metrics-0."))
         .filter_map(number)
         .sum();
     Some(metrics / total)
 }
 
-async fn run_all(effort: Effort) -> Results {
+/// Runs `work` on a fresh 2-worker runtime and shuts it down after, so nothing a contender
+/// leaves running (reapers, cleaners, blocking threads, tasks of a hung run) disturbs the next
+/// measurement.
+fn fresh<F: std::future::Future>(work: F) -> F::Output {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    let out = runtime.block_on(work);
+    runtime.shutdown_background();
+    out
+}
+
+fn run_all(effort: Effort) -> Results {
     let started = Instant::now();
     let mut r = Results {
         grid: Vec::new(),
@@ -124,7 +145,7 @@ async fn run_all(effort: Effort) -> Results {
     for size in [4, 8, 16] {
         for tasks in [4, 16, 64, 256] {
             for name in peers::NAMES {
-                let cell = suites::grid_cell(name, size, tasks, effort).await;
+                let cell = fresh(suites::grid_cell(name, size, tasks, effort));
                 eprintln!(
                     "  {name:<9} size {size:>2} tasks {tasks:>3}: {}",
                     cell.map_or("hung".into(), |c| format!("{c:.1} µs"))
@@ -135,7 +156,7 @@ async fn run_all(effort: Effort) -> Results {
     }
     eprintln!("uncontended");
     for name in peers::NAMES {
-        let ns = suites::uncontended(name, 8, effort).await;
+        let ns = fresh(suites::uncontended(name, 8, effort));
         eprintln!(
             "  {name:<9} {}",
             ns.map_or("hung".into(), |n| format!("{n:.0} ns"))
@@ -144,7 +165,7 @@ async fn run_all(effort: Effort) -> Results {
     }
     eprintln!("fairness");
     for name in peers::NAMES {
-        let lat = suites::fairness(name, effort).await;
+        let lat = fresh(suites::fairness(name, effort));
         eprintln!(
             "  {name:<9} {}",
             lat.as_ref().map_or("hung".into(), |l| format!(
@@ -159,23 +180,26 @@ async fn run_all(effort: Effort) -> Results {
     for size in [5, 1_000, 100_000] {
         r.sizes.push((
             size,
-            take_return_pooler(peers::pooler_config(size), effort.uncontended_ops).await,
+            fresh(take_return_pooler(
+                peers::pooler_config(size),
+                effort.uncontended_ops,
+            )),
         ));
     }
-    r.rejection = suites::rejection(effort).await;
-    r.churn = suites::churn().await;
-    r.parallel_start = suites::parallel_start().await;
+    r.rejection = fresh(suites::rejection(effort));
+    r.churn = fresh(suites::churn());
+    r.parallel_start = fresh(suites::parallel_start());
     let base = peers::pooler_config(8);
     let lifetime = pooler::PoolConfig {
         max_lifetime: Some(Duration::from_secs(3600)),
         max_lifetime_jitter: Duration::from_secs(60),
         ..base.clone()
     };
-    r.lifetime = paired(base.clone(), lifetime, effort.uncontended_ops).await;
+    r.lifetime = fresh(paired(base.clone(), lifetime, effort.uncontended_ops));
     eprintln!("metrics: no recorder, then a Prometheus recorder");
-    let none = take_return_pooler(base.clone(), effort.uncontended_ops).await;
+    let none = fresh(take_return_pooler(base.clone(), effort.uncontended_ops));
     let _handle = metrics_exporter_prometheus::PrometheusBuilder::new().install_recorder();
-    let installed = take_return_pooler(base, effort.uncontended_ops).await;
+    let installed = fresh(take_return_pooler(base, effort.uncontended_ops));
     r.metrics = (none, installed);
     if effort.grid_iterations > Effort::SMOKE.grid_iterations {
         r.metrics_share = metrics_share();
@@ -210,33 +234,62 @@ fn main() {
             PathBuf::from,
         );
     let smoke = args.iter().any(|a| a == "--smoke");
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("a runtime");
-    runtime.block_on(async {
+    if mode.is_empty() {
+        let effort = if smoke { Effort::SMOKE } else { Effort::FULL };
+        let results = run_all(effort);
+        if smoke {
+            println!("smoke run: every suite ran in {:.1} s", results.seconds);
+        } else {
+            report::write(&results, &out).expect("the report is written");
+            println!("wrote {}", out.join("benchmarks.md").display());
+        }
+        return;
+    }
+    fresh(async {
         match mode.as_str() {
+            "fairness" => {
+                for name in peers::NAMES.iter().take(2) {
+                    let lat = suites::fairness(name, Effort::FULL).await.expect("no hang");
+                    let p50 = suites::percentile(&lat, 0.5);
+                    println!(
+                        "{name:<9} p50 {:.0} µs  p99 {:.1}×  p99.9 {:.1}×",
+                        p50 / 1e3,
+                        suites::percentile(&lat, 0.99) / p50,
+                        suites::percentile(&lat, 0.999) / p50
+                    );
+                }
+            }
+            "grid-sample" => {
+                for (size, tasks) in [(4, 16), (8, 64), (16, 256)] {
+                    for name in ["pooler", "deadpool"] {
+                        let cell = suites::grid_cell(name, size, tasks, Effort::FULL).await;
+                        println!(
+                            "{name:<9} size {size:>2} tasks {tasks:>3}: {:.1} µs",
+                            cell.unwrap_or(f64::NAN)
+                        );
+                    }
+                }
+            }
+            "metrics-share" => println!("{:?}", metrics_share()),
             "fixed-plain" => fixed_work(false).await,
             "fixed-lifetime" => fixed_work(true).await,
             "lifetime" => {
                 let base = peers::pooler_config(8);
-                let with = pooler::PoolConfig { max_lifetime: Some(Duration::from_secs(3600)), ..base.clone() };
+                let with = pooler::PoolConfig {
+                    max_lifetime: Some(Duration::from_secs(3600)),
+                    ..base.clone()
+                };
                 let (a, b) = paired(base, with, 200_000).await;
-                println!("take+return: {a:.1} ns without max_lifetime, {b:.1} ns with ({:+.1} %)", (b / a - 1.0) * 100.0);
-            }
-            "" => {
-                let effort = if smoke { Effort::SMOKE } else { Effort::FULL };
-                let results = run_all(effort).await;
-                if smoke {
-                    println!("smoke run: every suite ran in {:.1} s", results.seconds);
-                } else {
-                    report::write(&results, &out).expect("the report is written");
-                    println!("wrote {}", out.join("benchmarks.md").display());
-                }
+                println!(
+                    "take+return: {a:.1} ns without max_lifetime, {b:.1} ns with ({:+.1} %)",
+                    (b / a - 1.0) * 100.0
+                );
             }
             other => {
-                eprintln!("unknown mode `{other}`: run with no mode (or --smoke), or lifetime, fixed-plain, fixed-lifetime");
+                eprintln!(
+                    "unknown mode `{other}`: run with no mode (or --smoke), or lifetime, fairness, \
+                     grid-sample, metrics-share, fixed-plain, fixed-lifetime"
+                );
                 std::process::exit(2);
             }
         }

@@ -21,8 +21,9 @@
 //!    oldest waiter first.
 //! 4. At most `queue_max` waiters are queued.
 //! 5. A closed engine has no waiters and decides no starts.
-//! 6. While starts are failing (`failures > 0`) at most one start is in flight, so a dead
-//!    backend sees one attempt per backoff step, not a storm.
+//! 6. While starts are failing (`failures > 0`) a new start is decided only when none is in
+//!    flight, one at a time and after the backoff delay, so a dead backend sees one attempt
+//!    per backoff step, not a storm.
 //! 7. Only `Free` members are culled, expired by timer or claimed for a health check: a member
 //!    in use is never taken from its holder.
 //!

@@ -197,8 +197,13 @@ impl<M: Manager> Pool<M> {
     /// are failing and none is in use) or [`TakeError::Closed`].
     #[track_caller]
     pub fn try_take_member(&self) -> Result<Member<M>, TakeError> {
+        self.take_at_once(Location::caller())
+    }
+
+    /// A take that never waits, on behalf of `caller`.
+    fn take_at_once(&self, caller: Caller) -> Result<Member<M>, TakeError> {
         let shared = self.shared();
-        match shared.take_now(Location::caller()) {
+        match shared.take_now(caller) {
             Ok((member, _)) => {
                 shared.metrics.taken_at_once();
                 Ok(member)
@@ -233,11 +238,7 @@ impl<M: Manager> Pool<M> {
         let caller = Location::caller();
         async move {
             if timeout.is_zero() {
-                let shared = self.shared();
-                return match shared.take_now(caller) {
-                    Ok((member, _)) => Ok(member),
-                    Err((why, state)) => Err(shared.empty_error(&why, &state)),
-                };
+                return self.take_at_once(caller);
             }
             let started = Instant::now();
             let deadline = started + timeout.min(crate::time::MAX_TIME);
@@ -259,11 +260,10 @@ impl<M: Manager> Pool<M> {
         caller: Caller,
     ) -> Result<Option<Member<M>>, TakeError> {
         let shared = self.shared();
-        let (tx, rx) = oneshot::channel();
-        let id = match self.take_or_queue(caller, tx)? {
+        let (id, rx) = match self.take_or_queue(caller)? {
             Taken::Member(member, false) => return Ok(Some(member)),
             Taken::Member(member, true) => return Ok(health::check(shared, member).await),
-            Taken::Queued(id) => id,
+            Taken::Queued(id, rx) => (id, rx),
         };
         let mut waiter = Waiter {
             shared,
@@ -298,8 +298,9 @@ impl<M: Manager> Pool<M> {
             .map(Some)
     }
 
-    /// A free member (and whether it needs its idle check), or a place in the queue.
-    fn take_or_queue(&self, caller: Caller, tx: Handoff<M>) -> Result<Taken<M>, TakeError> {
+    /// A free member (and whether it needs its idle check), or a place in the queue (the
+    /// hand-off channel is made only then, so the fast path allocates nothing).
+    fn take_or_queue(&self, caller: Caller) -> Result<Taken<M>, TakeError> {
         let shared = self.shared();
         let (why, mut state) = match shared.take_now(caller) {
             Ok((member, check)) => return Ok(Taken::Member(member, check)),
@@ -308,8 +309,9 @@ impl<M: Manager> Pool<M> {
         if matches!(why, Empty::Closed | Empty::Unavailable) {
             return Err(shared.empty_error(&why, &state));
         }
+        let (tx, rx) = oneshot::channel();
         match state.engine.enqueue(Waiting { tx, caller }) {
-            Ok(id) => Ok(Taken::Queued(id)),
+            Ok(id) => Ok(Taken::Queued(id, rx)),
             Err(_) => {
                 let queue_max = state.engine.limits().queue_max;
                 if queue_max == 0 {
@@ -460,14 +462,15 @@ impl<M: Manager> Pool<M> {
     }
 }
 
-type Handoff<M> = oneshot::Sender<Result<Member<M>, TakeError>>;
+/// A queued taker's end of the hand-off.
+type Receiver<M> = oneshot::Receiver<Result<Member<M>, TakeError>>;
 
 /// What one take attempt got.
 enum Taken<M: Manager> {
     /// A member, and whether it must pass its idle check first.
     Member(Member<M>, bool),
-    /// A place in the queue.
-    Queued(u64),
+    /// A place in the queue, and where the member will arrive.
+    Queued(u64, Receiver<M>),
 }
 
 /// A queued take. Dropped while still queued, it leaves the queue; a member already sent to
@@ -475,7 +478,7 @@ enum Taken<M: Manager> {
 struct Waiter<'a, M: Manager> {
     shared: &'a Shared<M>,
     id: u64,
-    rx: oneshot::Receiver<Result<Member<M>, TakeError>>,
+    rx: Receiver<M>,
     queued: bool,
 }
 

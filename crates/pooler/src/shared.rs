@@ -168,7 +168,8 @@ impl<M: Manager> Shared<M> {
                     self.spawn_starts(starts, None);
                     if self.manager.is_broken(&held.value) {
                         tracing::debug!(pool = %self.name, member = held.id, "free member found broken at take");
-                        self.destroy(key, held, now, Reason::Crashed);
+                        // Found broken before anyone used it: a free member's removal.
+                        self.destroy(key, held, now, Reason::Crashed, false);
                         continue;
                     }
                     return Ok((Member::new(self.arc(), key, held, now), check));
@@ -258,7 +259,7 @@ impl<M: Manager> Shared<M> {
             self.spawn_stop(key, held);
         } else if let Some(reason) = reason {
             drop(state);
-            self.destroy(key, held, now, reason);
+            self.destroy(key, held, now, reason, true);
         } else if recycle {
             drop(state);
             self.spawn_recycle(key, held, now);
@@ -312,14 +313,23 @@ impl<M: Manager> Shared<M> {
     }
 
     /// Stops an in-use member, owes its replacement and starts it if there is room.
-    pub(crate) fn destroy(&self, key: Key, held: Held<M::Member>, now: Instant, reason: Reason) {
+    /// `after_use` says which removal counter it goes to (a member found broken at take
+    /// was never used).
+    pub(crate) fn destroy(
+        &self,
+        key: Key,
+        held: Held<M::Member>,
+        now: Instant,
+        reason: Reason,
+        after_use: bool,
+    ) {
         let mut state = self.lock();
         state.engine.begin_stop(key, now);
         state.engine.owe_replacement();
         let starts = state.engine.refill(now);
         drop(state);
         tracing::debug!(pool = %self.name, member = held.id, reason = reason.as_str(), "member removed after use");
-        self.metrics.killed(reason, true);
+        self.metrics.killed(reason, after_use);
         self.spawn_stop(key, held);
         self.spawn_starts(starts, None);
     }
