@@ -6,6 +6,28 @@ fn demo() -> Command {
     Command::new(env!("CARGO_BIN_EXE_pooler-demo"))
 }
 
+/// The summary section of a run's output.
+fn summary(stdout: &str) -> &str {
+    stdout
+        .split("\nsummary\n")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no summary:\n{stdout}"))
+}
+
+/// The takes the summary reports for `target`.
+fn takes(summary: &str, target: &str) -> u64 {
+    let line = summary
+        .lines()
+        .find(|l| l.starts_with(target))
+        .unwrap_or_else(|| panic!("{target}:\n{summary}"));
+    line[target.len()..]
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
 #[test]
 fn a_short_run_on_the_default_file_ends_with_a_summary() {
     let out = demo()
@@ -18,30 +40,15 @@ fn a_short_run_on_the_default_file_ends_with_a_summary() {
         "{stdout}\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let summary = stdout
-        .split("\nsummary\n")
-        .nth(1)
-        .unwrap_or_else(|| panic!("no summary:\n{stdout}"));
+    let summary = summary(&stdout);
     for pool in ["replica-a", "replica-b", "jobs"] {
         assert!(
             stdout.contains(&format!("{pool:<10} [")),
             "{pool} was not drawn:\n{stdout}"
         );
     }
-    let takes = |target: &str| -> u64 {
-        let line = summary
-            .lines()
-            .find(|l| l.starts_with(target))
-            .unwrap_or_else(|| panic!("{target}:\n{summary}"));
-        line[target.len()..]
-            .split_whitespace()
-            .next()
-            .unwrap()
-            .parse()
-            .unwrap()
-    };
-    assert!(takes("group replicas") > 0, "{summary}");
-    assert!(takes("jobs") > 0, "{summary}");
+    assert!(takes(summary, "group replicas") > 0, "{summary}");
+    assert!(takes(summary, "jobs") > 0, "{summary}");
     assert!(
         summary.contains("wait p99") && summary.contains("errors by reason"),
         "{summary}"
@@ -137,21 +144,8 @@ async fn the_same_binary_drives_real_postgres_and_redis_pools() {
         "{stdout}\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let summary = stdout
-        .split("\nsummary\n")
-        .nth(1)
-        .unwrap_or_else(|| panic!("no summary:\n{stdout}"));
+    let summary = summary(&stdout);
     for target in ["pg", "cache"] {
-        let line = summary
-            .lines()
-            .find(|l| l.starts_with(target))
-            .unwrap_or_else(|| panic!("{target}:\n{summary}"));
-        let takes: u64 = line[target.len()..]
-            .split_whitespace()
-            .next()
-            .unwrap()
-            .parse()
-            .unwrap();
-        assert!(takes > 0, "{summary}");
+        assert!(takes(summary, target) > 0, "{summary}");
     }
 }

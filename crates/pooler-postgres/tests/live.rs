@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use pooler::{Member, Pool, PoolConfig, Shutdown, TakeError};
 use pooler_postgres::{PgManager, Recycle};
-use pooler_testkit::{Proxy, host_port, service};
+use pooler_testkit::{Proxy, eventually, host_port, service};
 use tokio::time::Instant;
 
 const DEFAULT: &str = "postgres://postgres@127.0.0.1:5432/test";
@@ -54,15 +54,6 @@ async fn in_transaction(conn: &tokio_postgres::Client) -> bool {
     !messages
         .iter()
         .any(|m| matches!(m, tokio_postgres::SimpleQueryMessage::Row(r) if r.get(0) == Some("t")))
-}
-
-/// Waits (real time, bounded) until `done` holds.
-async fn eventually(what: &str, mut done: impl AsyncFnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(15);
-    while !done().await {
-        assert!(Instant::now() < deadline, "timed out waiting until {what}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

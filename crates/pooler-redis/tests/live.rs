@@ -8,7 +8,7 @@ use std::time::Duration;
 use pooler::{Pool, PoolConfig, Shutdown, TakeError};
 use pooler_redis::RedisManager;
 use pooler_redis::redis::{self, AsyncCommands};
-use pooler_testkit::{Proxy, host_port, service};
+use pooler_testkit::{Proxy, eventually, host_port, service};
 use tokio::time::Instant;
 
 const DEFAULT: &str = "redis://127.0.0.1:6379";
@@ -49,14 +49,6 @@ async fn my_id(conn: &mut redis::aio::MultiplexedConnection) -> u64 {
         .query_async(conn)
         .await
         .unwrap()
-}
-
-async fn eventually(what: &str, mut done: impl AsyncFnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(15);
-    while !done().await {
-        assert!(Instant::now() < deadline, "timed out waiting until {what}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

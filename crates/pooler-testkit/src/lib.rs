@@ -3,6 +3,7 @@
 //! - [`service`]: the address of a server a live test needs, from an environment variable
 //!   with a default; unreachable, the test is skipped with a notice, unless
 //!   `POOLER_REQUIRE_SERVICES=1` (as CI sets it), when it fails.
+//! - [`eventually`]: a bounded wait for something a server does in its own time.
 //! - [`Proxy`]: a TCP proxy in front of a server, which a test opens, closes (refusing new
 //!   connections) and cuts (dropping live ones), to stage outages.
 #![allow(clippy::disallowed_methods)] // test support spawns its own tasks
@@ -33,6 +34,18 @@ pub async fn service(
     }
     eprintln!("skipping: {addr} ({var}) is unreachable");
     None
+}
+
+/// Waits in real time, bounded by 15 s, until `done` holds; panics naming `what` otherwise.
+pub async fn eventually(what: &str, mut done: impl AsyncFnMut() -> bool) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+    while !done().await {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting until {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 /// `host:port` of a `scheme://[user@]host:port[/…]` URL.

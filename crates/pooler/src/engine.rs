@@ -512,6 +512,15 @@ impl<T, W> Engine<T, W> {
     /// or the pool closed meanwhile.
     pub(crate) fn started(&mut self, key: Key, now: Instant, expires_at: Option<Instant>) -> bool {
         debug_assert_eq!(self.entries[key].status, Status::Starting);
+        if self.closed {
+            self.set_status(key, Status::Stopping, now);
+            return false;
+        }
+        if self.entries[key].dead {
+            // A backend that accepts and then drops every connection must back off too.
+            self.start_failed(key, StartError::Died, true, now);
+            return false;
+        }
         let entry = &mut self.entries[key];
         entry.born = now;
         entry.expires_at = expires_at;
@@ -522,10 +531,6 @@ impl<T, W> Engine<T, W> {
         self.retry_at = None;
         self.last_error = None;
         self.owed = self.owed.saturating_sub(1);
-        if self.entries[key].dead || self.closed {
-            self.set_status(key, Status::Stopping, now);
-            return false;
-        }
         self.set_status(key, Status::InUse, now);
         debug_assert!(self.holds());
         true
@@ -1025,6 +1030,26 @@ mod tests {
         assert_eq!(e.mark_dead(k, id, now()), Death::Marked);
         assert!(!e.started(k, now(), None));
         assert_eq!(e.counts().stopping, 1);
+        e.check_all();
+    }
+
+    /// Regression: a member dying as it started counted as a successful start and reset the
+    /// backoff, so a backend that accepts and then drops every connection got a start storm.
+    #[test]
+    fn a_member_dying_as_it_starts_counts_as_a_failed_start() {
+        let mut e = E::new(limits(1, 2));
+        let t0 = now();
+        let (k, id) = e.refill(t0).slots[0];
+        e.mark_dead(k, id, t0);
+        assert!(!e.started(k, t0, None));
+        assert!(matches!(e.last_error(), Some(StartError::Died)));
+        e.stop_done(k);
+        let retry = e.refill(t0);
+        assert_eq!(
+            (retry.slots.len(), retry.delay),
+            (1, backoff(1)),
+            "the retry waits out a backoff step"
+        );
         e.check_all();
     }
 

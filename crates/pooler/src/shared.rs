@@ -353,9 +353,11 @@ impl<M: Manager> Shared<M> {
             state.config.max_lifetime_jitter,
         );
         if !state.engine.started(key, now, expires_at) {
+            // Died while starting (a failed start: the engine backs off) or closed meanwhile.
             drop(state);
             self.notify_if_closing();
             self.spawn_stop(key, held);
+            self.refill();
             return;
         }
         self.hand_off(state, key, held, now);
