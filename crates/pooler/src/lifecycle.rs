@@ -7,6 +7,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures_util::FutureExt;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -15,8 +16,9 @@ use crate::error::StartError;
 use crate::manager::{Deaths, Manager, MemberContext};
 use crate::shared::{Held, Shared};
 
-/// A reserved start. Dropped while armed, it reports the start as failed (a panic) or
-/// abandoned (a close).
+/// A reserved start. Dropped while armed (the start was cancelled: a close, or the runtime
+/// shutting down), it gives the slot back as abandoned; a panic in the manager is caught
+/// where it happens and reported as a failed start.
 struct StartSlot<'a, M: Manager> {
     shared: &'a Shared<M>,
     key: Key,
@@ -56,21 +58,8 @@ impl<M: Manager> Drop for StartSlot<'_, M> {
             return;
         }
         self.token.cancel();
-        let closing = self.shared.supervisor.closing.is_cancelled();
-        let mut state = self.shared.lock();
-        if closing {
-            state.engine.start_abandoned(self.key);
-        } else {
-            tracing::error!(pool = %self.shared.name, "member start panicked");
-            state
-                .engine
-                .start_failed(self.key, StartError::Panicked, false, Instant::now());
-        }
-        drop(state);
+        self.shared.lock().engine.start_abandoned(self.key);
         self.shared.notify_if_closing();
-        if !closing {
-            self.shared.refill();
-        }
     }
 }
 
@@ -130,10 +119,16 @@ impl<M: Manager> Shared<M> {
                 Err(_) => Err((StartError::TimedOut(limit), Some(member))),
             }
         };
-        // A close drops the attempt here; the slot's Drop gives the slot back.
+        // A panic in the manager is a failed start; a close drops the attempt here (and the
+        // slot's Drop gives the slot back).
+        let attempt = std::panic::AssertUnwindSafe(attempt).catch_unwind();
         let Some(outcome) = self.supervisor.closing.run_until_cancelled(attempt).await else {
             return;
         };
+        let outcome = outcome.unwrap_or_else(|_| {
+            tracing::error!(pool = %self.name, member = id, "member start panicked");
+            Err((StartError::Panicked, None))
+        });
         match outcome {
             Ok(value) => {
                 let mut slot = slot;

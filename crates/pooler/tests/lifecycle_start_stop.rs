@@ -213,3 +213,25 @@ async fn a_replacement_starts_at_once_when_there_is_room() {
         "replaced while the old one still stops"
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_start_that_panics_is_a_failed_start_and_the_pool_recovers() {
+    let fake = Fake::default();
+    fake.probe.set_init(Step::Panic);
+    let (pool, probe) = pool_with(config(1, 1), fake).await;
+    let e = pool.try_take_member().unwrap_err();
+    assert!(
+        matches!(
+            e,
+            TakeError::Unavailable {
+                source: StartError::Panicked,
+                ..
+            }
+        ),
+        "{e}"
+    );
+    assert_eq!(probe.alive(), 0, "the member it produced did not leak");
+    probe.set_init(Step::Ok);
+    advance(ms(150)).await;
+    assert_eq!(counts(&pool), (0, 1, 0, 0, 0));
+}

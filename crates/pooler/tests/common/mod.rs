@@ -18,6 +18,7 @@ pub enum Step {
     Err,
     Slow(Duration),
     Never,
+    Panic,
 }
 
 impl Step {
@@ -30,6 +31,7 @@ impl Step {
                 Ok(())
             }
             Step::Never => std::future::pending().await,
+            Step::Panic => panic!("planned panic in {what}"),
         }
     }
 }
