@@ -2,7 +2,8 @@
 //!
 //! `cargo run --release -p pooler-bench` runs every suite (a few minutes) and writes
 //! `docs/benchmarks.md` with two SVG charts beside it. `--smoke` runs each suite for a moment
-//! and writes nothing (CI uses it to prove the suite runs). `--out DIR` picks another folder.
+//! and writes nothing (CI uses it to prove the suite runs) unless `--out DIR` is given;
+//! `--out DIR` writes the report there instead of `docs/`.
 //! `lifetime` alone measures the cost of `max_lifetime`; `fairness` and `grid-sample` run a
 //! quick pooler-versus-deadpool subset; `metrics-share` counts the instructions pooler's
 //! metrics take; `fixed-plain` and `fixed-lifetime` do a fixed amount of work for instruction
@@ -220,10 +221,13 @@ async fn fixed_work(lifetime: bool) {
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    // The mode is the first argument that is neither a flag nor the value of `--out`.
+    let out_at = args.iter().position(|a| a == "--out").map(|i| i + 1);
     let mode = args
         .iter()
-        .find(|a| !a.starts_with("--") && !a.contains('/'))
-        .cloned()
+        .enumerate()
+        .find(|(i, a)| !a.starts_with("--") && Some(*i) != out_at)
+        .map(|(_, a)| a.clone())
         .unwrap_or_default();
     let out = args
         .iter()
@@ -234,10 +238,11 @@ fn main() {
             PathBuf::from,
         );
     let smoke = args.iter().any(|a| a == "--smoke");
+    let out_given = args.iter().any(|a| a == "--out");
     if mode.is_empty() {
         let effort = if smoke { Effort::SMOKE } else { Effort::FULL };
         let results = run_all(effort);
-        if smoke {
+        if smoke && !out_given {
             println!("smoke run: every suite ran in {:.1} s", results.seconds);
         } else {
             report::write(&results, &out).expect("the report is written");

@@ -3,6 +3,7 @@
 use std::fmt::Write as _;
 use std::path::Path;
 
+use plotters::coord::types::RangedCoordf64;
 use plotters::prelude::*;
 
 use crate::Results;
@@ -341,25 +342,15 @@ fn grid_chart(r: &Results, path: &Path) -> Result<(), Box<dyn std::error::Error>
                 format!("{} tasks", [4, 16, 64, 256][(x.round() as usize).min(3)])
             })
             .draw()?;
-        for (i, name) in NAMES.iter().enumerate() {
-            let color = Palette99::pick(i).to_rgba();
-            let points: Vec<(f64, f64)> = [4, 16, 64, 256]
+        let series = NAMES.iter().enumerate().map(|(i, name)| {
+            let points = [4, 16, 64, 256]
                 .iter()
                 .enumerate()
                 .filter_map(|(x, t)| cell(r, name, size, *t).map(|v| (x as f64, v)))
                 .collect();
-            chart
-                .draw_series(LineSeries::new(points, color.stroke_width(2)))?
-                .label(*name)
-                .legend(move |(x, y)| {
-                    PathElement::new(vec![(x, y), (x + 16, y)], color.stroke_width(2))
-                });
-        }
-        chart
-            .configure_series_labels()
-            .background_style(WHITE.mix(0.8))
-            .border_style(BLACK)
-            .draw()?;
+            (i, *name, points)
+        });
+        draw_lines(&mut chart, series)?;
     }
     root.present()?;
     Ok(())
@@ -390,17 +381,37 @@ fn fairness_chart(r: &Results, path: &Path) -> Result<(), Box<dyn std::error::Er
         .x_labels(5)
         .x_label_formatter(&|x| PERCENTILES[(x.round() as usize).min(4)].0.to_owned())
         .draw()?;
-    for (i, (name, lat)) in r.fairness.iter().enumerate() {
-        let Some(lat) = lat else { continue };
+    let series = r
+        .fairness
+        .iter()
+        .enumerate()
+        .filter_map(|(i, (name, lat))| {
+            let lat = lat.as_ref()?;
+            let points = PERCENTILES
+                .iter()
+                .enumerate()
+                .map(|(x, (_, p))| (x as f64, percentile(lat, *p) / 1e3))
+                .collect();
+            Some((i, *name, points))
+        });
+    draw_lines(&mut chart, series)?;
+    root.present()?;
+    Ok(())
+}
+
+type LogChart<'a, 'b> =
+    ChartContext<'a, SVGBackend<'b>, Cartesian2d<RangedCoordf64, LogCoord<f64>>>;
+
+/// One line per contender (its palette colour fixed by its index), and the legend.
+fn draw_lines<'b>(
+    chart: &mut LogChart<'b, 'b>,
+    series: impl Iterator<Item = (usize, &'static str, Vec<(f64, f64)>)>,
+) -> Result<(), Box<dyn std::error::Error>> {
+    for (i, name, points) in series {
         let color = Palette99::pick(i).to_rgba();
-        let points: Vec<(f64, f64)> = PERCENTILES
-            .iter()
-            .enumerate()
-            .map(|(x, (_, p))| (x as f64, percentile(lat, *p) / 1e3))
-            .collect();
         chart
             .draw_series(LineSeries::new(points, color.stroke_width(2)))?
-            .label(*name)
+            .label(name)
             .legend(move |(x, y)| {
                 PathElement::new(vec![(x, y), (x + 16, y)], color.stroke_width(2))
             });
@@ -410,6 +421,5 @@ fn fairness_chart(r: &Results, path: &Path) -> Result<(), Box<dyn std::error::Er
         .background_style(WHITE.mix(0.8))
         .border_style(BLACK)
         .draw()?;
-    root.present()?;
     Ok(())
 }
