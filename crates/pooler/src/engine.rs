@@ -175,6 +175,14 @@ pub(crate) enum Death<T> {
     Removed(T),
 }
 
+/// An in-use member coming back, as the engine sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Returning {
+    pub(crate) dead: bool,
+    pub(crate) expired: bool,
+    pub(crate) leaked: bool,
+}
+
 /// A member's row in [`Engine::stats`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Row {
@@ -459,9 +467,26 @@ impl<T, W> Engine<T, W> {
 
     // ---- return -----------------------------------------------------------------------
 
-    /// Whether an in-use or starting member's death signal was seen.
-    pub(crate) fn is_dead(&self, key: Key) -> bool {
-        self.entries.get(key).is_some_and(|e| e.dead)
+    /// What the pool must know of an in-use member coming back, from one look at its entry:
+    /// whether it died, whether its lifetime ended, and whether its holder was reported as a
+    /// leak (the rare case: [`reported_leak`](Self::reported_leak) has the details).
+    pub(crate) fn returning(&self, key: Key, now: Instant) -> Returning {
+        let e = &self.entries[key];
+        Returning {
+            dead: e.dead,
+            expired: e.expires_at.is_some_and(|at| at <= now),
+            leaked: e.leak_reported,
+        }
+    }
+
+    /// The leak report made for an in-use member's holder.
+    pub(crate) fn reported_leak(&self, key: Key) -> Leak {
+        let e = &self.entries[key];
+        Leak {
+            id: e.id,
+            since: e.since,
+            taken_by: e.taken_by,
+        }
     }
 
     /// Puts an in-use member on the free list. The caller has found no waiter to hand it to.
@@ -742,14 +767,6 @@ impl<T, W> Engine<T, W> {
         out
     }
 
-    /// Whether a member's lifetime has ended.
-    pub(crate) fn is_expired(&self, key: Key, now: Instant) -> bool {
-        self.entries
-            .get(key)
-            .and_then(|e| e.expires_at)
-            .is_some_and(|at| at <= now)
-    }
-
     /// Gives every member a new expiry computed from its birth (`reconfigure` changed the
     /// lifetime); `None` removes lifetimes altogether.
     pub(crate) fn reschedule(&mut self, mut expiry: impl FnMut(Instant) -> Option<Instant>) {
@@ -801,16 +818,6 @@ impl<T, W> Engine<T, W> {
             }
         }
         out
-    }
-
-    /// The leak report made for an in-use member's holder, if one was made.
-    pub(crate) fn reported_leak(&self, key: Key) -> Option<Leak> {
-        let e = self.entries.get(key)?;
-        e.leak_reported.then_some(Leak {
-            id: e.id,
-            since: e.since,
-            taken_by: e.taken_by,
-        })
     }
 
     /// New limits from `reconfigure`. The caller has already made stopping every member
@@ -1018,7 +1025,7 @@ mod tests {
             panic!()
         };
         assert_eq!(e.mark_dead(k, e.id(k), now()), Death::Marked);
-        assert!(e.is_dead(k));
+        assert!(e.returning(k, now()).dead);
         e.check_all();
     }
 
@@ -1136,7 +1143,7 @@ mod tests {
         let later = first + Duration::from_secs(1);
         let due = e.expire_due(later);
         assert_eq!(due.len(), 2, "the one in use stays with its holder");
-        assert!(e.is_expired(k, later));
+        assert!(e.returning(k, later).expired);
         e.put_free(k, v, t0);
         e.reschedule(|_| None);
         assert_eq!(e.next_expiry(), None);

@@ -238,19 +238,13 @@ impl<M: Manager> Shared<M> {
             held.token.cancel();
             return;
         }
-        if let Some(leak) = state.engine.reported_leak(key) {
-            tracing::warn!(
-                pool = %self.name,
-                member = leak.id,
-                held_for = %humantime::format_duration(now - leak.since),
-                "member reported as a possible leak came back"
-            );
-        }
+        let back = state.engine.returning(key, now);
+        let leak = back.leaked.then(|| state.engine.reported_leak(key));
         let reason = match fate {
             Fate::Failed => Some(Reason::Failed),
             Fate::Crashed => Some(Reason::Crashed),
-            Fate::Ok if broken || state.engine.is_dead(key) => Some(Reason::Crashed),
-            Fate::Ok if state.engine.is_expired(key, now) => Some(Reason::MaxLifetime),
+            Fate::Ok if broken || back.dead => Some(Reason::Crashed),
+            Fate::Ok if back.expired => Some(Reason::MaxLifetime),
             Fate::Ok => None,
         };
         if state.engine.is_closed() {
@@ -265,6 +259,15 @@ impl<M: Manager> Shared<M> {
             self.spawn_recycle(key, held, now);
         } else {
             self.hand_off(state, key, held, now);
+        }
+        // Logged once the lock is released (every branch above releases it).
+        if let Some(leak) = leak {
+            tracing::warn!(
+                pool = %self.name,
+                member = leak.id,
+                held_for = %humantime::format_duration(now - leak.since),
+                "member reported as a possible leak came back"
+            );
         }
     }
 
