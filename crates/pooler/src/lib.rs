@@ -19,6 +19,7 @@ mod registry;
 mod shared;
 mod supervisor;
 pub mod time;
+mod timer;
 
 pub use crate::config::{MemberOrder, PoolConfig};
 pub use crate::error::{ConfigError, StartError, TakeError};

@@ -13,12 +13,14 @@ use tokio::time::Instant;
 use crate::config::PoolConfig;
 use crate::engine::{Caller, Empty, Status};
 use crate::error::{ConfigError, TakeError};
+use crate::health::{self, Hook};
+use crate::lifetime;
 use crate::manager::Manager;
 use crate::member::Member;
 use crate::reconfigure::ReconfigureAction;
 use crate::shared::{Shared, Waiting};
 use crate::supervisor::Supervisor;
-use crate::{cull, health, leak, lifetime};
+use crate::timer::{self, Periodic};
 
 /// A pool of members of one [`Manager`].
 ///
@@ -151,10 +153,10 @@ impl<M: Manager> Pool<M> {
         let shared = &pool.handle.shared;
         let origin = Instant::now();
         let supervisor = &shared.supervisor;
-        supervisor.spawn_until_closing(cull::run(shared.clone(), origin));
         supervisor.spawn_until_closing(lifetime::run(shared.clone()));
-        supervisor.spawn_until_closing(health::run(shared.clone(), origin));
-        supervisor.spawn_until_closing(leak::run(shared.clone(), origin));
+        for job in [Periodic::Cull, Periodic::Health, Periodic::Leak] {
+            supervisor.spawn_until_closing(timer::run(shared.clone(), job, origin));
+        }
         Ok(pool)
     }
 
@@ -262,7 +264,9 @@ impl<M: Manager> Pool<M> {
         let shared = self.shared();
         let (id, rx) = match self.take_or_queue(caller)? {
             Taken::Member(member, false) => return Ok(Some(member)),
-            Taken::Member(member, true) => return Ok(health::check(shared, member).await),
+            Taken::Member(member, true) => {
+                return Ok(health::vet(shared, member, Hook::Check).await);
+            }
             Taken::Queued(id, rx) => (id, rx),
         };
         let mut waiter = Waiter {

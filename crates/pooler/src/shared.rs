@@ -15,6 +15,7 @@ use tokio_util::sync::CancellationToken;
 use crate::config::PoolConfig;
 use crate::engine::{Caller, Counts, Death, Empty, Engine, Key, Limits, Starts, Take};
 use crate::error::TakeError;
+use crate::health::{Hook, vet};
 use crate::lifetime;
 use crate::manager::{Deaths, Manager};
 use crate::member::Member;
@@ -278,21 +279,8 @@ impl<M: Manager> Shared<M> {
         member.set_recycling();
         let shared = self.arc();
         self.supervisor.spawn(async move {
-            let (limit, _) = shared.timeouts();
-            member.set_mid_use(true);
-            let result = tokio::time::timeout(limit, shared.manager.recycle(&mut member)).await;
-            member.set_mid_use(false);
-            match result {
-                Ok(Ok(())) => drop(member),
-                Ok(Err(e)) => {
-                    tracing::warn!(pool = %shared.name, member = Member::id(&member), error = %e, "recycling a returned member failed; replacing it");
-                    Member::fail(member);
-                }
-                Err(_) => {
-                    tracing::warn!(pool = %shared.name, member = Member::id(&member), "recycling a returned member timed out; replacing it");
-                    Member::fail(member);
-                }
-            }
+            // Passed: dropping the guard gives it back (not recycled again).
+            drop(vet(&shared, member, Hook::Recycle).await);
         });
     }
 

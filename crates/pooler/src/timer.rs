@@ -1,0 +1,75 @@
+//! The pool's periodic timers: culling, health checks and leak reports share one loop.
+//!
+//! Each fires first one period after `origin` (the pool's start), then one period after the
+//! previous firing completed. A `reconfigure` that changes a timer's period re-arms it from
+//! the moment of the reconfigure, switching it on from off included; one that leaves the
+//! period alone leaves the timer alone. (The lifetime timer is different: it sleeps until the
+//! next expiry, see `lifetime`.)
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::config::PoolConfig;
+use crate::manager::Manager;
+use crate::shared::Shared;
+
+/// Which periodic job a timer runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Periodic {
+    /// Every `cull_interval` (zero: off).
+    Cull,
+    /// Every `health_check_interval`.
+    Health,
+    /// Every half `leak_detection_threshold`, so a leak is reported at most 1.5 thresholds
+    /// after the take.
+    Leak,
+}
+
+impl Periodic {
+    fn period(self, config: &PoolConfig) -> Option<Duration> {
+        match self {
+            Periodic::Cull => Some(config.cull_interval).filter(|d| !d.is_zero()),
+            Periodic::Health => config.health_check_interval,
+            Periodic::Leak => config
+                .leak_detection_threshold
+                .map(|t| (t / 2).max(Duration::from_millis(1))),
+        }
+    }
+
+    async fn fire<M: Manager>(self, shared: &Shared<M>) {
+        match self {
+            Periodic::Cull => shared.cull(),
+            Periodic::Health => shared.check_free_members().await,
+            Periodic::Leak => shared.report_leaks(),
+        }
+    }
+}
+
+/// Runs one periodic job until the pool closes (the supervisor cancels it).
+pub(crate) async fn run<M: Manager>(shared: Arc<Shared<M>>, job: Periodic, origin: Instant) {
+    let mut changes = shared.reconfigured.subscribe();
+    let mut period = job.period(&shared.lock().config);
+    let tick = tokio::time::sleep_until(origin + period.unwrap_or_default());
+    tokio::pin!(tick);
+    loop {
+        tokio::select! {
+            () = &mut tick, if period.is_some() => {
+                job.fire(&shared).await;
+                tick.as_mut().reset(Instant::now() + period.unwrap_or_default());
+            }
+            changed = changes.changed() => {
+                if changed.is_err() {
+                    return;
+                }
+                let at = *changes.borrow_and_update();
+                let now = job.period(&shared.lock().config);
+                if now != period {
+                    period = now;
+                    tick.as_mut().reset(at + period.unwrap_or_default());
+                }
+            }
+        }
+    }
+}
