@@ -6,6 +6,18 @@ fn demo() -> Command {
     Command::new(env!("CARGO_BIN_EXE_pooler-demo"))
 }
 
+/// Runs the demo with `args`, requires it to succeed, and returns what it printed.
+fn run_ok(args: &[&str]) -> String {
+    let out = demo().args(args).output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
 /// The summary section of a run's output.
 fn summary(stdout: &str) -> &str {
     stdout
@@ -30,16 +42,7 @@ fn takes(summary: &str, target: &str) -> u64 {
 
 #[test]
 fn a_short_run_on_the_default_file_ends_with_a_summary() {
-    let out = demo()
-        .args(["--duration", "3s", "--plain", "--consumers", "8"])
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let stdout = run_ok(&["--duration", "3s", "--plain", "--consumers", "8"]);
     let summary = summary(&stdout);
     for pool in ["replica-a", "replica-b", "jobs"] {
         assert!(
@@ -125,25 +128,16 @@ async fn the_same_binary_drives_real_postgres_and_redis_pools() {
         .replace("redis://127.0.0.1:6379", &redis);
     let path = std::env::temp_dir().join(format!("pooler-demo-live-{}.toml", std::process::id()));
     std::fs::write(&path, file).unwrap();
-    let out = demo()
-        .args([
-            "--file",
-            path.to_str().unwrap(),
-            "--duration",
-            "2s",
-            "--plain",
-            "--consumers",
-            "6",
-        ])
-        .output()
-        .unwrap();
+    let stdout = run_ok(&[
+        "--file",
+        path.to_str().unwrap(),
+        "--duration",
+        "2s",
+        "--plain",
+        "--consumers",
+        "6",
+    ]);
     let _ = std::fs::remove_file(&path);
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
     let summary = summary(&stdout);
     for target in ["pg", "cache"] {
         assert!(takes(summary, target) > 0, "{summary}");

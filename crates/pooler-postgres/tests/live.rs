@@ -6,10 +6,9 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
-use pooler::{Member, Pool, PoolConfig, Shutdown, TakeError};
+use pooler::{Member, Pool, PoolConfig, Shutdown};
 use pooler_postgres::{PgManager, Recycle};
-use pooler_testkit::{Proxy, eventually, host_port, service};
-use tokio::time::Instant;
+use pooler_testkit::{Proxy, eventually, host_port, scenarios, service};
 
 const DEFAULT: &str = "postgres://postgres@127.0.0.1:5432/test";
 
@@ -33,15 +32,16 @@ async fn admin(url: &str) -> tokio_postgres::Client {
     client
 }
 
-async fn sessions(admin: &tokio_postgres::Client, tag: &str) -> i64 {
-    admin
+async fn sessions(admin: &tokio_postgres::Client, tag: &str) -> usize {
+    let count: i64 = admin
         .query_one(
             "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1",
             &[&tag],
         )
         .await
         .expect("count sessions")
-        .get(0)
+        .get(0);
+    usize::try_from(count).unwrap_or(0)
 }
 
 /// Whether the session is inside an explicit transaction. (Over the simple protocol: with
@@ -194,51 +194,10 @@ async fn an_outage_fails_fast_backs_off_and_refills_by_itself() {
     )
     .await
     .unwrap();
-    assert_eq!(pool.utilization().free_count, 0);
-
-    // Takes fail at once, with the connect error in the message.
-    let t = Instant::now();
-    let e = pool.take_member(Duration::from_secs(5)).await.unwrap_err();
-    assert!(
-        t.elapsed() < Duration::from_millis(500),
-        "took {:?}",
-        t.elapsed()
-    );
-    assert!(matches!(e, TakeError::Unavailable { .. }), "{e}");
-    assert!(e.to_string().contains("starting a member failed"), "{e}");
-
-    // Three seconds of outage: a handful of attempts spaced by the backoff, not a storm.
-    let start = proxy.attempts();
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    let attempts = proxy.attempts() - start;
-    assert!(
-        (2..=8).contains(&attempts),
-        "{attempts} connection attempts in 3 s"
-    );
-
-    // The server comes back: the pool refills on its own, with no take asking for it.
-    proxy.set_open(true);
-    eventually("the pool refills to init_count", async || {
-        pool.utilization().free_count == 2
+    scenarios::outage_and_recovery(&pool, &proxy, async |conn| {
+        conn.query_one("SELECT 1", &[]).await.is_ok()
     })
     .await;
-    let one: i32 = pool
-        .take_member(Duration::from_secs(5))
-        .await
-        .unwrap()
-        .query_one("SELECT 1", &[])
-        .await
-        .unwrap()
-        .get(0);
-    assert_eq!(one, 1);
-
-    // A cut link (the server vanishes mid-connection) is a dead member, replaced.
-    proxy.cut();
-    eventually("cut connections are replaced", async || {
-        pool.utilization().free_count == 2 && pool.stats().iter().all(|s| s.id > 2)
-    })
-    .await;
-    pool.close(Shutdown::Graceful).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -252,39 +211,15 @@ async fn max_lifetime_with_jitter_recycles_real_connections() {
     let pool = Pool::start(config, manager(&url, "pooler-life"))
         .await
         .unwrap();
-    let mut first = HashSet::new();
-    let mut held = Vec::new();
-    for _ in 0..4 {
-        let conn = pool.take_member(Duration::from_secs(5)).await.unwrap();
-        first.insert(
-            conn.query_one("SELECT pg_backend_pid()", &[])
-                .await
-                .unwrap()
-                .get::<_, i32>(0),
-        );
-        held.push(conn);
-    }
-    assert_eq!(first.len(), 4);
-    drop(held);
-    tokio::time::sleep(Duration::from_millis(2500)).await;
-    let mut held = Vec::new();
-    let mut now = HashSet::new();
-    for _ in 0..4 {
-        let conn = pool.take_member(Duration::from_secs(5)).await.unwrap();
-        now.insert(
-            conn.query_one("SELECT pg_backend_pid()", &[])
-                .await
-                .unwrap()
-                .get::<_, i32>(0),
-        );
-        held.push(conn);
-    }
-    assert!(
-        first.is_disjoint(&now),
-        "every connection was replaced after its lifetime: {first:?} {now:?}"
-    );
-    drop(held);
-    pool.close(Shutdown::Graceful).await;
+    scenarios::lifetimes_recycle_connections(&pool, async |conn| {
+        let pid: i32 = conn
+            .query_one("SELECT pg_backend_pid()", &[])
+            .await
+            .unwrap()
+            .get(0);
+        i64::from(pid)
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -357,16 +292,5 @@ async fn close_leaves_no_session_open() {
     let pool = Pool::start(PoolConfig::new("pg-close", 5, 8), manager(&url, tag))
         .await
         .unwrap();
-    let held = pool.take_member(Duration::from_secs(5)).await.unwrap();
-    assert_eq!(sessions(&admin, tag).await, 5);
-    let p = pool.clone();
-    let closing = tokio::spawn(async move { p.close(Shutdown::Graceful).await });
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    drop(held);
-    closing.await.unwrap();
-    assert_eq!(pool.live_tasks(), 0);
-    eventually("the server has no session of the pool", async || {
-        sessions(&admin, tag).await == 0
-    })
-    .await;
+    scenarios::close_leaves_nothing(&pool, async || sessions(&admin, tag).await).await;
 }

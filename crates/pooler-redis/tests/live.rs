@@ -5,11 +5,10 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
-use pooler::{Pool, PoolConfig, Shutdown, TakeError};
+use pooler::{Pool, PoolConfig, Shutdown};
 use pooler_redis::RedisManager;
 use pooler_redis::redis::{self, AsyncCommands};
-use pooler_testkit::{Proxy, eventually, host_port, service};
-use tokio::time::Instant;
+use pooler_testkit::{Proxy, eventually, host_port, scenarios, service};
 
 const DEFAULT: &str = "redis://127.0.0.1:6379";
 
@@ -162,42 +161,13 @@ async fn an_outage_fails_fast_backs_off_and_refills_by_itself() {
         ..PoolConfig::new("redis-outage", 2, 4)
     };
     let pool = Pool::start(config, manager).await.unwrap();
-    assert_eq!(pool.utilization().free_count, 0);
-
-    let t = Instant::now();
-    let e = pool.take_member(Duration::from_secs(5)).await.unwrap_err();
-    assert!(
-        t.elapsed() < Duration::from_millis(500),
-        "took {:?}",
-        t.elapsed()
-    );
-    assert!(matches!(e, TakeError::Unavailable { .. }), "{e}");
-    assert!(e.to_string().contains("starting a member failed"), "{e}");
-
-    let start = proxy.attempts();
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    let attempts = proxy.attempts() - start;
-    assert!(
-        (2..=8).contains(&attempts),
-        "{attempts} connection attempts in 3 s"
-    );
-
-    proxy.set_open(true);
-    eventually("the pool refills to init_count", async || {
-        pool.utilization().free_count == 2
+    scenarios::outage_and_recovery(&pool, &proxy, async |conn| {
+        redis::cmd("PING")
+            .query_async::<String>(&mut **conn)
+            .await
+            .is_ok_and(|pong| pong == "PONG")
     })
     .await;
-    let mut conn = pool.take_member(Duration::from_secs(5)).await.unwrap();
-    let pong: String = redis::cmd("PING").query_async(&mut *conn).await.unwrap();
-    assert_eq!(pong, "PONG");
-    drop(conn);
-
-    proxy.cut();
-    eventually("cut connections are replaced", async || {
-        pool.utilization().free_count == 2 && pool.stats().iter().all(|s| s.id > 2)
-    })
-    .await;
-    pool.close(Shutdown::Graceful).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -211,47 +181,25 @@ async fn max_lifetime_with_jitter_recycles_real_connections() {
     let pool = Pool::start(config, RedisManager::new(url.as_str()).unwrap())
         .await
         .unwrap();
-    let ids = async || {
-        let mut held = Vec::new();
-        let mut ids = HashSet::new();
-        for _ in 0..4 {
-            let mut conn = pool.take_member(Duration::from_secs(5)).await.unwrap();
-            ids.insert(my_id(&mut conn).await);
-            held.push(conn);
-        }
-        ids
-    };
-    let first = ids().await;
-    assert_eq!(first.len(), 4);
-    tokio::time::sleep(Duration::from_millis(2500)).await;
-    let now = ids().await;
-    assert!(
-        first.is_disjoint(&now),
-        "every connection was replaced after its lifetime: {first:?} {now:?}"
-    );
-    pool.close(Shutdown::Graceful).await;
+    scenarios::lifetimes_recycle_connections(&pool, async |conn| {
+        i64::try_from(my_id(conn).await).unwrap()
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn close_leaves_no_connection_open() {
     let Some(url) = url().await else { return };
-    let mut admin = admin(&url).await;
+    let admin = admin(&url).await;
     let manager = RedisManager::new(url.as_str())
         .unwrap()
         .client_name("pooler-close");
     let pool = Pool::start(PoolConfig::new("redis-close", 5, 8), manager)
         .await
         .unwrap();
-    let held = pool.take_member(Duration::from_secs(5)).await.unwrap();
-    assert_eq!(clients(&mut admin, "pooler-close").await.len(), 5);
-    let p = pool.clone();
-    let closing = tokio::spawn(async move { p.close(Shutdown::Graceful).await });
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    drop(held);
-    closing.await.unwrap();
-    assert_eq!(pool.live_tasks(), 0);
-    eventually("the server has no connection of the pool", async || {
-        clients(&mut admin, "pooler-close").await.is_empty()
+    scenarios::close_leaves_nothing(&pool, async || {
+        let mut admin = admin.clone(); // a multiplexed handle: clones share one connection
+        clients(&mut admin, "pooler-close").await.len()
     })
     .await;
 }

@@ -1,0 +1,119 @@
+//! Live scenarios every backend crate runs the same way; each takes the one step that is
+//! specific to its client (a query, a connection's server-side id, a count of sessions).
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use pooler::{Manager, Member, Pool, Shutdown, TakeError};
+use tokio::time::Instant;
+
+use crate::{Proxy, eventually};
+
+/// An outage and the recovery from it. `pool` has `init_count` 2 and was started through
+/// `proxy` while the proxy refused connections. Checks that takes fail fast with the start
+/// error, that starts are spaced by the backoff (2 to 8 attempts in 3 s, not a storm), that
+/// the pool refills by itself when the proxy opens, that a refilled member `works`, and that
+/// members whose links are cut are replaced. Closes the pool.
+pub async fn outage_and_recovery<M: Manager>(
+    pool: &Pool<M>,
+    proxy: &Proxy,
+    works: impl AsyncFn(&mut Member<M>) -> bool,
+) {
+    assert_eq!(pool.utilization().free_count, 0);
+    let t = Instant::now();
+    let e = pool
+        .take_member(Duration::from_secs(5))
+        .await
+        .map(drop)
+        .unwrap_err();
+    assert!(
+        t.elapsed() < Duration::from_millis(500),
+        "took {:?}",
+        t.elapsed()
+    );
+    assert!(matches!(e, TakeError::Unavailable { .. }), "{e}");
+    assert!(e.to_string().contains("starting a member failed"), "{e}");
+
+    let start = proxy.attempts();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let attempts = proxy.attempts() - start;
+    assert!(
+        (2..=8).contains(&attempts),
+        "{attempts} connection attempts in 3 s"
+    );
+
+    proxy.set_open(true);
+    eventually("the pool refills to init_count", async || {
+        pool.utilization().free_count == 2
+    })
+    .await;
+    let mut member = pool
+        .take_member(Duration::from_secs(5))
+        .await
+        .map_err(|e| e.to_string())
+        .unwrap();
+    assert!(works(&mut member).await, "a refilled member works");
+    drop(member);
+
+    proxy.cut();
+    eventually("members whose links were cut are replaced", async || {
+        pool.utilization().free_count == 2 && pool.stats().iter().all(|s| s.id > 2)
+    })
+    .await;
+    pool.close(Shutdown::Graceful).await;
+}
+
+/// Every member of `pool` (`init_count` 4, `max_lifetime` 1.5 s ± 0.5 s) is replaced after its
+/// lifetime: the server-side ids (`id_of`) of the four before and after are disjoint.
+pub async fn lifetimes_recycle_connections<M: Manager>(
+    pool: &Pool<M>,
+    id_of: impl AsyncFn(&mut Member<M>) -> i64,
+) {
+    let ids = async || {
+        let mut held = Vec::new();
+        let mut ids = HashSet::new();
+        for _ in 0..4 {
+            let mut member = pool
+                .take_member(Duration::from_secs(5))
+                .await
+                .map_err(|e| e.to_string())
+                .unwrap();
+            ids.insert(id_of(&mut member).await);
+            held.push(member);
+        }
+        ids
+    };
+    let first = ids().await;
+    assert_eq!(first.len(), 4);
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let now = ids().await;
+    assert!(
+        first.is_disjoint(&now),
+        "every connection was replaced after its lifetime: {first:?} {now:?}"
+    );
+    pool.close(Shutdown::Graceful).await;
+}
+
+/// A graceful close of `pool` (`init_count` 5), with one member in use, leaves no task and,
+/// once the server has noticed, no session (`sessions` counts the pool's on the server).
+pub async fn close_leaves_nothing<M: Manager>(
+    pool: &Pool<M>,
+    mut sessions: impl AsyncFnMut() -> usize,
+) {
+    let held = pool
+        .take_member(Duration::from_secs(5))
+        .await
+        .map_err(|e| e.to_string())
+        .unwrap();
+    assert_eq!(sessions().await, 5);
+    let p = pool.clone();
+    let closing = tokio::spawn(async move { p.close(Shutdown::Graceful).await });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    drop(held);
+    closing.await.unwrap();
+    assert_eq!(pool.live_tasks(), 0);
+    eventually("the server has no session of the pool", async || {
+        sessions().await == 0
+    })
+    .await;
+}
