@@ -108,7 +108,15 @@ pub async fn close_leaves_nothing<M: Manager>(
     assert_eq!(sessions().await, 5);
     let p = pool.clone();
     let closing = tokio::spawn(async move { p.close(Shutdown::Graceful).await });
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    // The close has begun once its free members are gone; it then waits for the one held.
+    eventually("the close begins", async || {
+        pool.utilization().free_count == 0
+    })
+    .await;
+    assert!(
+        !closing.is_finished(),
+        "a graceful close waits for the member in use"
+    );
     drop(held);
     closing.await.unwrap();
     assert_eq!(pool.live_tasks(), 0);
