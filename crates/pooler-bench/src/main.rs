@@ -102,11 +102,15 @@ fn metrics_share() -> Option<f64> {
         .find(|l| l.contains("PROGRAM TOTALS"))
         .and_then(number)?;
     // Inlined code is attributed to its source file (release builds keep line tables):
-    // pooler's metrics module and the `metrics` facade itself. Only per-line rows count
-    // (rows starting with "=>" are calls, already counted where they land).
+    // pooler's metrics module and the `metrics` facade itself. Only per-line rows count:
+    // call rows ("<count> (<share>)  => callee") are already counted where they land.
+    let is_call = |line: &str| {
+        line.split_once(')')
+            .is_some_and(|(_, rest)| rest.trim_start().starts_with("=>"))
+    };
     let metrics: f64 = text
         .lines()
-        .filter(|l| !l.trim_start().starts_with("=>"))
+        .filter(|l| !is_call(l))
         .filter(|l| l.contains("/pooler/src/metrics.rs:") || l.contains("/metrics-0."))
         .filter_map(number)
         .sum();

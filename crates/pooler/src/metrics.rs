@@ -3,10 +3,17 @@
 //!
 //! Every metric carries the label `pool`; the removal and error counters also carry `reason`.
 //! Gauges are set on every change of the pool's counts, not only on take. Handles are
-//! registered when a pool starts, so install the recorder before starting pools; with no
-//! recorder installed every update is a single branch.
+//! registered when a pool starts, so install the recorder before starting pools.
+//!
+//! With no recorder installed the fast path pays one branch per lock release and one per
+//! return, plus the take counter's own no-op branch: when a pool starts, each gauge and
+//! histogram handle is probed for whether it reaches a recorder, and a pool whose gauges reach
+//! nothing never computes or compares the counts it would publish.
 
-use metrics::{Counter, Gauge, Histogram};
+use std::cell::Cell;
+
+use metrics::{Counter, Gauge, Histogram, IntoF64};
+use tokio::time::Instant;
 
 use crate::engine::Counts;
 
@@ -196,6 +203,29 @@ pub fn descriptors() -> &'static [Descriptor] {
     DESCRIPTORS
 }
 
+/// A value that notes when it is converted for a recorder.
+struct Probe<'a>(&'a Cell<bool>);
+
+impl IntoF64 for Probe<'_> {
+    fn into_f64(self) -> f64 {
+        self.0.set(true);
+        0.0
+    }
+}
+
+/// Whether `touch` hands its value to a recorder. A handle registered with no recorder (or
+/// one a recorder declined) is a no-op that never converts the value it is given, so the
+/// probe is never converted; a live one must convert it. `touch` must leave the metric as it
+/// was (add zero to a gauge, record zero observations): the probe converts to `0.0`.
+///
+/// Should a handle ever convert eagerly, the probe reports it live and the pool publishes
+/// as if a recorder were installed: slower, never wrong.
+fn reaches_recorder(touch: impl FnOnce(Probe<'_>)) -> bool {
+    let live = Cell::new(false);
+    touch(Probe(&live));
+    live.get()
+}
+
 /// One pool's registered handles.
 pub(crate) struct PoolMetrics {
     take: Counter,
@@ -211,6 +241,12 @@ pub(crate) struct PoolMetrics {
     queue: Gauge,
     take_wait: Histogram,
     member_use: Histogram,
+    /// Some gauge reaches a recorder: publish counts.
+    gauges_live: bool,
+    /// `take_wait` reaches a recorder: measure how long takes wait.
+    wait_live: bool,
+    /// `member_use` reaches a recorder: measure how long members are held.
+    use_live: bool,
 }
 
 impl PoolMetrics {
@@ -230,21 +266,43 @@ impl PoolMetrics {
                 }
             }
         }
+        let free = metrics::gauge!("pooler_free", "pool" => pool.clone());
+        let in_use = metrics::gauge!("pooler_in_use", "pool" => pool.clone());
+        let starting = metrics::gauge!("pooler_starting", "pool" => pool.clone());
+        let stopping = metrics::gauge!("pooler_stopping", "pool" => pool.clone());
+        let queue = metrics::gauge!("pooler_queue", "pool" => pool.clone());
+        let member_use = metrics::histogram!("pooler_member_use_seconds", "pool" => pool.clone());
+        let gauges_live = [&free, &in_use, &starting, &stopping, &queue]
+            .into_iter()
+            .any(|g| reaches_recorder(|p| g.increment(p)));
+        let take_wait = metrics::histogram!("pooler_take_wait_seconds", "pool" => pool.clone());
+        let wait_live = reaches_recorder(|p| take_wait.record_many(p, 0));
+        let use_live = reaches_recorder(|p| member_use.record_many(p, 0));
         PoolMetrics {
             take: metrics::counter!("pooler_take_total", "pool" => pool.clone()),
             no_members: by_reason("pooler_error_no_members_total", NO_MEMBER_REASONS),
             killed_free: by_reason("pooler_killed_free_total", REMOVAL_REASONS),
             killed_in_use: by_reason("pooler_killed_in_use_total", REMOVAL_REASONS),
             queue_max_reached: metrics::counter!("pooler_queue_max_reached_total", "pool" => pool.clone()),
-            start_timeout: metrics::counter!("pooler_starting_member_timeout_total", "pool" => pool.clone()),
-            free: metrics::gauge!("pooler_free", "pool" => pool.clone()),
-            in_use: metrics::gauge!("pooler_in_use", "pool" => pool.clone()),
-            starting: metrics::gauge!("pooler_starting", "pool" => pool.clone()),
-            stopping: metrics::gauge!("pooler_stopping", "pool" => pool.clone()),
-            queue: metrics::gauge!("pooler_queue", "pool" => pool.clone()),
-            take_wait: metrics::histogram!("pooler_take_wait_seconds", "pool" => pool.clone()),
-            member_use: metrics::histogram!("pooler_member_use_seconds", "pool" => pool),
+            start_timeout: metrics::counter!("pooler_starting_member_timeout_total", "pool" => pool),
+            free,
+            in_use,
+            starting,
+            stopping,
+            queue,
+            take_wait,
+            member_use,
+            gauges_live,
+            wait_live,
+            use_live,
         }
+    }
+
+    /// Whether the gauges reach a recorder; when not, [`counts`](Self::counts) need not be
+    /// called.
+    #[inline]
+    pub(crate) fn gauges_live(&self) -> bool {
+        self.gauges_live
     }
 
     /// Publishes the counts that differ from `last` (what was published before) to the
@@ -271,15 +329,20 @@ impl PoolMetrics {
         self.take.increment(1);
     }
 
-    /// A take handed out a member after waiting `waited` (possibly zero).
-    pub(crate) fn taken(&self, waited: std::time::Duration) {
+    /// A take that began at `started` handed out a member (perhaps without waiting).
+    pub(crate) fn taken(&self, started: Instant) {
         self.take.increment(1);
-        self.take_wait.record(waited.as_secs_f64());
+        if self.wait_live {
+            self.take_wait.record(started.elapsed().as_secs_f64());
+        }
     }
 
+    /// A member taken at `taken_at` came back at `now`.
     #[inline]
-    pub(crate) fn used(&self, held: std::time::Duration) {
-        self.member_use.record(held.as_secs_f64());
+    pub(crate) fn used(&self, taken_at: Instant, now: Instant) {
+        if self.use_live {
+            self.member_use.record((now - taken_at).as_secs_f64());
+        }
     }
 
     /// A take got no member; `reason` is [`TakeError::reason`](crate::TakeError::reason).
@@ -315,6 +378,33 @@ mod tests {
         for r in Reason::ALL {
             assert_eq!(REMOVAL_REASONS[r as usize], r.as_str());
         }
+    }
+
+    #[test]
+    fn handles_registered_with_no_recorder_are_seen_as_dead() {
+        let m = PoolMetrics::new("probe-none");
+        assert!(!m.gauges_live);
+        assert!(!m.wait_live);
+        assert!(!m.use_live);
+    }
+
+    #[test]
+    fn handles_registered_with_a_recorder_are_seen_as_live_and_left_unchanged() {
+        let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
+        let handle = recorder.handle();
+        let m = metrics::with_local_recorder(&recorder, || PoolMetrics::new("probe-live"));
+        assert!(m.gauges_live);
+        assert!(m.wait_live);
+        assert!(m.use_live);
+        let scrape = handle.render();
+        assert!(
+            scrape.contains("pooler_free{pool=\"probe-live\"} 0"),
+            "{scrape}"
+        );
+        assert!(
+            scrape.contains("pooler_member_use_seconds_count{pool=\"probe-live\"} 0"),
+            "{scrape}"
+        );
     }
 
     #[test]

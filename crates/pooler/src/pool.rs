@@ -247,7 +247,7 @@ impl<M: Manager> Pool<M> {
             loop {
                 let member = self.take_until(deadline, timeout, caller).await?;
                 let Some(member) = member else { continue };
-                self.shared().metrics.taken(started.elapsed());
+                self.shared().metrics.taken(started);
                 return Ok(member);
             }
         }

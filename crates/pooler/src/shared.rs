@@ -68,9 +68,11 @@ impl<M: Manager> DerefMut for Locked<'_, M> {
 
 impl<M: Manager> Drop for Locked<'_, M> {
     fn drop(&mut self) {
-        let state = &mut *self.guard;
-        self.metrics
-            .counts(state.engine.counts(), &mut state.published);
+        if self.metrics.gauges_live() {
+            let state = &mut *self.guard;
+            self.metrics
+                .counts(state.engine.counts(), &mut state.published);
+        }
     }
 }
 
@@ -231,7 +233,7 @@ impl<M: Manager> Shared<M> {
             fate == Fate::Ok && !broken && !recycled && self.manager.needs_recycle(&held.value);
         let now = Instant::now();
         if !recycled {
-            self.metrics.used(now - taken_at);
+            self.metrics.used(taken_at, now);
         }
         let mut state = self.lock();
         if state.shut {
