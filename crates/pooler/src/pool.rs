@@ -160,7 +160,7 @@ impl<M: Manager> Pool<M> {
         Ok(pool)
     }
 
-    fn shared(&self) -> &Shared<M> {
+    fn shared(&self) -> &Arc<Shared<M>> {
         &self.handle.shared
     }
 

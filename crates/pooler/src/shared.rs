@@ -154,7 +154,7 @@ impl<M: Manager> Shared<M> {
     /// the lock still held (to queue under it) and the starts the take decided spawned.
     #[allow(clippy::type_complexity)]
     pub(crate) fn take_now(
-        &self,
+        self: &Arc<Self>,
         caller: Caller,
     ) -> Result<(Member<M>, bool), (Empty, Locked<'_, M>)> {
         loop {
@@ -175,7 +175,7 @@ impl<M: Manager> Shared<M> {
                         self.destroy(key, held, now, Reason::Crashed, false);
                         continue;
                     }
-                    return Ok((Member::new(self.arc(), key, held, now), check));
+                    return Ok((Member::new(self.clone(), key, held, now), check));
                 }
                 Take::Expired(key, held) => {
                     let starts = state.engine.refill(now);
@@ -402,14 +402,19 @@ impl<M: Manager> Shared<M> {
 
     // ---- spawning ---------------------------------------------------------------------
 
+    #[inline]
     pub(crate) fn spawn_starts(
         &self,
         starts: Starts,
         done: Option<&tokio::sync::mpsc::Sender<()>>,
     ) {
-        if starts.is_empty() {
-            return;
+        // Most takes start nothing: keep that check inline on the fast path.
+        if !starts.is_empty() {
+            self.spawn_start_tasks(starts, done);
         }
+    }
+
+    fn spawn_start_tasks(&self, starts: Starts, done: Option<&tokio::sync::mpsc::Sender<()>>) {
         for (key, id) in starts.slots {
             let shared = self.arc();
             let done = done.cloned();
