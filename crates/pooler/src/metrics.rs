@@ -329,11 +329,13 @@ impl PoolMetrics {
         self.take.increment(1);
     }
 
-    /// A take that began at `started` handed out a member (perhaps without waiting).
-    pub(crate) fn taken(&self, started: Instant) {
+    /// A take that began at `started` was handed a member at `taken_at` (the same instant
+    /// when it did not wait).
+    pub(crate) fn taken(&self, started: Instant, taken_at: Instant) {
         self.take.increment(1);
         if self.wait_live {
-            self.take_wait.record(started.elapsed().as_secs_f64());
+            self.take_wait
+                .record(taken_at.saturating_duration_since(started).as_secs_f64());
         }
     }
 

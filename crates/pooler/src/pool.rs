@@ -210,7 +210,7 @@ impl<M: Manager> Pool<M> {
                 shared.metrics.taken_at_once();
                 Ok(member)
             }
-            Err((why, state)) => Err(shared.empty_error(&why, &state)),
+            Err((why, state, _)) => Err(shared.empty_error(&why, &state)),
         }
     }
 
@@ -242,33 +242,42 @@ impl<M: Manager> Pool<M> {
             if timeout.is_zero() {
                 return self.take_at_once(caller);
             }
-            let started = Instant::now();
-            let deadline = started + timeout.min(crate::time::MAX_TIME);
+            // The instant of the first attempt that queued or had to check its member: the
+            // wait and the deadline count from there, so a take served at once reads no
+            // clock of its own.
+            let mut started = None;
             loop {
-                let member = self.take_until(deadline, timeout, caller).await?;
+                let member = self.take_until(&mut started, timeout, caller).await?;
                 let Some(member) = member else { continue };
-                self.shared().metrics.taken(started);
+                let taken_at = Member::taken_at(&member);
+                self.shared()
+                    .metrics
+                    .taken(started.unwrap_or(taken_at), taken_at);
                 return Ok(member);
             }
         }
     }
 
-    /// One take, queueing until `deadline`. `Ok(None)`: the member failed its idle check and
-    /// was replaced; take again.
+    /// One take, queueing until `timeout` after `started` (set to the instant of this
+    /// attempt if it queues first). `Ok(None)`: the member failed its idle check and was
+    /// replaced; take again.
     async fn take_until(
         &self,
-        deadline: Instant,
+        started: &mut Option<Instant>,
         timeout: Duration,
         caller: Caller,
     ) -> Result<Option<Member<M>>, TakeError> {
         let shared = self.shared();
-        let (id, rx) = match self.take_or_queue(caller)? {
+        let (id, rx, now) = match self.take_or_queue(caller)? {
             Taken::Member(member, false) => return Ok(Some(member)),
             Taken::Member(member, true) => {
+                // Should the check fail, the next attempt still counts from this one.
+                started.get_or_insert(Member::taken_at(&member));
                 return Ok(health::vet(shared, member, Hook::Check).await);
             }
-            Taken::Queued(id, rx) => (id, rx),
+            Taken::Queued(id, rx, now) => (id, rx, now),
         };
+        let deadline = *started.get_or_insert(now) + timeout.min(crate::time::MAX_TIME);
         let mut waiter = Waiter {
             shared,
             id,
@@ -306,7 +315,7 @@ impl<M: Manager> Pool<M> {
     /// hand-off channel is made only then, so the fast path allocates nothing).
     fn take_or_queue(&self, caller: Caller) -> Result<Taken<M>, TakeError> {
         let shared = self.shared();
-        let (why, mut state) = match shared.take_now(caller) {
+        let (why, mut state, now) = match shared.take_now(caller) {
             Ok((member, check)) => return Ok(Taken::Member(member, check)),
             Err(empty) => empty,
         };
@@ -315,7 +324,7 @@ impl<M: Manager> Pool<M> {
         }
         let (tx, rx) = oneshot::channel();
         match state.engine.enqueue(Waiting { tx, caller }) {
-            Ok(id) => Ok(Taken::Queued(id, rx)),
+            Ok(id) => Ok(Taken::Queued(id, rx, now)),
             Err(_) => {
                 let queue_max = state.engine.limits().queue_max;
                 if queue_max == 0 {
@@ -473,8 +482,8 @@ type Receiver<M> = oneshot::Receiver<Result<Member<M>, TakeError>>;
 enum Taken<M: Manager> {
     /// A member, and whether it must pass its idle check first.
     Member(Member<M>, bool),
-    /// A place in the queue, and where the member will arrive.
-    Queued(u64, Receiver<M>),
+    /// A place in the queue, where the member will arrive, and when it queued.
+    Queued(u64, Receiver<M>, Instant),
 }
 
 /// A queued take. Dropped while still queued, it leaves the queue; a member already sent to

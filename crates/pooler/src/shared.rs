@@ -151,12 +151,13 @@ impl<M: Manager> Shared<M> {
 
     /// One attempt at a free member that is neither broken nor expired, and whether it has
     /// been idle long enough to be checked before use. `Err` carries why none was free, with
-    /// the lock still held (to queue under it) and the starts the take decided spawned.
+    /// the lock still held (to queue under it), the instant of the attempt, and the starts
+    /// the take decided spawned.
     #[allow(clippy::type_complexity)]
     pub(crate) fn take_now(
         self: &Arc<Self>,
         caller: Caller,
-    ) -> Result<(Member<M>, bool), (Empty, Locked<'_, M>)> {
+    ) -> Result<(Member<M>, bool), (Empty, Locked<'_, M>, Instant)> {
         loop {
             let now = Instant::now();
             let mut state = self.lock();
@@ -185,7 +186,7 @@ impl<M: Manager> Shared<M> {
                 }
                 Take::Empty(why, starts) => {
                     self.spawn_starts(starts, None);
-                    return Err((why, state));
+                    return Err((why, state, now));
                 }
             }
         }

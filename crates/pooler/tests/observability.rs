@@ -61,11 +61,14 @@ mod recorder {
             )
         }
         pub(super) fn samples(&self, id: &str) -> usize {
+            self.values(id).len()
+        }
+        pub(super) fn values(&self, id: &str) -> Vec<f64> {
             self.histograms
                 .lock()
                 .unwrap()
                 .get(id)
-                .map_or(0, |h| h.0.lock().unwrap().len())
+                .map_or_else(Vec::new, |h| h.0.lock().unwrap().clone())
         }
     }
 
@@ -174,6 +177,21 @@ async fn metrics_follow_every_change_with_reasons() {
     advance(Duration::from_secs(10)).await;
     drop(pool.take_member(ms(100)).await.unwrap());
     assert_eq!(histogram_len("pooler_take_wait_seconds"), 1);
+
+    // The values: a take served at once waited nothing, a queued one until the hand-off,
+    // and a use lasts from take to return.
+    let held = pool.take_member(ms(100)).await.unwrap();
+    let waiter = spawn_take(&pool, Duration::from_secs(1));
+    settle().await;
+    advance(ms(30)).await;
+    drop(held);
+    let served = waiter.await.unwrap().unwrap();
+    advance(ms(5)).await;
+    drop(served);
+    let waits = store.values("pooler_take_wait_seconds{pool=p}");
+    assert_eq!(waits[waits.len() - 2..], [0.0, 0.030]);
+    let uses = store.values("pooler_member_use_seconds{pool=p}");
+    assert_eq!(uses[uses.len() - 2..], [0.030, 0.005]);
 }
 
 /// Takes a member, waiting for starts if needed (the pool below cannot queue).
