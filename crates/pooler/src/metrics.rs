@@ -11,6 +11,7 @@
 //! nothing never computes or compares the counts it would publish.
 
 use std::cell::Cell;
+use std::time::Duration;
 
 use metrics::{Counter, Gauge, Histogram, IntoF64};
 use tokio::time::Instant;
@@ -329,13 +330,14 @@ impl PoolMetrics {
         self.take.increment(1);
     }
 
-    /// A take that began at `started` was handed a member at `taken_at` (the same instant
-    /// when it did not wait).
-    pub(crate) fn taken(&self, started: Instant, taken_at: Instant) {
+    /// A take handed out a member, having first queued or checked a member at `started`
+    /// (`None`: served at once, a wait of zero). The wait runs until now, so it includes
+    /// the time the taker took to wake after the hand-over.
+    pub(crate) fn taken(&self, started: Option<Instant>) {
         self.take.increment(1);
         if self.wait_live {
-            self.take_wait
-                .record(taken_at.saturating_duration_since(started).as_secs_f64());
+            let waited = started.map_or(Duration::ZERO, |s| s.elapsed());
+            self.take_wait.record(waited.as_secs_f64());
         }
     }
 

@@ -249,10 +249,7 @@ impl<M: Manager> Pool<M> {
             loop {
                 let member = self.take_until(&mut started, timeout, caller).await?;
                 let Some(member) = member else { continue };
-                let taken_at = Member::taken_at(&member);
-                self.shared()
-                    .metrics
-                    .taken(started.unwrap_or(taken_at), taken_at);
+                self.shared().metrics.taken(started);
                 return Ok(member);
             }
         }
