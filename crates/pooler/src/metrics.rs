@@ -272,11 +272,11 @@ impl PoolMetrics {
         let starting = metrics::gauge!("pooler_starting", "pool" => pool.clone());
         let stopping = metrics::gauge!("pooler_stopping", "pool" => pool.clone());
         let queue = metrics::gauge!("pooler_queue", "pool" => pool.clone());
+        let take_wait = metrics::histogram!("pooler_take_wait_seconds", "pool" => pool.clone());
         let member_use = metrics::histogram!("pooler_member_use_seconds", "pool" => pool.clone());
         let gauges_live = [&free, &in_use, &starting, &stopping, &queue]
             .into_iter()
             .any(|g| reaches_recorder(|p| g.increment(p)));
-        let take_wait = metrics::histogram!("pooler_take_wait_seconds", "pool" => pool.clone());
         let wait_live = reaches_recorder(|p| take_wait.record_many(p, 0));
         let use_live = reaches_recorder(|p| member_use.record_many(p, 0));
         PoolMetrics {
