@@ -91,7 +91,8 @@ pub(crate) fn write(r: &Results, dir: &Path) -> Result<(), Box<dyn std::error::E
     )?;
     writeln!(
         md,
-        "Median µs for `tasks` tasks each doing 10 take+return, clock started before spawning."
+        "Median µs for `tasks` tasks each doing 10 take+return, clock started before spawning; \
+         each cell runs at least 150 times and for at least 300 ms."
     )?;
     writeln!(
         md,

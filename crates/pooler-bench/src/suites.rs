@@ -11,7 +11,11 @@ use crate::peers::{self, Contender};
 pub(crate) struct Effort {
     /// A run that takes longer than this is a hang.
     pub(crate) hang: Duration,
+    /// Each grid cell runs at least this many times, and for at least `grid_time`: cells
+    /// of a few tasks take tens of microseconds, and a median of a few milliseconds of
+    /// them swings with the scheduler.
     pub(crate) grid_iterations: usize,
+    pub(crate) grid_time: Duration,
     pub(crate) fairness_rounds: usize,
     pub(crate) uncontended_ops: u32,
 }
@@ -20,12 +24,14 @@ impl Effort {
     pub(crate) const FULL: Effort = Effort {
         hang: Duration::from_secs(10),
         grid_iterations: 150,
+        grid_time: Duration::from_millis(300),
         fairness_rounds: 200,
         uncontended_ops: 200_000,
     };
     pub(crate) const SMOKE: Effort = Effort {
         hang: Duration::from_secs(1),
         grid_iterations: 2,
+        grid_time: Duration::ZERO,
         fairness_rounds: 2,
         uncontended_ops: 1_000,
     };
@@ -118,7 +124,8 @@ pub(crate) async fn grid_cell(
     each_contender!(name, size, |pool| {
         grid_run(&pool, tasks, 10, effort.hang).await?; // warm-up
         let mut samples = Vec::with_capacity(effort.grid_iterations);
-        for _ in 0..effort.grid_iterations {
+        let began = Instant::now();
+        while samples.len() < effort.grid_iterations || began.elapsed() < effort.grid_time {
             samples.push(grid_run(&pool, tasks, 10, effort.hang).await?.as_secs_f64() * 1e6);
         }
         Some(median(samples))
