@@ -3,7 +3,6 @@
 //! under `POOLER_REQUIRE_SERVICES=1`.
 #![allow(clippy::disallowed_methods)] // tests spawn their own consumers
 
-use std::collections::HashSet;
 use std::time::Duration;
 
 use pooler::{Member, Pool, PoolConfig, Shutdown};
@@ -67,32 +66,16 @@ async fn sixty_four_tasks_share_eight_connections_with_correct_results() {
     let pool = Pool::start(config, manager(&url, "pooler-64"))
         .await
         .unwrap();
-    let mut tasks = Vec::new();
-    for i in 0..64i32 {
-        let pool = pool.clone();
-        tasks.push(tokio::spawn(async move {
-            let mut pids = HashSet::new();
-            for j in 0..20i32 {
-                let conn = pool.take_member(Duration::from_secs(10)).await.unwrap();
-                let row = conn
-                    .query_one(
-                        "SELECT $1::INT * 1000 + $2::INT, pg_backend_pid()",
-                        &[&i, &j],
-                    )
-                    .await
-                    .unwrap();
-                assert_eq!(row.get::<_, i32>(0), i * 1000 + j);
-                pids.insert(row.get::<_, i32>(1));
-            }
-            pids
-        }));
-    }
-    let mut pids = HashSet::new();
-    for t in tasks {
-        pids.extend(t.await.unwrap());
-    }
-    assert!(pids.len() <= 8, "{} backends for a pool of 8", pids.len());
-    pool.close(Shutdown::Graceful).await;
+    scenarios::sixty_four_tasks_share_eight(&pool, async |conn, n| {
+        let n = i32::try_from(n).unwrap();
+        let row = conn
+            .query_one("SELECT $1::INT, pg_backend_pid()", &[&n])
+            .await
+            .unwrap();
+        assert_eq!(row.get::<_, i32>(0), n);
+        u64::try_from(row.get::<_, i32>(1)).unwrap()
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -2,7 +2,6 @@
 //! Unreachable, they skip with a notice, or fail under `POOLER_REQUIRE_SERVICES=1`.
 #![allow(clippy::disallowed_methods)] // tests spawn their own consumers
 
-use std::collections::HashSet;
 use std::time::Duration;
 
 use pooler::{Pool, PoolConfig, Shutdown};
@@ -61,28 +60,14 @@ async fn sixty_four_tasks_share_eight_connections_with_correct_results() {
         ..PoolConfig::new("redis-64", 8, 8)
     };
     let pool = Pool::start(config, manager).await.unwrap();
-    let mut tasks = Vec::new();
-    for i in 0..64u32 {
-        let pool = pool.clone();
-        tasks.push(tokio::spawn(async move {
-            let mut ids = HashSet::new();
-            for j in 0..20u32 {
-                let mut conn = pool.take_member(Duration::from_secs(10)).await.unwrap();
-                let key = format!("pooler:test:{i}:{j}");
-                let _: () = conn.set_ex(&key, i * 1000 + j, 60).await.unwrap();
-                let back: u32 = conn.get(&key).await.unwrap();
-                assert_eq!(back, i * 1000 + j);
-                ids.insert(my_id(&mut conn).await);
-            }
-            ids
-        }));
-    }
-    let mut ids = HashSet::new();
-    for t in tasks {
-        ids.extend(t.await.unwrap());
-    }
-    assert!(ids.len() <= 8, "{} connections for a pool of 8", ids.len());
-    pool.close(Shutdown::Graceful).await;
+    scenarios::sixty_four_tasks_share_eight(&pool, async |mut conn, n| {
+        let key = format!("pooler:test:{n}");
+        let _: () = conn.set_ex(&key, n, 60).await.unwrap();
+        let back: u32 = conn.get(&key).await.unwrap();
+        assert_eq!(back, n);
+        my_id(&mut conn).await
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -9,6 +9,37 @@ use tokio::time::Instant;
 
 use crate::{Proxy, eventually};
 
+/// 64 tasks each take a member of `pool` (8 members, `queue_max` 64) 20 times and `ask` it
+/// with a number unique to that take; `ask` checks the server's answer and returns the
+/// server-side id of the connection that gave it. Checks that at most 8 connections
+/// answered. Closes the pool.
+pub async fn sixty_four_tasks_share_eight<M, F, Fut>(pool: &Pool<M>, ask: F)
+where
+    M: Manager,
+    F: Fn(Member<M>, u32) -> Fut + Clone + Send + 'static,
+    Fut: Future<Output = u64> + Send,
+{
+    let tasks: Vec<_> = (0..64u32)
+        .map(|i| {
+            let (pool, ask) = (pool.clone(), ask.clone());
+            tokio::spawn(async move {
+                let mut ids = HashSet::new();
+                for j in 0..20 {
+                    let member = pool.take_member(Duration::from_secs(10)).await.unwrap();
+                    ids.insert(ask(member, i * 1000 + j).await);
+                }
+                ids
+            })
+        })
+        .collect();
+    let mut ids = HashSet::new();
+    for t in tasks {
+        ids.extend(t.await.unwrap());
+    }
+    assert!(ids.len() <= 8, "{} connections for a pool of 8", ids.len());
+    pool.close(Shutdown::Graceful).await;
+}
+
 /// An outage and the recovery from it. `pool` has `init_count` 2 and was started through
 /// `proxy` while the proxy refused connections. Checks that takes fail fast with the start
 /// error, that starts are spaced by the backoff (2 to 8 attempts in 3 s, not a storm), that
