@@ -49,6 +49,16 @@ async fn my_id(conn: &mut redis::aio::MultiplexedConnection) -> u64 {
         .unwrap()
 }
 
+async fn kill(admin: &mut redis::aio::MultiplexedConnection, id: u64) {
+    let _: () = redis::cmd("CLIENT")
+        .arg("KILL")
+        .arg("ID")
+        .arg(id)
+        .query_async(admin)
+        .await
+        .unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sixty_four_tasks_share_eight_connections_with_correct_results() {
     let Some(url) = url().await else { return };
@@ -84,43 +94,26 @@ async fn a_killed_connection_is_replaced_and_never_handed_out() {
     // Killed while free.
     let id = my_id(&mut pool.take_member(Duration::from_secs(5)).await.unwrap()).await;
     let before: Vec<u64> = pool.stats().iter().map(|s| s.id).collect();
-    let _: () = redis::cmd("CLIENT")
-        .arg("KILL")
-        .arg("ID")
-        .arg(id)
-        .query_async(&mut admin)
-        .await
-        .unwrap();
+    kill(&mut admin, id).await;
     eventually("the killed free member is replaced", async || {
         let ids: Vec<u64> = pool.stats().iter().map(|s| s.id).collect();
         ids.len() == 2 && ids != before && pool.utilization().free_count == 2
     })
     .await;
     for _ in 0..10 {
-        let mut a = pool.take_member(Duration::from_secs(5)).await.unwrap();
-        let mut b = pool.take_member(Duration::from_secs(5)).await.unwrap();
-        assert_ne!(
-            my_id(&mut a).await,
-            id,
-            "the dead connection was handed out"
-        );
-        assert_ne!(
-            my_id(&mut b).await,
-            id,
-            "the dead connection was handed out"
-        );
+        let mut both = [
+            pool.take_member(Duration::from_secs(5)).await.unwrap(),
+            pool.take_member(Duration::from_secs(5)).await.unwrap(),
+        ];
+        for conn in &mut both {
+            assert_ne!(my_id(conn).await, id, "the dead connection was handed out");
+        }
     }
 
     // Killed while in use: replaced on return; later takers get working connections.
     let mut conn = pool.take_member(Duration::from_secs(5)).await.unwrap();
     let id = my_id(&mut conn).await;
-    let _: () = redis::cmd("CLIENT")
-        .arg("KILL")
-        .arg("ID")
-        .arg(id)
-        .query_async(&mut admin)
-        .await
-        .unwrap();
+    kill(&mut admin, id).await;
     let holder: Result<String, _> = redis::cmd("PING").query_async(&mut *conn).await;
     assert!(holder.is_err(), "the holder sees the failure");
     drop(conn);
