@@ -299,17 +299,11 @@ impl PoolMetrics {
         }
     }
 
-    /// Whether the gauges reach a recorder; when not, [`counts`](Self::counts) need not be
-    /// called.
-    #[inline]
-    pub(crate) fn gauges_live(&self) -> bool {
-        self.gauges_live
-    }
-
     /// Publishes the counts that differ from `last` (what was published before) to the
-    /// gauges. Values go in as `u32`, converted to `f64` only inside a recorder.
+    /// gauges; `counts` is not even called when the gauges reach no recorder. Values go in
+    /// as `u32`, converted to `f64` only inside a recorder.
     #[inline]
-    pub(crate) fn counts(&self, c: Counts, last: &mut Counts) {
+    pub(crate) fn counts(&self, counts: impl FnOnce() -> Counts, last: &mut Counts) {
         #[inline]
         fn publish(gauge: &Gauge, now: usize, before: &mut usize) {
             if now != *before {
@@ -317,6 +311,10 @@ impl PoolMetrics {
                 gauge.set(u32::try_from(now).unwrap_or(u32::MAX));
             }
         }
+        if !self.gauges_live {
+            return;
+        }
+        let c = counts();
         publish(&self.free, c.free, &mut last.free);
         publish(&self.in_use, c.in_use, &mut last.in_use);
         publish(&self.starting, c.starting, &mut last.starting);

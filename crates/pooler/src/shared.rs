@@ -68,11 +68,9 @@ impl<M: Manager> DerefMut for Locked<'_, M> {
 
 impl<M: Manager> Drop for Locked<'_, M> {
     fn drop(&mut self) {
-        if self.metrics.gauges_live() {
-            let state = &mut *self.guard;
-            self.metrics
-                .counts(state.engine.counts(), &mut state.published);
-        }
+        let state = &mut *self.guard;
+        self.metrics
+            .counts(|| state.engine.counts(), &mut state.published);
     }
 }
 
