@@ -9,7 +9,4 @@ fuzz_target!(|data: &[u8]| {
     if let Ok(config) = pooler::PoolConfig::from_toml_str(text) {
         assert!(config.validate().is_ok());
     }
-    if let Ok(table) = text.parse::<pooler::toml::Table>() {
-        let _ = pooler::PoolConfig::from_table(&table);
-    }
 });

@@ -65,10 +65,11 @@ fn show(pool: &Pool<Clients>) {
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let config = PoolConfig {
-        queue_max: 4,
-        ..PoolConfig::new("clients", 2, 3)
-    };
+    let config = PoolConfig::new("clients", 2, 3)
+        .to_builder()
+        .queue_max(4)
+        .build()
+        .unwrap();
     let pool = Pool::start(
         config,
         Clients {

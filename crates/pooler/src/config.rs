@@ -1,15 +1,24 @@
 //! Pool configuration: every key of pooler's pool map, with its default, and its validation.
+//!
+//! One table — the `keys!` invocation below — lists every key with its kind. It generates the
+//! builder's setters, the list of keys and their kinds that a pools file is checked against,
+//! the change detection behind `reconfigure`, and the range checks of `validate`; and a field
+//! of [`PoolConfig`] missing from it does not compile. So adding a key is one field and one
+//! line of the table.
 
 use std::time::Duration;
 
+#[cfg(feature = "serde")]
 use serde::{Deserialize, Serialize};
 
 use crate::error::ConfigError;
-use crate::time::{self, MAX_TIME};
+use crate::time::MAX_TIME;
 
 /// Which free member a take hands out.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(Serialize, Deserialize))]
+#[cfg_attr(feature = "serde", serde(rename_all = "lowercase"))]
+#[non_exhaustive]
 pub enum MemberOrder {
     /// The member returned most recently goes out first (a stack). A small working set stays
     /// warm and idle members collect at the back, where culling finds them. The default.
@@ -19,41 +28,48 @@ pub enum MemberOrder {
     Fifo,
 }
 
+/// The largest count any key accepts (`init_count`, `max_count`, `queue_max`,
+/// `auto_grow_threshold`): a million members or waiters, far above any real pool and far
+/// below what would exhaust memory.
+pub const MAX_COUNT: usize = 1_000_000;
+
 /// The configuration of one pool.
 ///
-/// Build one in code with [`PoolConfig::new`] and struct-update syntax, or read it with serde
-/// (every time value accepts the forms listed in [`time`](crate::time)), or from TOML with
-/// [`PoolConfig::from_toml_str`], which reports every problem with its key.
+/// Build one with [`PoolConfig::builder`], which validates, or [`PoolConfig::new`] (every
+/// key but the required ones at its default); change one with
+/// [`to_builder`](PoolConfig::to_builder). With the `serde` feature it reads and writes with
+/// serde (every time value accepts the forms listed in [`time`](crate::time)); with the
+/// `file` feature [`PoolConfig::from_toml_str`] reads TOML and reports every problem with
+/// its key.
 ///
 /// ```
 /// use std::time::Duration;
 /// use pooler::{MemberOrder, PoolConfig};
 ///
-/// let config = PoolConfig {
-///     queue_max: 100,
-///     member_order: MemberOrder::Fifo,
-///     max_lifetime: Some(Duration::from_secs(3600)),
-///     ..PoolConfig::new("pg", 2, 10)
-/// };
-/// config.validate().unwrap();
-///
-/// let same = PoolConfig::from_toml_str(r#"
-///     name = "pg"
-///     init_count = 2
-///     max_count = 10
-///     queue_max = 100
-///     member_order = "fifo"
-///     max_lifetime = [1, "hour"]
-/// "#).unwrap();
-/// assert_eq!(config, same);
+/// let config = PoolConfig::builder("pg")
+///     .init_count(2)
+///     .max_count(10)
+///     .queue_max(100)
+///     .member_order(MemberOrder::Fifo)
+///     .max_lifetime(Duration::from_secs(3600))
+///     .build()?;
+/// assert_eq!(config.queue_max, 100);
+/// # Ok::<(), pooler::ConfigError>(())
 /// ```
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+///
+/// The keys, their defaults and meaning, are the fields below (and pooler's pool map).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(Serialize, Deserialize))]
+#[cfg_attr(feature = "serde", serde(deny_unknown_fields))]
+#[non_exhaustive]
 pub struct PoolConfig {
-    /// The pool's name, unique within a `Pooler` registry. Required.
+    /// The pool's name, unique within a `Pooler`. Required.
     pub name: String,
     /// The group the pool joins, for `take_group_member`. Default: none.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(
+        feature = "serde",
+        serde(default, skip_serializing_if = "Option::is_none")
+    )]
     pub group: Option<String>,
     /// Members started (in parallel) when the pool starts; also the growth batch and the size
     /// culling shrinks back to. Required.
@@ -61,69 +77,114 @@ pub struct PoolConfig {
     /// The cap on members in use, free, starting and stopping together. Required, at least 1.
     pub max_count: usize,
     /// How often culling runs; zero disables it. Default: 15 s.
-    #[serde(default = "defaults::cull_interval", with = "time")]
+    #[cfg_attr(
+        feature = "serde",
+        serde(default = "defaults::cull_interval", with = "crate::time")
+    )]
     pub cull_interval: Duration,
     /// The demand window: the pool keeps the peak in-use count seen over the last `max_age`
-    /// (floored at `init_count`) and culls free members beyond it, oldest idle first.
+    /// (floored at `init_count`) and retires free members beyond it, oldest idle first.
     /// Default: 30 s.
-    #[serde(default = "defaults::max_age", with = "time")]
+    #[cfg_attr(
+        feature = "serde",
+        serde(default = "defaults::max_age", with = "crate::time")
+    )]
     pub max_age: Duration,
     /// How long `Manager::start` and `Manager::initialize` may take together before the start
-    /// is cancelled (and a member it produced is stopped). Default: 1 min.
-    #[serde(default = "defaults::member_start_timeout", with = "time")]
+    /// is cancelled (and a member it produced is stopped); also bounds `check` and
+    /// `recycle`. Default: 1 min.
+    #[cfg_attr(
+        feature = "serde",
+        serde(default = "defaults::member_start_timeout", with = "crate::time")
+    )]
     pub member_start_timeout: Duration,
     /// The most takers that may wait in the queue; zero means never queue. Default: 50.
-    #[serde(default = "defaults::queue_max")]
+    #[cfg_attr(feature = "serde", serde(default = "defaults::queue_max"))]
     pub queue_max: usize,
     /// After a successful take, if at most this many members are free, start up to
     /// `init_count` more (within `max_count`). Default: none (grow only on demand).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(
+        feature = "serde",
+        serde(default, skip_serializing_if = "Option::is_none")
+    )]
     pub auto_grow_threshold: Option<usize>,
-    /// Members are recycled at this age: by timer while free, at take if the timer is late, at
-    /// return if they expired in use. Default: none (no lifetime tracking at all).
-    #[serde(
-        default,
-        with = "time::option",
-        skip_serializing_if = "Option::is_none"
+    /// Members are retired (and replaced) at this age: by timer while free, at take if the
+    /// timer is late, at return if they expired in use. Default: none (no lifetime tracking at
+    /// all).
+    #[cfg_attr(
+        feature = "serde",
+        serde(
+            default,
+            with = "crate::time::option",
+            skip_serializing_if = "Option::is_none"
+        )
     )]
     pub max_lifetime: Option<Duration>,
     /// Each member's lifetime is moved by a uniform random offset in `[-jitter, +jitter]`;
     /// must be less than `max_lifetime`. Default: 0.
-    #[serde(default, with = "time")]
+    #[cfg_attr(feature = "serde", serde(default, with = "crate::time"))]
     pub max_lifetime_jitter: Duration,
     /// Which free member goes out first. Default: lifo.
-    #[serde(default)]
+    #[cfg_attr(feature = "serde", serde(default))]
     pub member_order: MemberOrder,
     /// How long `Manager::stop` may run; past it the stop is dropped, logged and its slot
     /// freed. Default: 30 s.
-    #[serde(default = "defaults::member_shutdown", with = "time")]
+    #[cfg_attr(
+        feature = "serde",
+        serde(default = "defaults::member_shutdown", with = "crate::time")
+    )]
     pub member_shutdown: Duration,
     /// Free members are checked with `Manager::check` on this schedule. Default: none.
-    #[serde(
-        default,
-        with = "time::option",
-        skip_serializing_if = "Option::is_none"
+    #[cfg_attr(
+        feature = "serde",
+        serde(
+            default,
+            with = "crate::time::option",
+            skip_serializing_if = "Option::is_none"
+        )
     )]
     pub health_check_interval: Option<Duration>,
     /// A member held longer than this is reported once, with where it was taken.
     /// Default: none.
-    #[serde(
-        default,
-        with = "time::option",
-        skip_serializing_if = "Option::is_none"
+    #[cfg_attr(
+        feature = "serde",
+        serde(
+            default,
+            with = "crate::time::option",
+            skip_serializing_if = "Option::is_none"
+        )
     )]
     pub leak_detection_threshold: Option<Duration>,
-    /// Before handing out a member that has been idle at least this long, `take_member` and
-    /// `with_member` check it with `Manager::check` (a failure replaces it and the take goes
-    /// on); members used more recently skip the check, so a busy pool does not ping on every
-    /// take (HikariCP uses 500 ms). `try_take_member` never waits, so it never checks.
-    /// Default: none.
-    #[serde(
-        default,
-        with = "time::option",
-        skip_serializing_if = "Option::is_none"
+    /// Before handing out a member that has been idle at least this long, `take_member`,
+    /// `take` and `with_member` check it with `Manager::check` (a failure replaces it and the
+    /// take goes on); members used more recently skip the check, so a busy pool does not ping
+    /// on every take (HikariCP uses 500 ms). `try_take_member` never waits, so it never
+    /// checks. Default: none.
+    #[cfg_attr(
+        feature = "serde",
+        serde(
+            default,
+            with = "crate::time::option",
+            skip_serializing_if = "Option::is_none"
+        )
     )]
     pub idle_check_threshold: Option<Duration>,
+    /// How long [`Pool::take`](crate::Pool::take) waits for a member; zero never waits.
+    /// Default: none (it waits until served, the pool closes, or the take is refused).
+    /// `take_member` takes its timeout as an argument instead.
+    #[cfg_attr(
+        feature = "serde",
+        serde(
+            default,
+            with = "crate::time::option",
+            skip_serializing_if = "Option::is_none"
+        )
+    )]
+    pub take_timeout: Option<Duration>,
+    /// Whether failed-start backoff steps get full jitter (on unless a test turns it off for
+    /// exact steps). Not a key.
+    #[cfg_attr(feature = "serde", serde(skip, default = "defaults::yes"))]
+    pub(crate) backoff_jitter: bool,
 }
 
 mod defaults {
@@ -144,31 +205,210 @@ mod defaults {
     pub(super) fn member_shutdown() -> Duration {
         Duration::from_secs(30)
     }
+    #[cfg(feature = "serde")]
+    pub(super) fn yes() -> bool {
+        true
+    }
 }
 
-/// The time-valued keys, read with [`time`](crate::time) so that a bad one is named.
-const TIME_KEYS: &[&str] = &[
-    "cull_interval",
-    "max_age",
-    "member_start_timeout",
-    "max_lifetime",
-    "max_lifetime_jitter",
-    "member_shutdown",
-    "health_check_interval",
-    "leak_detection_threshold",
-    "idle_check_threshold",
-];
-const COUNT_KEYS: &[&str] = &[
-    "init_count",
-    "max_count",
-    "queue_max",
-    "auto_grow_threshold",
-];
-const TEXT_KEYS: &[&str] = &["name", "group"];
-const REQUIRED_KEYS: &[&str] = &["name", "init_count", "max_count"];
+/// What kind of value a key takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kind {
+    /// A string.
+    Text,
+    /// A whole number from 0 to [`MAX_COUNT`].
+    Count,
+    /// A time value (see [`time`](crate::time)); `zero_ok` says whether zero is allowed.
+    Time { zero_ok: bool },
+    /// `"lifo"` or `"fifo"`.
+    Order,
+}
+
+/// What a key's value looks like to validation.
+trait Value {
+    /// A time key's value (`None` when unset).
+    fn time(&self) -> Option<Option<Duration>> {
+        None
+    }
+    /// A count key's value (`None` when unset).
+    fn count(&self) -> Option<Option<usize>> {
+        None
+    }
+}
+
+impl Value for String {}
+impl Value for Option<String> {}
+impl Value for MemberOrder {}
+impl Value for Duration {
+    fn time(&self) -> Option<Option<Duration>> {
+        Some(Some(*self))
+    }
+}
+impl Value for Option<Duration> {
+    fn time(&self) -> Option<Option<Duration>> {
+        Some(*self)
+    }
+}
+impl Value for usize {
+    fn count(&self) -> Option<Option<usize>> {
+        Some(Some(*self))
+    }
+}
+impl Value for Option<usize> {
+    fn count(&self) -> Option<Option<usize>> {
+        Some(*self)
+    }
+}
+
+/// A [`PoolConfig`] being built: every key at its default until set; [`build`] validates.
+///
+/// [`build`]: PoolConfigBuilder::build
+#[derive(Debug, Clone)]
+#[must_use = "a builder does nothing until `build` is called"]
+pub struct PoolConfigBuilder {
+    config: PoolConfig,
+    /// Which required counts were set.
+    init_set: bool,
+    max_set: bool,
+}
+
+/// The table of keys: `key: Type => Kind, setter`. Setters for the text keys (`name`,
+/// `group`) are written by hand below; `exact` generates one taking the key's type, `set` one
+/// taking anything that converts to it (for optional durations: a `Duration` or `None`).
+macro_rules! keys {
+    ($($key:ident: $ty:ty => $kind:expr, $setter:ident;)*) => {
+        /// Every key, with its kind, in the config's order.
+        pub(crate) const KEYS: &[(&str, Kind)] = &[$((stringify!($key), $kind)),*];
+
+        impl PoolConfig {
+            /// The keys whose values differ between two configs, in the config's order.
+            pub(crate) fn changed_keys(&self, other: &PoolConfig) -> Vec<&'static str> {
+                let mut changed = Vec::new();
+                $(if self.$key != other.$key { changed.push(stringify!($key)); })*
+                changed
+            }
+
+            /// Every key's value, for validation.
+            fn values(&self) -> [(&'static str, Kind, &dyn Value); KEYS.len()] {
+                [$((stringify!($key), $kind, &self.$key as &dyn Value)),*]
+            }
+        }
+
+        /// A field of `PoolConfig` missing from the table fails to compile here.
+        #[allow(dead_code)]
+        fn every_field_is_in_the_table(config: PoolConfig) {
+            let PoolConfig { $($key: _,)* backoff_jitter: _ } = config;
+        }
+
+        impl PoolConfigBuilder {
+            $(keys!(@setter $setter $key $ty);)*
+        }
+    };
+    (@setter set $key:ident $ty:ty) => {
+        #[doc = concat!("Sets `", stringify!($key), "` (see [`PoolConfig::", stringify!($key), "`]).")]
+        pub fn $key(mut self, value: impl Into<$ty>) -> Self {
+            self.config.$key = value.into();
+            keys!(@required self $key);
+            self
+        }
+    };
+    (@setter exact $key:ident $ty:ty) => {
+        #[doc = concat!("Sets `", stringify!($key), "` (see [`PoolConfig::", stringify!($key), "`]).")]
+        pub fn $key(mut self, value: $ty) -> Self {
+            self.config.$key = value;
+            keys!(@required self $key);
+            self
+        }
+    };
+    (@setter by_hand $key:ident $ty:ty) => {};
+    (@required $self:ident init_count) => { $self.init_set = true; };
+    (@required $self:ident max_count) => { $self.max_set = true; };
+    (@required $self:ident $key:ident) => {};
+}
+
+keys! {
+    name: String => Kind::Text, by_hand;
+    group: Option<String> => Kind::Text, by_hand;
+    init_count: usize => Kind::Count, exact;
+    max_count: usize => Kind::Count, exact;
+    cull_interval: Duration => Kind::Time { zero_ok: true }, exact;
+    max_age: Duration => Kind::Time { zero_ok: true }, exact;
+    member_start_timeout: Duration => Kind::Time { zero_ok: false }, exact;
+    queue_max: usize => Kind::Count, exact;
+    auto_grow_threshold: Option<usize> => Kind::Count, exact;
+    max_lifetime: Option<Duration> => Kind::Time { zero_ok: false }, set;
+    max_lifetime_jitter: Duration => Kind::Time { zero_ok: true }, exact;
+    member_order: MemberOrder => Kind::Order, exact;
+    member_shutdown: Duration => Kind::Time { zero_ok: false }, exact;
+    health_check_interval: Option<Duration> => Kind::Time { zero_ok: false }, set;
+    leak_detection_threshold: Option<Duration> => Kind::Time { zero_ok: false }, set;
+    idle_check_threshold: Option<Duration> => Kind::Time { zero_ok: true }, set;
+    take_timeout: Option<Duration> => Kind::Time { zero_ok: true }, set;
+}
+
+/// The keys a pool must name.
+#[cfg(feature = "file")]
+pub(crate) const REQUIRED_KEYS: &[&str] = &["name", "init_count", "max_count"];
+
+impl PoolConfigBuilder {
+    /// Sets the pool's `name`.
+    pub fn name(mut self, name: impl Into<String>) -> Self {
+        self.config.name = name.into();
+        self
+    }
+
+    /// Sets the `group` the pool joins (see [`PoolConfig::group`]).
+    pub fn group(mut self, group: impl Into<String>) -> Self {
+        self.config.group = Some(group.into());
+        self
+    }
+
+    /// Leaves no group.
+    pub fn no_group(mut self) -> Self {
+        self.config.group = None;
+        self
+    }
+
+    /// Turns the full jitter of failed-start backoff steps off (or on again): for tests that
+    /// need exact steps. Not a key.
+    #[doc(hidden)]
+    pub fn backoff_jitter(mut self, on: bool) -> Self {
+        self.config.backoff_jitter = on;
+        self
+    }
+
+    /// The config, validated.
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError::MissingKey`] when `init_count` or `max_count` was never set; otherwise
+    /// what [`PoolConfig::validate`] reports.
+    pub fn build(self) -> Result<PoolConfig, ConfigError> {
+        let pool = || self.config.name.clone();
+        let mut problems = Vec::new();
+        if !self.init_set {
+            problems.push(ConfigError::MissingKey {
+                pool: pool(),
+                key: "init_count",
+            });
+        }
+        if !self.max_set {
+            problems.push(ConfigError::MissingKey {
+                pool: pool(),
+                key: "max_count",
+            });
+        }
+        if let Err(e) = self.config.validate() {
+            problems.extend(e.problems().into_iter().cloned());
+        }
+        ConfigError::from_list(problems)?;
+        Ok(self.config)
+    }
+}
 
 impl PoolConfig {
-    /// A config with the required keys and every other key at its default.
+    /// A config with the required keys and every other key at its default, not yet
+    /// validated (a pool validates it when it starts).
     #[must_use]
     pub fn new(name: impl Into<String>, init_count: usize, max_count: usize) -> Self {
         PoolConfig {
@@ -188,17 +428,33 @@ impl PoolConfig {
             health_check_interval: None,
             leak_detection_threshold: None,
             idle_check_threshold: None,
+            take_timeout: None,
+            backoff_jitter: true,
+        }
+    }
+
+    /// A builder for a pool named `name`, every key at its default; `init_count` and
+    /// `max_count` must be set.
+    pub fn builder(name: impl Into<String>) -> PoolConfigBuilder {
+        PoolConfigBuilder {
+            config: PoolConfig::new(name, 0, 0),
+            init_set: false,
+            max_set: false,
+        }
+    }
+
+    /// A builder starting from this config (to change some keys, as for `reconfigure`).
+    pub fn to_builder(&self) -> PoolConfigBuilder {
+        PoolConfigBuilder {
+            config: self.clone(),
+            init_set: true,
+            max_set: true,
         }
     }
 
     /// Every key a pool table may hold.
     pub fn keys() -> impl Iterator<Item = &'static str> {
-        TEXT_KEYS
-            .iter()
-            .chain(COUNT_KEYS)
-            .chain(TIME_KEYS)
-            .chain(&["member_order"])
-            .copied()
+        KEYS.iter().map(|(key, _)| *key)
     }
 
     /// Checks the values against each other and their ranges.
@@ -216,6 +472,29 @@ impl PoolConfig {
                 key: "name".into(),
                 reason: "must not be empty".into(),
             });
+        }
+        for (key, kind, value) in self.values() {
+            if let Some(Some(n)) = value.count().filter(|n| n.is_some_and(|n| n > MAX_COUNT)) {
+                problems.push(ConfigError::InvalidValue {
+                    pool: pool(),
+                    key: key.into(),
+                    reason: format!("{n} is above the limit of {MAX_COUNT}"),
+                });
+            }
+            if let (Some(Some(time)), Kind::Time { zero_ok }) = (value.time(), kind) {
+                let reason = if time > MAX_TIME {
+                    "longer than the maximum of 365 days"
+                } else if time.is_zero() && !zero_ok {
+                    "must be greater than zero"
+                } else {
+                    continue;
+                };
+                problems.push(ConfigError::BadTime {
+                    pool: pool(),
+                    key: key.into(),
+                    reason: reason.into(),
+                });
+            }
         }
         if self.max_count == 0 {
             problems.push(ConfigError::ZeroMaxCount { pool: pool() });
@@ -236,132 +515,7 @@ impl PoolConfig {
                 max_lifetime: lifetime,
             });
         }
-        let times = [
-            ("cull_interval", Some(self.cull_interval), true),
-            ("max_age", Some(self.max_age), true),
-            (
-                "member_start_timeout",
-                Some(self.member_start_timeout),
-                false,
-            ),
-            ("max_lifetime", self.max_lifetime, false),
-            ("max_lifetime_jitter", Some(self.max_lifetime_jitter), true),
-            ("member_shutdown", Some(self.member_shutdown), false),
-            ("health_check_interval", self.health_check_interval, false),
-            (
-                "leak_detection_threshold",
-                self.leak_detection_threshold,
-                false,
-            ),
-            ("idle_check_threshold", self.idle_check_threshold, true),
-        ];
-        for (key, value, zero_ok) in times {
-            let Some(value) = value else { continue };
-            let reason = if value > MAX_TIME {
-                "longer than the maximum of 365 days"
-            } else if value.is_zero() && !zero_ok {
-                "must be greater than zero"
-            } else {
-                continue;
-            };
-            problems.push(ConfigError::BadTime {
-                pool: pool(),
-                key: key.into(),
-                reason: reason.into(),
-            });
-        }
         ConfigError::from_list(problems)
-    }
-
-    /// Reads and validates one pool from TOML text (the keys of one `[[pools]]` table).
-    ///
-    /// # Errors
-    ///
-    /// [`ConfigError::Syntax`] for text that is not TOML; otherwise every problem found, each
-    /// naming the key: unknown keys, missing keys, bad time values, values of the wrong type
-    /// or range, and what [`validate`](Self::validate) rejects.
-    pub fn from_toml_str(text: &str) -> Result<Self, ConfigError> {
-        let table: toml::Table =
-            text.parse()
-                .map_err(|e: toml::de::Error| ConfigError::Syntax {
-                    message: e.to_string(),
-                })?;
-        Self::from_table(&table)
-    }
-
-    /// Reads and validates one pool from a TOML table.
-    ///
-    /// # Errors
-    ///
-    /// As [`from_toml_str`](Self::from_toml_str), less the syntax error.
-    pub fn from_table(table: &toml::Table) -> Result<Self, ConfigError> {
-        let pool = table
-            .get("name")
-            .and_then(toml::Value::as_str)
-            .unwrap_or("?")
-            .to_owned();
-        let mut problems = Vec::new();
-        for key in REQUIRED_KEYS {
-            if !table.contains_key(*key) {
-                problems.push(ConfigError::MissingKey {
-                    pool: pool.clone(),
-                    key,
-                });
-            }
-        }
-        for (key, value) in table {
-            let invalid = |reason: String| ConfigError::InvalidValue {
-                pool: pool.clone(),
-                key: key.clone(),
-                reason,
-            };
-            if TIME_KEYS.contains(&key.as_str()) {
-                if let Err(reason) = time::parse_value(value.clone()) {
-                    problems.push(ConfigError::BadTime {
-                        pool: pool.clone(),
-                        key: key.clone(),
-                        reason,
-                    });
-                }
-            } else if COUNT_KEYS.contains(&key.as_str()) {
-                match value.as_integer() {
-                    Some(n) if n >= 0 => {}
-                    Some(n) => problems.push(invalid(format!("{n} is negative"))),
-                    None => problems.push(invalid(format!(
-                        "expected a whole number, found {}",
-                        value.type_str()
-                    ))),
-                }
-            } else if TEXT_KEYS.contains(&key.as_str()) {
-                if !value.is_str() {
-                    problems.push(invalid(format!(
-                        "expected a string, found {}",
-                        value.type_str()
-                    )));
-                }
-            } else if key == "member_order" {
-                if !matches!(value.as_str(), Some("lifo" | "fifo")) {
-                    problems.push(invalid(format!(
-                        "expected \"lifo\" or \"fifo\", found {value}"
-                    )));
-                }
-            } else {
-                problems.push(ConfigError::UnknownKey {
-                    pool: pool.clone(),
-                    key: key.clone(),
-                });
-            }
-        }
-        ConfigError::from_list(problems)?;
-        let config = PoolConfig::deserialize(toml::Value::Table(table.clone())).map_err(|e| {
-            ConfigError::InvalidValue {
-                pool: pool.clone(),
-                key: "?".into(),
-                reason: e.to_string(),
-            }
-        })?;
-        config.validate()?;
-        Ok(config)
     }
 }
 
@@ -370,52 +524,32 @@ mod tests {
     use super::*;
 
     #[test]
-    fn defaults_are_the_documented_ones() {
-        let c = PoolConfig::from_toml_str("name = \"p\"\ninit_count = 1\nmax_count = 2").unwrap();
-        assert_eq!(c, PoolConfig::new("p", 1, 2));
-        assert_eq!(c.cull_interval, Duration::from_secs(15));
-        assert_eq!(c.max_age, Duration::from_secs(30));
-        assert_eq!(c.member_start_timeout, Duration::from_secs(60));
-        assert_eq!(c.queue_max, 50);
-        assert_eq!(c.member_shutdown, Duration::from_secs(30));
-        assert_eq!(c.member_order, MemberOrder::Lifo);
-        assert_eq!(c.max_lifetime, None);
-    }
-
-    #[test]
-    fn every_problem_is_reported_with_its_key() {
-        let err = PoolConfig::from_toml_str(
-            r#"
-            name = "p"
-            init_count = -1
-            max_count = "ten"
-            cull_interval = "soon"
-            member_order = "random"
-            colour = "blue"
-        "#,
-        )
-        .unwrap_err();
-        let text = err.to_string();
-        for needle in [
-            "init_count",
-            "max_count",
-            "cull_interval",
-            "member_order",
-            "`colour`",
-        ] {
-            assert!(text.contains(needle), "{needle} missing from: {text}");
-        }
-        assert_eq!(err.problems().len(), 5);
-        assert!(
-            err.problems()
-                .iter()
-                .any(|p| matches!(p, ConfigError::UnknownKey { key, .. } if key == "colour"))
+    fn the_builder_validates_and_requires_the_counts() {
+        let c = PoolConfig::builder("p")
+            .init_count(1)
+            .max_count(4)
+            .max_lifetime(Duration::from_secs(60))
+            .group("g")
+            .build()
+            .unwrap();
+        assert_eq!(
+            (c.max_lifetime, c.group.as_deref()),
+            (Some(Duration::from_secs(60)), Some("g"))
         );
-        assert!(
-            err.problems()
-                .iter()
-                .any(|p| matches!(p, ConfigError::BadTime { key, .. } if key == "cull_interval"))
-        );
+        let e = PoolConfig::builder("p").build().unwrap_err();
+        let missing: Vec<_> = e
+            .problems()
+            .into_iter()
+            .filter_map(|p| match p {
+                ConfigError::MissingKey { key, .. } => Some(*key),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(missing, ["init_count", "max_count"]);
+        let e = c.to_builder().init_count(5).build().unwrap_err();
+        assert!(matches!(e, ConfigError::InitExceedsMax { .. }), "{e}");
+        let back = c.to_builder().max_lifetime(None).build().unwrap();
+        assert_eq!(back.max_lifetime, None);
     }
 
     #[test]
@@ -437,55 +571,88 @@ mod tests {
             PoolConfig::new("p", 0, 0).validate(),
             Err(ConfigError::ZeroMaxCount { .. })
         ));
-        let jitter = PoolConfig {
-            max_lifetime: Some(Duration::from_secs(10)),
-            max_lifetime_jitter: Duration::from_secs(10),
-            ..PoolConfig::new("p", 1, 2)
-        };
+        let jitter = PoolConfig::builder("p")
+            .init_count(1)
+            .max_count(2)
+            .max_lifetime(Duration::from_secs(10))
+            .max_lifetime_jitter(Duration::from_secs(10))
+            .build();
         assert!(matches!(
-            jitter.validate(),
+            jitter,
             Err(ConfigError::JitterNotBelowLifetime { .. })
         ));
-        let zero_timeout = PoolConfig {
-            member_start_timeout: Duration::ZERO,
-            ..PoolConfig::new("p", 1, 2)
-        };
+        let zero_timeout = PoolConfig::new("p", 1, 2)
+            .to_builder()
+            .member_start_timeout(Duration::ZERO)
+            .build();
         assert!(matches!(
-            zero_timeout.validate(),
+            zero_timeout,
             Err(ConfigError::BadTime { key, .. }) if key == "member_start_timeout"
         ));
     }
 
+    /// Regression: counts were unbounded, so `init_count = usize::MAX` panicked ("capacity
+    /// overflow") and `2^40` aborted the process on a 16 TiB allocation.
     #[test]
-    fn missing_keys_and_syntax_are_named() {
-        let e = PoolConfig::from_toml_str("init_count = 1").unwrap_err();
-        let missing: Vec<_> = e
-            .problems()
-            .into_iter()
-            .filter_map(|p| match p {
-                ConfigError::MissingKey { key, .. } => Some(*key),
-                _ => None,
-            })
-            .collect();
-        assert_eq!(missing, ["name", "max_count"]);
-        assert!(matches!(
-            PoolConfig::from_toml_str("name = "),
-            Err(ConfigError::Syntax { .. })
-        ));
+    fn counts_are_bounded_with_an_error_naming_the_key() {
+        for n in [usize::MAX, 1 << 40, MAX_COUNT + 1] {
+            let e = PoolConfig::new("p", n, n).validate().unwrap_err();
+            let keys: Vec<_> = e
+                .problems()
+                .into_iter()
+                .filter_map(|p| match p {
+                    ConfigError::InvalidValue { key, .. } => Some(key.as_str()),
+                    _ => None,
+                })
+                .collect();
+            assert_eq!(keys, ["init_count", "max_count"], "{e}");
+            let queue = PoolConfig::new("p", 1, 1)
+                .to_builder()
+                .queue_max(n)
+                .auto_grow_threshold(Some(n))
+                .build()
+                .unwrap_err();
+            assert_eq!(queue.problems().len(), 2, "{queue}");
+        }
+        PoolConfig::new("p", MAX_COUNT, MAX_COUNT)
+            .validate()
+            .unwrap();
+    }
+
+    #[cfg(feature = "file")]
+    #[test]
+    fn every_key_has_one_kind_and_the_required_ones_are_keys() {
+        let mut names: Vec<_> = PoolConfig::keys().collect();
+        let n = names.len();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), n, "a key listed twice");
+        for key in REQUIRED_KEYS {
+            assert!(names.contains(key), "{key}");
+        }
+    }
+
+    /// The README's configuration table documents every key.
+    #[test]
+    fn every_key_is_documented_in_the_readme() {
+        let readme = include_str!("../README.md");
+        for key in PoolConfig::keys() {
+            assert!(
+                readme.contains(&format!("| `{key}` |")),
+                "README.md has no row for `{key}`"
+            );
+        }
     }
 
     #[test]
-    fn serde_round_trip_keeps_every_value() {
-        let c = PoolConfig {
-            group: Some("g".into()),
-            max_lifetime: Some(Duration::from_millis(1500)),
-            max_lifetime_jitter: Duration::from_millis(250),
-            health_check_interval: Some(Duration::from_secs(5)),
-            auto_grow_threshold: Some(1),
-            member_order: MemberOrder::Fifo,
-            ..PoolConfig::new("p", 1, 4)
-        };
-        let text = toml::to_string(&c).unwrap();
-        assert_eq!(PoolConfig::from_toml_str(&text).unwrap(), c);
+    fn changed_keys_follow_the_table() {
+        let a = PoolConfig::new("p", 1, 2);
+        let b = a
+            .to_builder()
+            .queue_max(3)
+            .take_timeout(Duration::from_secs(1))
+            .build()
+            .unwrap();
+        assert_eq!(a.changed_keys(&b), ["queue_max", "take_timeout"]);
     }
 }

@@ -23,6 +23,8 @@ pub enum StartError {
     Died,
     /// `Manager::start` or `Manager::initialize` panicked.
     Panicked,
+    /// `Manager::is_broken` rejected the member as soon as it had started.
+    Broken,
 }
 
 impl fmt::Display for StartError {
@@ -36,6 +38,7 @@ impl fmt::Display for StartError {
             ),
             Self::Died => f.write_str("a member died while starting"),
             Self::Panicked => f.write_str("starting a member panicked"),
+            Self::Broken => f.write_str("a member was broken as soon as it started"),
         }
     }
 }
@@ -113,6 +116,13 @@ pub enum TakeError {
         /// The group asked for.
         group: Arc<str>,
     },
+    /// The tokio runtime the pool was started on has shut down, so the pool can run no task
+    /// (no start, stop or timer): it is closed. A pool lives on the runtime that started it.
+    #[error("pool `{pool}`: the runtime it was started on has shut down")]
+    RuntimeGone {
+        /// The pool's name.
+        pool: Arc<str>,
+    },
     /// The waiter was dropped from the queue because `reconfigure` lowered `queue_max`.
     #[error("pool `{pool}`: removed from the queue when queue_max was lowered to {queue_max}")]
     QueueShrunk {
@@ -141,6 +151,7 @@ impl TakeError {
             | Self::QueueFull { pool, .. }
             | Self::Timeout { pool, .. }
             | Self::Closed { pool }
+            | Self::RuntimeGone { pool }
             | Self::Unavailable { pool, .. }
             | Self::QueueShrunk { pool, .. } => pool,
         }
@@ -154,7 +165,7 @@ impl TakeError {
             Self::AllInUse { .. } => "all_in_use",
             Self::QueueFull { .. } | Self::QueueShrunk { .. } => "queue_full",
             Self::Timeout { .. } => "timeout",
-            Self::Closed { .. } => "closed",
+            Self::Closed { .. } | Self::RuntimeGone { .. } => "closed",
             Self::NoSuchPool { .. } | Self::NoSuchGroup { .. } => "no_such_pool",
             Self::Unavailable { .. } => "failed",
         }

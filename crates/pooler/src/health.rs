@@ -7,11 +7,14 @@
 //! panics or is cancelled destroys the member rather than losing it. Recycling a returned
 //! member (`Manager::recycle`) goes through the same guarded path.
 
+use std::panic::AssertUnwindSafe;
+use std::time::Duration;
+
+use futures_util::FutureExt;
 use tokio::time::Instant;
 
 use crate::manager::Manager;
-use crate::member::Member;
-use crate::shared::Shared;
+use crate::member::{Member, Origin};
 
 /// A manager hook run on a member the pool holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -22,51 +25,56 @@ pub(crate) enum Hook {
     Recycle,
 }
 
-/// Runs `hook` on `member`, bounded by `member_start_timeout`. Passed, the member comes back
-/// for the caller to hand out or return; failed or timed out, it is failed (replaced) and
-/// `None` comes back. A panic or a cancellation drops the guard mid-use, which destroys it.
+/// Runs `hook` on `member`, bounded by `member_start_timeout` and by `deadline` (a taker's,
+/// for an idle check at take). Passed, the member comes back for the caller to hand out or
+/// return; failed, panicked or timed out, it is failed (replaced); cut short by `deadline`,
+/// it is destroyed as crashed (it was cancelled mid-check); either way `None` comes back. A
+/// cancellation of this future drops the guard mid-use, which destroys the member too.
 pub(crate) async fn vet<M: Manager>(
-    shared: &Shared<M>,
+    manager: &M,
+    limit: Duration,
     mut member: Member<M>,
     hook: Hook,
+    deadline: Option<Instant>,
 ) -> Option<Member<M>> {
-    let (limit, _) = shared.timeouts();
+    let pool = Member::pool_name(&member).to_owned();
+    let own = Instant::now() + limit;
+    let until = deadline.map_or(own, |d| d.min(own));
     member.set_mid_use(true);
+    member.set_origin(match hook {
+        Hook::Check => Origin::Checked,
+        Hook::Recycle => Origin::Recycled,
+    });
     let run = async {
         match hook {
-            Hook::Check => shared.manager.check(&mut member).await,
-            Hook::Recycle => shared.manager.recycle(&mut member).await,
+            Hook::Check => manager.check(&mut member).await,
+            Hook::Recycle => manager.recycle(&mut member).await,
         }
     };
-    let result = tokio::time::timeout(limit, run).await;
+    let result = tokio::time::timeout_at(until, AssertUnwindSafe(run).catch_unwind()).await;
     member.set_mid_use(false);
     let what = match hook {
         Hook::Check => "health check",
         Hook::Recycle => "recycling a returned member",
     };
+    let id = Member::id(&member);
     match result {
-        Ok(Ok(())) => return Some(member),
-        Ok(Err(e)) => {
-            tracing::warn!(pool = %shared.name, member = Member::id(&member), error = %e, "{what} failed; replacing the member");
+        Ok(Ok(Ok(()))) => return Some(member),
+        Ok(Ok(Err(e))) => {
+            tracing::warn!(pool = %pool, member = id, error = %e, "{what} failed; replacing the member");
+        }
+        Ok(Err(_)) => {
+            tracing::error!(pool = %pool, member = id, "{what} panicked; replacing the member");
+        }
+        Err(_) if until < own => {
+            tracing::debug!(pool = %pool, member = id, "{what} cut short by the taker's deadline; replacing the member");
+            Member::crash(member);
+            return None;
         }
         Err(_) => {
-            tracing::warn!(pool = %shared.name, member = Member::id(&member), "{what} timed out; replacing the member");
+            tracing::warn!(pool = %pool, member = id, "{what} timed out; replacing the member");
         }
     }
     Member::fail(member);
     None
-}
-
-impl<M: Manager> Shared<M> {
-    /// One round: every member idle since before the round began is checked once, oldest
-    /// idle first, one at a time (the rest stay available to takes).
-    pub(crate) async fn check_free_members(&self) {
-        let round = Instant::now();
-        loop {
-            let claimed = self.lock().engine.claim_for_check(Instant::now(), round);
-            let Some((key, held)) = claimed else { break };
-            let member = Member::new(self.arc(), key, held, Instant::now());
-            drop(vet(self, member, Hook::Check).await);
-        }
-    }
 }

@@ -1,33 +1,107 @@
-//! Leak detection: a member held longer than `leak_detection_threshold` is reported once,
-//! through `tracing`, with where it was taken; and again when it comes back.
+//! Leak detection: where and when each member in use was taken, kept only while a
+//! `leak_detection_threshold` is set, so that one held past it is reported once (with where
+//! it was taken) and again when it comes back.
+//!
+//! The records have their own lock, taken on take and return only when the feature is on.
+
+use std::collections::HashMap;
+use std::panic::Location;
 
 use tokio::time::Instant;
 
-use crate::manager::Manager;
-use crate::shared::Shared;
+use crate::sync::{Mutex, lock};
 
-impl<M: Manager> Shared<M> {
-    /// Reports every holder past `leak_detection_threshold` not reported yet (run by `timer`).
-    pub(crate) fn report_leaks(&self) {
-        let Some(threshold) = self.lock().config.leak_detection_threshold else {
-            return;
-        };
-        let now = Instant::now();
-        let Some(held_before) = now.checked_sub(threshold) else {
-            return;
-        };
-        let leaks = self.lock().engine.leaks(held_before);
-        for leak in leaks {
-            let taken_at = leak
-                .taken_by
-                .map_or_else(|| "?".to_owned(), ToString::to_string);
-            tracing::warn!(
-                pool = %self.name,
-                member = leak.id,
-                held_for = %humantime::format_duration(now - leak.since),
-                taken_at = %taken_at,
-                "member held past leak_detection_threshold; possible leak"
-            );
+/// Where a take was made.
+pub(crate) type Caller = &'static Location<'static>;
+
+#[derive(Debug)]
+struct Record {
+    taken_at: Instant,
+    caller: Caller,
+    reported: bool,
+}
+
+/// A member held past the threshold.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Leak {
+    pub(crate) id: u64,
+    pub(crate) taken_at: Instant,
+    pub(crate) caller: Caller,
+}
+
+/// The records of the members in use, by member id.
+#[derive(Debug, Default)]
+pub(crate) struct Leaks {
+    records: Mutex<HashMap<u64, Record>>,
+}
+
+impl Leaks {
+    /// Member `id` was taken at `taken_at` by `caller`.
+    pub(crate) fn taken(&self, id: u64, taken_at: Instant, caller: Caller) {
+        lock(&self.records).insert(
+            id,
+            Record {
+                taken_at,
+                caller,
+                reported: false,
+            },
+        );
+    }
+
+    /// Member `id` came back: when it was taken, if it had been reported.
+    pub(crate) fn returned(&self, id: u64) -> Option<Instant> {
+        lock(&self.records)
+            .remove(&id)
+            .filter(|r| r.reported)
+            .map(|r| r.taken_at)
+    }
+
+    /// The members taken before `held_before` and not reported yet; each is reported once per
+    /// holder.
+    pub(crate) fn overdue(&self, held_before: Instant) -> Vec<Leak> {
+        let mut out = Vec::new();
+        for (&id, r) in lock(&self.records).iter_mut() {
+            if !r.reported && r.taken_at <= held_before {
+                r.reported = true;
+                out.push(Leak {
+                    id,
+                    taken_at: r.taken_at,
+                    caller: r.caller,
+                });
+            }
         }
+        out.sort_by_key(|l| l.id);
+        out
+    }
+
+    /// Forgets every record (the feature was switched off).
+    pub(crate) fn clear(&self) {
+        lock(&self.records).clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_leak_is_reported_once_and_known_when_it_comes_back() {
+        let leaks = Leaks::default();
+        let t0 = Instant::now();
+        leaks.taken(1, t0, Location::caller());
+        leaks.taken(
+            2,
+            t0 + std::time::Duration::from_secs(5),
+            Location::caller(),
+        );
+        let overdue = leaks.overdue(t0 + std::time::Duration::from_secs(1));
+        assert_eq!(overdue.iter().map(|l| l.id).collect::<Vec<_>>(), [1]);
+        assert!(
+            leaks
+                .overdue(t0 + std::time::Duration::from_secs(1))
+                .is_empty()
+        );
+        assert_eq!(leaks.returned(1), Some(t0));
+        assert_eq!(leaks.returned(2), None, "not reported");
     }
 }

@@ -1,12 +1,18 @@
-#![doc = include_str!("../../../README.md")]
+#![doc = include_str!("../README.md")]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![forbid(unsafe_code)]
 
+mod backoff;
+mod clock;
+mod cold;
 mod config;
-mod cull;
-mod engine;
+mod demand;
 mod error;
+#[cfg(feature = "file")]
 mod file;
 mod health;
+mod held;
+mod hot;
 mod leak;
 mod lifecycle;
 mod lifetime;
@@ -18,16 +24,27 @@ mod reconfigure;
 mod registry;
 mod shared;
 mod supervisor;
+mod sync;
 pub mod time;
 mod timer;
+mod waiters;
 
-pub use crate::config::{MemberOrder, PoolConfig};
+pub use crate::config::{MAX_COUNT, MemberOrder, PoolConfig, PoolConfigBuilder};
 pub use crate::error::{ConfigError, StartError, TakeError};
+#[cfg(feature = "file")]
 pub use crate::file::Kinds;
 pub use crate::manager::{Manager, MemberContext};
 pub use crate::member::Member;
 pub use crate::pool::{MemberStats, MemberStatus, Pool, Shutdown, Utilization};
 pub use crate::reconfigure::ReconfigureAction;
 pub use crate::registry::{GroupMember, GroupStrategy, Pooler, PoolerError};
-/// The TOML crate, re-exported for [`Kinds`] builders, which read a pool's `member` table.
-pub use toml;
+
+/// Guides for people coming to pooler from another pool.
+pub mod guide {
+    #[doc = include_str!("../guide/deadpool.md")]
+    pub mod from_deadpool {}
+    #[doc = include_str!("../guide/bb8.md")]
+    pub mod from_bb8 {}
+    #[doc = include_str!("../guide/erlang-pooler.md")]
+    pub mod from_erlang_pooler {}
+}

@@ -2,11 +2,13 @@
 
 use std::fmt;
 use std::future::Future;
+use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::{Arc, Weak};
 
+use futures_util::FutureExt;
 use tokio_util::sync::CancellationToken;
 
-use crate::engine::Key;
+use crate::cold::Key;
 use crate::supervisor::Supervisor;
 
 /// Starts, checks and stops the members of a pool.
@@ -141,23 +143,89 @@ impl MemberContext {
     /// Runs a driver task for this member under the pool's supervision (a connection's I/O
     /// loop, a client's actor).
     ///
-    /// When the task ends on its own, the member is dead: if free it is removed and
-    /// replaced, if in use it is replaced when returned, if still starting it is never
-    /// handed out. When the member is stopped or the pool closes, the task is cancelled
-    /// (dropped at its next await), after [`Manager::stop`] has run.
+    /// When the task ends without the pool ending it — it returns, panics or is aborted —
+    /// the member is dead: if free it is removed and replaced, if in use it is replaced when
+    /// returned, if still starting it is never handed out. When the member is stopped or the
+    /// pool closes, the task is cancelled (dropped at its next await), after
+    /// [`Manager::stop`] has run.
     pub fn spawn<F>(&self, task: F)
     where
         F: Future<Output = ()> + Send + 'static,
     {
-        let token = self.token.clone();
-        let deaths = self.deaths.clone();
-        let (key, id) = (self.key, self.id);
-        self.supervisor.spawn(async move {
-            if token.run_until_cancelled(task).await.is_some()
-                && let Some(pool) = deaths.upgrade()
-            {
-                pool.died(key, id);
+        let watch = DeathWatch {
+            token: self.token.clone(),
+            deaths: self.deaths.clone(),
+            key: self.key,
+            id: self.id,
+        };
+        let pool = self.pool.clone();
+        // Should the runtime be gone, the task is dropped unpolled and its watch reports the
+        // death at once; the pool learns that its runtime is gone from its own next spawn.
+        let _ = self.supervisor.spawn(async move {
+            let task = AssertUnwindSafe(task).catch_unwind();
+            if let Some(Err(_)) = watch.token.run_until_cancelled(task).await {
+                tracing::error!(pool = %pool, member = watch.id, "member driver task panicked; the member is dead");
             }
+            drop(watch);
         });
     }
+}
+
+/// Travels with a member's driver task: however the task ends (returning, panicking, dropped
+/// by an abort or a runtime shutting down), unless the pool ended it by cancelling its token,
+/// the member is reported dead.
+struct DeathWatch {
+    token: CancellationToken,
+    deaths: Weak<dyn Deaths>,
+    key: Key,
+    id: u64,
+}
+
+impl Drop for DeathWatch {
+    fn drop(&mut self) {
+        if !self.token.is_cancelled()
+            && let Some(pool) = self.deaths.upgrade()
+        {
+            pool.died(self.key, self.id);
+        }
+    }
+}
+
+/// Asks the manager's `is_broken`; a panic in it means broken (SPEC §6).
+pub(crate) fn is_broken<M: Manager>(manager: &M, member: &M::Member, pool: &str) -> bool {
+    catch_unwind(AssertUnwindSafe(|| manager.is_broken(member))).unwrap_or_else(|_| {
+        tracing::error!(pool = %pool, "Manager::is_broken panicked; the member counts as broken");
+        true
+    })
+}
+
+/// What a member given back in good order needs, by the manager's `is_broken` and
+/// `needs_recycle`; a panic in either means broken (SPEC §6).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Returned {
+    Fit,
+    Recycle,
+    Broken,
+}
+
+pub(crate) fn returned<M: Manager>(
+    manager: &M,
+    member: &M::Member,
+    pool: &str,
+    ask_recycle: bool,
+) -> Returned {
+    // One catch for both hooks: whichever panicked, the member counts as broken.
+    let asked = catch_unwind(AssertUnwindSafe(|| {
+        if manager.is_broken(member) {
+            Returned::Broken
+        } else if ask_recycle && manager.needs_recycle(member) {
+            Returned::Recycle
+        } else {
+            Returned::Fit
+        }
+    }));
+    asked.unwrap_or_else(|_| {
+        tracing::error!(pool = %pool, "Manager::is_broken or needs_recycle panicked; the member counts as broken");
+        Returned::Broken
+    })
 }

@@ -1,4 +1,7 @@
 //! The guard that gives one consumer exclusive use of a member.
+//!
+//! The guard knows its pool only through [`Home`], the one narrow interface a member goes
+//! back through, so this module depends on nothing of the pool's internals.
 
 use std::fmt;
 use std::ops::{Deref, DerefMut};
@@ -6,9 +9,43 @@ use std::sync::Arc;
 
 use tokio::time::Instant;
 
-use crate::engine::Key;
+use crate::held::Held;
 use crate::manager::Manager;
-use crate::shared::{Fate, Held, Shared};
+
+/// How a member comes back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Fate {
+    /// Returned normally: back to the oldest waiter or the free list.
+    Ok,
+    /// `Member::fail` or a failed check or recycle: destroyed and replaced.
+    Failed,
+    /// Its holder panicked or was cancelled mid-use: destroyed and replaced.
+    Crashed,
+}
+
+/// Who holds a member's guard, which decides what its return means.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Origin {
+    /// A consumer took it: its return is asked `needs_recycle`, and a removal then is a
+    /// `killed_in_use`.
+    Taken,
+    /// The pool claimed it free for a health or idle check: a removal is a `killed_free`.
+    Checked,
+    /// The pool's recycle task holds it after a consumer gave it back: a removal is a
+    /// `killed_in_use`, and it is not recycled again.
+    Recycled,
+}
+
+/// Where a member goes back to: its pool.
+pub(crate) trait Home<T>: Send + Sync {
+    /// The member comes back. `timed`: how many holds this one stands for in the use
+    /// histogram (0: not timed).
+    fn give_back(&self, held: Held<T>, fate: Fate, origin: Origin, timed: u32);
+    /// The pool's name.
+    fn name(&self) -> &str;
+    /// A clock stamp of the pool as an instant.
+    fn instant(&self, stamp: u64) -> Instant;
+}
 
 /// Exclusive use of one member, for as long as the guard lives.
 ///
@@ -21,92 +58,97 @@ use crate::shared::{Fate, Held, Shared};
 /// member's own methods.
 #[must_use = "dropping the guard returns the member at once"]
 pub struct Member<M: Manager> {
-    shared: Arc<Shared<M>>,
-    key: Key,
-    id: u64,
+    home: Arc<dyn Home<M::Member>>,
     held: Option<Held<M::Member>>,
-    taken_at: Instant,
-    /// Set while a `with_member` closure runs: dropped in that state means cancelled mid-use.
+    /// Set while a `with_member` closure or a pool hook runs: dropped in that state means
+    /// cancelled mid-use.
     mid_use: bool,
-    /// Held by the pool's recycle task: on return, skip recycling.
-    recycling: bool,
+    origin: Origin,
+    /// The hold is timed for the use histogram and stands for this many (0: not timed).
+    timed: u32,
 }
 
 impl<M: Manager> Member<M> {
+    #[inline]
     pub(crate) fn new(
-        shared: Arc<Shared<M>>,
-        key: Key,
+        home: Arc<dyn Home<M::Member>>,
         held: Held<M::Member>,
-        taken_at: Instant,
+        origin: Origin,
+        timed: u32,
     ) -> Self {
         Member {
-            shared,
-            key,
-            id: held.id,
+            home,
             held: Some(held),
-            taken_at,
             mid_use: false,
-            recycling: false,
+            origin,
+            timed,
+        }
+    }
+
+    fn held(&self) -> &Held<M::Member> {
+        self.held
+            .as_ref()
+            .expect("a guard holds its member until it is dropped")
+    }
+
+    fn give_back(&mut self, fate: Fate) {
+        if let Some(held) = self.held.take() {
+            self.home.give_back(held, fate, self.origin, self.timed);
         }
     }
 
     /// Destroys the member and starts a replacement (pooler's `return_member(P, M, fail)`):
     /// use it when the member is in a state you cannot trust.
     pub fn fail(mut this: Self) {
-        if let Some(held) = this.held.take() {
-            this.shared
-                .give_back(this.key, held, Fate::Failed, this.taken_at, this.recycling);
-        }
+        this.give_back(Fate::Failed);
+    }
+
+    /// Destroys the member as crashed (a hook cut short mid-use).
+    pub(crate) fn crash(mut this: Self) {
+        this.give_back(Fate::Crashed);
     }
 
     /// The member's id, unique within its pool (as in [`MemberStats`](crate::MemberStats)).
     #[must_use]
     pub fn id(this: &Self) -> u64 {
-        this.id
+        this.held().meta.id
     }
 
     /// The name of the pool the member belongs to (and goes back to).
     #[must_use]
     pub fn pool_name(this: &Self) -> &str {
-        &this.shared.name
+        this.home.name()
     }
 
-    /// When the member was handed to this holder.
+    /// When the member was handed to this holder: exact when the pool reads the clock at
+    /// take (a `max_lifetime`, `idle_check_threshold` or leak threshold is set, or the hold is
+    /// timed for the use histogram), otherwise to within the pool's 100 ms clock tick.
     #[must_use]
     pub fn taken_at(this: &Self) -> Instant {
-        this.taken_at
+        this.home.instant(this.held().meta.since())
     }
 
     pub(crate) fn set_mid_use(&mut self, mid_use: bool) {
         self.mid_use = mid_use;
     }
 
-    /// Marks the guard as the pool's own, held while the member is recycled.
-    pub(crate) fn set_recycling(&mut self) {
-        self.recycling = true;
-    }
-
-    /// Empties the guard without returning the member (a hand-off the waiter refused).
-    pub(crate) fn detach(&mut self) -> Held<M::Member> {
-        self.held
-            .take()
-            .expect("a guard holds its member until it is dropped")
+    /// Says who holds the member now.
+    pub(crate) fn set_origin(&mut self, origin: Origin) {
+        self.origin = origin;
     }
 }
 
 impl<M: Manager> Deref for Member<M> {
     type Target = M::Member;
 
+    #[inline]
     fn deref(&self) -> &M::Member {
-        &self
-            .held
-            .as_ref()
-            .expect("a guard holds its member until it is dropped")
-            .value
+        &self.held().value
     }
 }
 
 impl<M: Manager> DerefMut for Member<M> {
+    #[inline]
     fn deref_mut(&mut self) -> &mut M::Member {
         &mut self
             .held
@@ -117,16 +159,14 @@ impl<M: Manager> DerefMut for Member<M> {
 }
 
 impl<M: Manager> Drop for Member<M> {
+    #[inline]
     fn drop(&mut self) {
-        if let Some(held) = self.held.take() {
-            let fate = if self.mid_use || std::thread::panicking() {
-                Fate::Crashed
-            } else {
-                Fate::Ok
-            };
-            self.shared
-                .give_back(self.key, held, fate, self.taken_at, self.recycling);
-        }
+        let fate = if self.mid_use || std::thread::panicking() {
+            Fate::Crashed
+        } else {
+            Fate::Ok
+        };
+        self.give_back(fate);
     }
 }
 
@@ -136,8 +176,8 @@ where
 {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Member")
-            .field("pool", &self.shared.name)
-            .field("id", &self.id)
+            .field("pool", &self.home.name())
+            .field("id", &self.held.as_ref().map(|h| h.meta.id))
             .field("member", &self.held.as_ref().map(|h| &h.value))
             .finish()
     }

@@ -2,24 +2,29 @@
 //! and its telemetry events).
 //!
 //! Every metric carries the label `pool`; the removal and error counters also carry `reason`.
-//! Gauges are set on every change of the pool's counts, not only on take. Handles are
-//! registered when a pool starts, so install the recorder before starting pools.
+//! Handles are registered when a pool starts, so install the recorder before starting pools.
 //!
-//! With no recorder installed the fast path pays one branch per lock release and one per
-//! return, plus the take counter's own no-op branch: when a pool starts, each gauge and
-//! histogram handle is probed for whether it reaches a recorder, and a pool whose gauges reach
-//! nothing never computes or compares the counts it would publish.
+//! Nothing here is on the take/return fast path: the pool counts take attempts (and takes
+//! served at once, a wait of zero) in its hot core, and its housekeeping tick (every 100 ms)
+//! publishes the gauges and flushes those counts; [`Pool::utilization`](crate::Pool::utilization)
+//! does both too, so a gauge read right after it is exact. Removals, refusals and start
+//! timeouts are counted where they happen (they are not the fast path). When a pool starts,
+//! each gauge and histogram handle is probed for whether it reaches a recorder; with none, the
+//! pool computes nothing to publish and reads no clock for the histograms.
 
-use std::cell::Cell;
-use std::time::Duration;
-
-use metrics::{Counter, Gauge, Histogram, IntoF64};
-use tokio::time::Instant;
-
-use crate::engine::Counts;
+/// The counts the gauges show.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) struct Gauges {
+    pub(crate) in_use: usize,
+    pub(crate) free: usize,
+    pub(crate) starting: usize,
+    pub(crate) stopping: usize,
+    pub(crate) queued: usize,
+}
 
 /// The kind of a metric.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum MetricKind {
     /// A monotonically increasing count.
     Counter,
@@ -31,6 +36,7 @@ pub enum MetricKind {
 
 /// One metric pooler emits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub struct Descriptor {
     /// The metric's name.
     pub name: &'static str,
@@ -110,28 +116,28 @@ const DESCRIPTORS: &[Descriptor] = &[
         Counter,
         POOL,
         &[],
-        "Members handed out by take_member and try_take_member."
+        "Take attempts (take_member, try_take_member, with_member, group takes), whatever their outcome; failed ones are also counted in pooler_error_no_members_total."
     ),
     descriptor!(
         "pooler_error_no_members_total",
         Counter,
         POOL_REASON,
         NO_MEMBER_REASONS,
-        "Takes that got no member, by reason."
+        "Take attempts that got no member, by reason."
     ),
     descriptor!(
         "pooler_killed_free_total",
         Counter,
         POOL_REASON,
         REMOVAL_REASONS,
-        "Free members removed, by reason."
+        "Members removed while free (expired, culled, failed a scheduled or idle check, found broken at take, died), by reason."
     ),
     descriptor!(
         "pooler_killed_in_use_total",
         Counter,
         POOL_REASON,
         REMOVAL_REASONS,
-        "Members removed when they came back from use, by reason."
+        "Members removed when they came back from use (failed, crashed, broken, expired in use, failed their recycle), by reason."
     ),
     descriptor!(
         "pooler_queue_max_reached_total",
@@ -204,171 +210,36 @@ pub fn descriptors() -> &'static [Descriptor] {
     DESCRIPTORS
 }
 
-/// A value that notes when it is converted for a recorder.
-struct Probe<'a>(&'a Cell<bool>);
+#[cfg(feature = "metrics")]
+mod handles;
+#[cfg(feature = "metrics")]
+pub(crate) use handles::PoolMetrics;
 
-impl IntoF64 for Probe<'_> {
-    fn into_f64(self) -> f64 {
-        self.0.set(true);
-        0.0
-    }
-}
+/// Without the `metrics` feature: the same calls, doing nothing.
+#[cfg(not(feature = "metrics"))]
+#[derive(Debug)]
+pub(crate) struct PoolMetrics;
 
-/// Whether `touch` hands its value to a recorder. A handle registered with no recorder (or
-/// one a recorder declined) is a no-op that never converts the value it is given, so the
-/// probe is never converted; a live one must convert it. `touch` must leave the metric as it
-/// was (add zero to a gauge, record zero observations): the probe converts to `0.0`.
-///
-/// Should a handle ever convert eagerly, the probe reports it live and the pool publishes
-/// as if a recorder were installed: slower, never wrong.
-fn reaches_recorder(touch: impl FnOnce(Probe<'_>)) -> bool {
-    let live = Cell::new(false);
-    touch(Probe(&live));
-    live.get()
-}
-
-/// One pool's registered handles.
-pub(crate) struct PoolMetrics {
-    take: Counter,
-    no_members: [Counter; 5],
-    killed_free: [Counter; 5],
-    killed_in_use: [Counter; 5],
-    queue_max_reached: Counter,
-    start_timeout: Counter,
-    free: Gauge,
-    in_use: Gauge,
-    starting: Gauge,
-    stopping: Gauge,
-    queue: Gauge,
-    take_wait: Histogram,
-    member_use: Histogram,
-    /// Some gauge reaches a recorder: publish counts.
-    gauges_live: bool,
-    /// `take_wait` reaches a recorder: measure how long takes wait.
-    wait_live: bool,
-    /// `member_use` reaches a recorder: measure how long members are held.
-    use_live: bool,
-}
-
+#[cfg(not(feature = "metrics"))]
+#[allow(clippy::unused_self)]
 impl PoolMetrics {
-    pub(crate) fn new(pool: &str) -> Self {
-        let pool = pool.to_owned();
-        let by_reason = |name: &'static str, reasons: &[&'static str]| -> [Counter; 5] {
-            std::array::from_fn(
-                |i| metrics::counter!(name, "pool" => pool.clone(), "reason" => reasons[i]),
-            )
-        };
-        for d in DESCRIPTORS {
-            match d.kind {
-                MetricKind::Counter => metrics::describe_counter!(d.name, d.help),
-                MetricKind::Gauge => metrics::describe_gauge!(d.name, d.help),
-                MetricKind::Histogram => {
-                    metrics::describe_histogram!(d.name, metrics::Unit::Seconds, d.help)
-                }
-            }
-        }
-        let free = metrics::gauge!("pooler_free", "pool" => pool.clone());
-        let in_use = metrics::gauge!("pooler_in_use", "pool" => pool.clone());
-        let starting = metrics::gauge!("pooler_starting", "pool" => pool.clone());
-        let stopping = metrics::gauge!("pooler_stopping", "pool" => pool.clone());
-        let queue = metrics::gauge!("pooler_queue", "pool" => pool.clone());
-        let take_wait = metrics::histogram!("pooler_take_wait_seconds", "pool" => pool.clone());
-        let member_use = metrics::histogram!("pooler_member_use_seconds", "pool" => pool.clone());
-        let gauges_live = [&free, &in_use, &starting, &stopping, &queue]
-            .into_iter()
-            .any(|g| reaches_recorder(|p| g.increment(p)));
-        let wait_live = reaches_recorder(|p| take_wait.record_many(p, 0));
-        let use_live = reaches_recorder(|p| member_use.record_many(p, 0));
-        PoolMetrics {
-            take: metrics::counter!("pooler_take_total", "pool" => pool.clone()),
-            no_members: by_reason("pooler_error_no_members_total", NO_MEMBER_REASONS),
-            killed_free: by_reason("pooler_killed_free_total", REMOVAL_REASONS),
-            killed_in_use: by_reason("pooler_killed_in_use_total", REMOVAL_REASONS),
-            queue_max_reached: metrics::counter!("pooler_queue_max_reached_total", "pool" => pool.clone()),
-            start_timeout: metrics::counter!("pooler_starting_member_timeout_total", "pool" => pool),
-            free,
-            in_use,
-            starting,
-            stopping,
-            queue,
-            take_wait,
-            member_use,
-            gauges_live,
-            wait_live,
-            use_live,
-        }
+    pub(crate) fn new(_pool: &str) -> Self {
+        PoolMetrics
     }
-
-    /// Publishes the counts that differ from `last` (what was published before) to the
-    /// gauges; `counts` is not even called when the gauges reach no recorder. Values go in
-    /// as `u32`, converted to `f64` only inside a recorder.
-    #[inline]
-    pub(crate) fn counts(&self, counts: impl FnOnce() -> Counts, last: &mut Counts) {
-        #[inline]
-        fn publish(gauge: &Gauge, now: usize, before: &mut usize) {
-            if now != *before {
-                *before = now;
-                gauge.set(u32::try_from(now).unwrap_or(u32::MAX));
-            }
-        }
-        if !self.gauges_live {
-            return;
-        }
-        let c = counts();
-        publish(&self.free, c.free, &mut last.free);
-        publish(&self.in_use, c.in_use, &mut last.in_use);
-        publish(&self.starting, c.starting, &mut last.starting);
-        publish(&self.stopping, c.stopping, &mut last.stopping);
-        publish(&self.queue, c.queued, &mut last.queued);
+    pub(crate) fn wait_live(&self) -> bool {
+        false
     }
-
-    /// A take handed out a member without waiting.
-    #[inline]
-    pub(crate) fn taken_at_once(&self) {
-        self.take.increment(1);
+    pub(crate) fn use_live(&self) -> bool {
+        false
     }
-
-    /// A take handed out a member, having first queued or checked a member at `started`
-    /// (`None`: served at once, a wait of zero). The wait runs until now, so it includes
-    /// the time the taker took to wake after the hand-over.
-    pub(crate) fn taken(&self, started: Option<Instant>) {
-        self.take.increment(1);
-        if self.wait_live {
-            let waited = started.map_or(Duration::ZERO, |s| s.elapsed());
-            self.take_wait.record(waited.as_secs_f64());
-        }
-    }
-
-    /// A member taken at `taken_at` came back at `now`.
-    #[inline]
-    pub(crate) fn used(&self, taken_at: Instant, now: Instant) {
-        if self.use_live {
-            self.member_use.record((now - taken_at).as_secs_f64());
-        }
-    }
-
-    /// A take got no member; `reason` is [`TakeError::reason`](crate::TakeError::reason).
-    pub(crate) fn no_member(&self, reason: &str) {
-        if let Some(i) = NO_MEMBER_REASONS.iter().position(|r| *r == reason) {
-            self.no_members[i].increment(1);
-        }
-        if reason == "queue_full" {
-            self.queue_max_reached.increment(1);
-        }
-    }
-
-    pub(crate) fn killed(&self, reason: Reason, in_use: bool) {
-        let counters = if in_use {
-            &self.killed_in_use
-        } else {
-            &self.killed_free
-        };
-        counters[reason as usize].increment(1);
-    }
-
-    pub(crate) fn start_timed_out(&self) {
-        self.start_timeout.increment(1);
-    }
+    pub(crate) fn publish(&self, _: Gauges) {}
+    pub(crate) fn flush(&self, _: u64, _: u64) {}
+    pub(crate) fn waited(&self, _: tokio::time::Instant) {}
+    pub(crate) fn used(&self, _: tokio::time::Instant, _: tokio::time::Instant, _: u32) {}
+    pub(crate) fn at_capacity(&self) {}
+    pub(crate) fn no_member(&self, _: &crate::error::TakeError) {}
+    pub(crate) fn killed(&self, _: Reason, _: bool) {}
+    pub(crate) fn start_timed_out(&self) {}
 }
 
 #[cfg(test)]
@@ -380,33 +251,6 @@ mod tests {
         for r in Reason::ALL {
             assert_eq!(REMOVAL_REASONS[r as usize], r.as_str());
         }
-    }
-
-    #[test]
-    fn handles_registered_with_no_recorder_are_seen_as_dead() {
-        let m = PoolMetrics::new("probe-none");
-        assert!(!m.gauges_live);
-        assert!(!m.wait_live);
-        assert!(!m.use_live);
-    }
-
-    #[test]
-    fn handles_registered_with_a_recorder_are_seen_as_live_and_left_unchanged() {
-        let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
-        let handle = recorder.handle();
-        let m = metrics::with_local_recorder(&recorder, || PoolMetrics::new("probe-live"));
-        assert!(m.gauges_live);
-        assert!(m.wait_live);
-        assert!(m.use_live);
-        let scrape = handle.render();
-        assert!(
-            scrape.contains("pooler_free{pool=\"probe-live\"} 0"),
-            "{scrape}"
-        );
-        assert!(
-            scrape.contains("pooler_member_use_seconds_count{pool=\"probe-live\"} 0"),
-            "{scrape}"
-        );
     }
 
     #[test]

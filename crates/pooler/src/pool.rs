@@ -6,21 +6,27 @@ use std::panic::Location;
 use std::sync::Arc;
 use std::time::Duration;
 
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
 use tokio::runtime::Handle;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::mpsc;
 use tokio::time::Instant;
 
+use crate::cold::Status;
 use crate::config::PoolConfig;
-use crate::engine::{Caller, Empty, Status};
 use crate::error::{ConfigError, TakeError};
-use crate::health::{self, Hook};
-use crate::lifetime;
+use crate::health::Hook;
+use crate::held::Held;
+use crate::hot::Wait;
+use crate::leak::Caller;
 use crate::manager::Manager;
-use crate::member::Member;
+use crate::member::{Member, Origin};
 use crate::reconfigure::ReconfigureAction;
-use crate::shared::{Shared, Waiting};
+use crate::shared::{Attempt, Deadline, Shared};
 use crate::supervisor::Supervisor;
 use crate::timer::{self, Periodic};
+use crate::waiters::WaitKey;
 
 /// A pool of members of one [`Manager`].
 ///
@@ -39,10 +45,12 @@ struct Handle_<M: Manager> {
 impl<M: Manager> Drop for Handle_<M> {
     fn drop(&mut self) {
         let shared = self.shared.clone();
-        if shared.lock().shut {
+        if shared.is_shut() {
             return;
         }
-        self.shared
+        // With the runtime gone there is nothing left to close: no task can run.
+        let _ = self
+            .shared
             .supervisor
             .spawn(async move { shared.close(false).await });
         self.shared.supervisor.close_tracker();
@@ -68,6 +76,7 @@ impl<M: Manager> fmt::Debug for Pool<M> {
 
 /// How [`Pool::close`] treats members that are in use.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum Shutdown {
     /// Wait for members in use to come back, and stop each as it does.
     Graceful,
@@ -78,6 +87,7 @@ pub enum Shutdown {
 
 /// A snapshot of a pool's counts (pooler's `pool_utilization`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub struct Utilization {
     /// The cap on members in use, free, starting and stopping together.
     pub max_count: usize,
@@ -97,6 +107,7 @@ pub struct Utilization {
 
 /// Where a member is, in [`MemberStats`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum MemberStatus {
     /// Ready to be taken.
     Free,
@@ -108,6 +119,7 @@ pub enum MemberStatus {
 
 /// One member, as [`Pool::stats`] sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub struct MemberStats {
     /// The member's id, unique within the pool.
     pub id: u64,
@@ -145,18 +157,21 @@ impl<M: Manager> Pool<M> {
         };
         let shared = pool.shared();
         let (done, mut all_done) = mpsc::channel::<()>(1);
-        let starts = shared.lock().engine.grow(init, Instant::now());
-        shared.spawn_starts(starts, Some(&done));
+        shared.grow(init, Some(&done));
         drop(done);
         // Every initial start task holds a sender; recv ends when the last one is done.
         let _ = all_done.recv().await;
-        let shared = &pool.handle.shared;
         let origin = Instant::now();
         let supervisor = &shared.supervisor;
-        supervisor.spawn_until_closing(lifetime::run(shared.clone()));
-        for job in [Periodic::Cull, Periodic::Health, Periodic::Leak] {
-            supervisor.spawn_until_closing(timer::run(shared.clone(), job, origin));
+        for job in [
+            Periodic::Tick,
+            Periodic::Cull,
+            Periodic::Health,
+            Periodic::Leak,
+        ] {
+            shared.spawned(supervisor.spawn_until_closing(timer::run(shared.clone(), job, origin)));
         }
+        shared.spawned(supervisor.spawn_until_closing(timer::lifetimes(shared.clone())));
         Ok(pool)
     }
 
@@ -173,13 +188,13 @@ impl<M: Manager> Pool<M> {
     /// The group the pool belongs to, if any.
     #[must_use]
     pub fn group(&self) -> Option<String> {
-        self.shared().lock().config.group.clone()
+        self.shared().cold().config.group.clone()
     }
 
     /// The configuration in force.
     #[must_use]
     pub fn config(&self) -> PoolConfig {
-        self.shared().lock().config.clone()
+        self.shared().cold().config.clone()
     }
 
     /// The manager the pool was started with.
@@ -198,20 +213,15 @@ impl<M: Manager> Pool<M> {
     /// [`TakeError::AllInUse`], [`TakeError::AtCapacity`], [`TakeError::Unavailable`] (starts
     /// are failing and none is in use) or [`TakeError::Closed`].
     #[track_caller]
+    #[inline]
     pub fn try_take_member(&self) -> Result<Member<M>, TakeError> {
         self.take_at_once(Location::caller())
     }
 
     /// A take that never waits, on behalf of `caller`.
+    #[inline]
     fn take_at_once(&self, caller: Caller) -> Result<Member<M>, TakeError> {
-        let shared = self.shared();
-        match shared.take_now(caller) {
-            Ok((member, _)) => {
-                shared.metrics.taken_at_once();
-                Ok(member)
-            }
-            Err((why, state, _)) => Err(shared.empty_error(&why, &state)),
-        }
+        self.shared().take_at_once(caller)
     }
 
     /// Takes a member, waiting up to `timeout` in the pool's FIFO queue when none is free
@@ -226,8 +236,9 @@ impl<M: Manager> Pool<M> {
     /// [`TakeError::QueueFull`] at once when `queue_max` takers already wait (or
     /// [`TakeError::AllInUse`] / [`TakeError::AtCapacity`] when `queue_max` is 0);
     /// [`TakeError::Timeout`] after `timeout`, with the last start error if starts are
-    /// failing; [`TakeError::Unavailable`] at once when starts are failing and no member is in
-    /// use that could come back; [`TakeError::Closed`].
+    /// failing; [`TakeError::Unavailable`] at once when starts are failing and nothing can
+    /// reach the taker before its deadline; [`TakeError::Closed`] or
+    /// [`TakeError::RuntimeGone`].
     ///
     /// # Cancel safety
     ///
@@ -242,99 +253,114 @@ impl<M: Manager> Pool<M> {
             if timeout.is_zero() {
                 return self.take_at_once(caller);
             }
-            // The instant of the first attempt that queued or had to check its member: the
-            // wait and the deadline count from there, so a take served at once reads no
-            // clock of its own.
-            let mut started = None;
-            loop {
-                let member = self.take_until(&mut started, timeout, caller).await?;
-                let Some(member) = member else { continue };
-                self.shared().metrics.taken(started);
-                return Ok(member);
+            let timeout = timeout.min(crate::time::MAX_TIME);
+            // The fast path here, so that a take served at once builds no waiting future.
+            match self.shared().first_attempt(caller, Some(timeout)) {
+                Ok(member) => Ok(member),
+                Err(attempt) => self.take_within(caller, Some(timeout), attempt).await,
             }
         }
     }
 
-    /// One take, queueing until `timeout` after `started` (set to the instant of this
-    /// attempt if it queues first). `Ok(None)`: the member failed its idle check and was
-    /// replaced; take again.
-    async fn take_until(
+    /// Takes a member, waiting in the pool's FIFO queue for as long as the config's
+    /// `take_timeout` says — by default until one is served, the pool closes, or the take is
+    /// refused (a full queue, a pool that cannot serve it). No timer is armed for a take
+    /// without a deadline.
+    ///
+    /// # Errors
+    ///
+    /// As [`take_member`](Pool::take_member); with no `take_timeout`, never
+    /// [`TakeError::Timeout`] and, since a start always comes within an unbounded wait,
+    /// never [`TakeError::Unavailable`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: dropping the future leaves the queue and loses no member.
+    #[track_caller]
+    pub fn take(&self) -> impl Future<Output = Result<Member<M>, TakeError>> + Send + '_ {
+        let caller = Location::caller();
+        let timeout = self.shared().cold().config.take_timeout;
+        async move {
+            if timeout.is_some_and(|t| t.is_zero()) {
+                return self.take_at_once(caller);
+            }
+            match self.shared().first_attempt(caller, timeout) {
+                Ok(member) => Ok(member),
+                Err(attempt) => self.take_within(caller, timeout, attempt).await,
+            }
+        }
+    }
+
+    /// A take that may wait, from its first `attempt`, until `timeout` after its first
+    /// attempt that queued or had to check its member (`None`: with no deadline). The
+    /// deadline bounds an idle check too.
+    async fn take_within(
         &self,
-        started: &mut Option<Instant>,
-        timeout: Duration,
         caller: Caller,
-    ) -> Result<Option<Member<M>>, TakeError> {
+        timeout: Option<Duration>,
+        mut attempt: Attempt<M>,
+    ) -> Result<Member<M>, TakeError> {
         let shared = self.shared();
-        let (id, rx, now) = match self.take_or_queue(caller)? {
-            Taken::Member(member, false) => return Ok(Some(member)),
-            Taken::Member(member, true) => {
-                // Should the check fail, the next attempt still counts from this one.
-                started.get_or_insert(Member::taken_at(&member));
-                return Ok(health::vet(shared, member, Hook::Check).await);
-            }
-            Taken::Queued(id, rx, now) => (id, rx, now),
+        // The instant of the first attempt that queued or checked: the wait and the deadline
+        // count from there, so a take served at once reads no clock.
+        let mut started: Option<Instant> = None;
+        let deadline = |started: Option<Instant>| match (timeout, started) {
+            (None, _) => Deadline::Never,
+            (Some(t), None) => Deadline::In(t),
+            (Some(t), Some(s)) => Deadline::At(s + t),
         };
-        let deadline = *started.get_or_insert(now) + timeout.min(crate::time::MAX_TIME);
-        let mut waiter = Waiter {
-            shared,
-            id,
-            rx,
-            queued: true,
-        };
-        let outcome = tokio::time::timeout_at(deadline, &mut waiter.rx).await;
-        let served = match outcome {
-            Ok(served) => served,
-            Err(_) if shared.cancel_waiter(id) => {
-                waiter.queued = false;
-                let last_start_error = shared.lock().engine.last_error().cloned();
-                shared.metrics.no_member("timeout");
-                return Err(TakeError::Timeout {
-                    pool: shared.name.clone(),
-                    waited: timeout,
-                    last_start_error,
-                });
-            }
-            // Popped from the queue in the same instant the timer fired: the hand-off (or
-            // the close's error) is on its way; take it.
-            Err(_) => (&mut waiter.rx).await,
-        };
-        waiter.queued = false;
-        served
-            .unwrap_or_else(|_| {
-                Err(TakeError::Closed {
-                    pool: shared.name.clone(),
-                })
-            })
-            .map(Some)
-    }
-
-    /// A free member (and whether it needs its idle check), or a place in the queue (the
-    /// hand-off channel is made only then, so the fast path allocates nothing).
-    fn take_or_queue(&self, caller: Caller) -> Result<Taken<M>, TakeError> {
-        let shared = self.shared();
-        let (why, mut state, now) = match shared.take_now(caller) {
-            Ok((member, check)) => return Ok(Taken::Member(member, check)),
-            Err(empty) => empty,
-        };
-        if matches!(why, Empty::Closed | Empty::Unavailable) {
-            return Err(shared.empty_error(&why, &state));
-        }
-        let (tx, rx) = oneshot::channel();
-        match state.engine.enqueue(Waiting { tx, caller }) {
-            Ok(id) => Ok(Taken::Queued(id, rx, now)),
-            Err(_) => {
-                let queue_max = state.engine.limits().queue_max;
-                if queue_max == 0 {
-                    return Err(shared.empty_error(&why, &state));
+        loop {
+            attempt = match attempt {
+                Attempt::Member(member) => {
+                    if let Some(s) = started {
+                        shared.metrics.waited(s);
+                    }
+                    return Ok(member);
                 }
-                drop(state);
-                shared.metrics.no_member("queue_full");
-                tracing::debug!(pool = %shared.name, queue_max, "queue full; take refused");
-                Err(TakeError::QueueFull {
-                    pool: shared.name.clone(),
-                    queue_max,
-                })
-            }
+                Attempt::Failed(e) => return Err(e),
+                Attempt::Check(member) => {
+                    let s = *started.get_or_insert_with(|| Member::taken_at(&member));
+                    let by = timeout.map(|t| s + t);
+                    match shared.vet(member, Hook::Check, by).await {
+                        Some(mut member) => Attempt::Member({
+                            member.set_origin(Origin::Taken);
+                            member
+                        }),
+                        // Cut short by the deadline, or failed as it passed.
+                        None if by.is_some_and(|by| Instant::now() >= by) => {
+                            return Err(shared.timed_out(timeout.unwrap_or_default()));
+                        }
+                        // Failed and replaced: take again.
+                        None => shared.attempt(caller, Wait::Queue, deadline(started), false),
+                    }
+                }
+                Attempt::Queued(key) => {
+                    let s = *started.get_or_insert_with(|| shared.clock.now());
+                    let mut waiting = Waiting {
+                        shared,
+                        key,
+                        done: false,
+                    };
+                    let served = match timeout {
+                        None => (&mut waiting).await,
+                        Some(t) => match tokio::time::timeout_at(s + t, &mut waiting).await {
+                            Ok(served) => served,
+                            Err(_) => {
+                                waiting.done = true;
+                                match shared.hot.leave(key) {
+                                    None => return Err(shared.timed_out(t)),
+                                    // Served in the very instant the timer fired: take it.
+                                    Some(served) => served,
+                                }
+                            }
+                        },
+                    };
+                    match served {
+                        Ok(held) => shared.collected(held, caller, deadline(started)),
+                        Err(e) => return Err(e),
+                    }
+                }
+            };
         }
     }
 
@@ -414,37 +440,41 @@ impl<M: Manager> Pool<M> {
         self.shared().cull();
     }
 
-    /// The pool's counts now.
+    /// The pool's counts now (exact; the gauges are published at the same time).
     #[must_use]
     pub fn utilization(&self) -> Utilization {
-        let state = self.shared().lock();
-        let c = state.engine.counts();
-        let limits = state.engine.limits();
+        let g = self.shared().publish();
+        let limits = self.shared().cold().engine.limits();
         Utilization {
             max_count: limits.max_count,
-            in_use_count: c.in_use,
-            free_count: c.free,
-            starting_count: c.starting,
-            stopping_count: c.stopping,
-            queued_count: c.queued,
+            in_use_count: g.in_use,
+            free_count: g.free,
+            starting_count: g.starting,
+            stopping_count: g.stopping,
+            queued_count: g.queued,
             queue_max: limits.queue_max,
         }
     }
 
     /// One row per member, by id.
+    ///
+    /// `since` is exact when the pool reads the clock at take and return (a `max_lifetime`,
+    /// `idle_check_threshold` or leak threshold is set, or a metrics recorder times uses);
+    /// otherwise it is to within the pool's 100 ms clock tick.
     #[must_use]
     pub fn stats(&self) -> Vec<MemberStats> {
-        let rows = self.shared().lock().engine.stats();
-        rows.into_iter()
-            .map(|r| MemberStats {
-                id: r.id,
-                status: match r.status {
-                    Status::Free => MemberStatus::Free,
-                    Status::InUse => MemberStatus::InUse,
-                    Status::Stopping | Status::Starting => MemberStatus::Stopping,
+        self.shared()
+            .rows()
+            .into_iter()
+            .map(|(id, status, free, since, expires_at)| MemberStats {
+                id,
+                status: match (status, free) {
+                    (Status::Live, true) => MemberStatus::Free,
+                    (Status::Live, false) => MemberStatus::InUse,
+                    (Status::Stopping | Status::Starting, _) => MemberStatus::Stopping,
                 },
-                since: r.since,
-                expires_at: r.expires_at,
+                since,
+                expires_at,
             })
             .collect()
     }
@@ -472,30 +502,32 @@ impl<M: Manager> Pool<M> {
     }
 }
 
-/// A queued taker's end of the hand-off.
-type Receiver<M> = oneshot::Receiver<Result<Member<M>, TakeError>>;
-
-/// What one take attempt got.
-enum Taken<M: Manager> {
-    /// A member, and whether it must pass its idle check first.
-    Member(Member<M>, bool),
-    /// A place in the queue, where the member will arrive, and when it queued.
-    Queued(u64, Receiver<M>, Instant),
-}
-
-/// A queued take. Dropped while still queued, it leaves the queue; a member already sent to
-/// it returns to the pool when its receiver drops.
-struct Waiter<'a, M: Manager> {
+/// A queued take. Dropped while still queued, it leaves the queue; a member already handed
+/// to it goes on to the next waiter or the free list.
+struct Waiting<'a, M: Manager> {
     shared: &'a Shared<M>,
-    id: u64,
-    rx: Receiver<M>,
-    queued: bool,
+    key: WaitKey,
+    done: bool,
 }
 
-impl<M: Manager> Drop for Waiter<'_, M> {
+impl<M: Manager> Future for Waiting<'_, M> {
+    type Output = Result<Held<M::Member>, TakeError>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let polled = self.shared.hot.poll(self.key, cx);
+        if polled.is_ready() {
+            self.done = true;
+        }
+        polled
+    }
+}
+
+impl<M: Manager> Drop for Waiting<'_, M> {
     fn drop(&mut self) {
-        if self.queued {
-            self.shared.cancel_waiter(self.id);
+        if !self.done
+            && let Some(Ok(held)) = self.shared.hot.leave(self.key)
+        {
+            self.shared.regive(held);
         }
     }
 }

@@ -2,8 +2,6 @@
 //! whole, then applied at once under the pool's lock, and the actions taken are returned in
 //! pooler's order. A rejected config changes nothing.
 
-use tokio::time::Instant;
-
 use crate::config::{MemberOrder, PoolConfig};
 use crate::error::{ConfigError, TakeError};
 use crate::lifetime;
@@ -11,58 +9,43 @@ use crate::manager::Manager;
 use crate::metrics::Reason;
 use crate::shared::{Shared, limits};
 
-/// One thing [`Pool::reconfigure`](crate::Pool::reconfigure) did.
+/// One thing [`Pool::reconfigure`](crate::Pool::reconfigure) did, in the order it did them
+/// (pooler's `pool_reconfigure/2` order; the guide maps each to pooler's name).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum ReconfigureAction {
-    /// A key took a new value.
-    SetParameter(&'static str),
-    /// This many members were started (`init_count` went up).
-    StartWorkers(usize),
-    /// This many free members were stopped (`max_count` went down).
-    StopFreeWorkers(usize),
-    /// This many of the oldest waiters were refused (`queue_max` went down).
-    ShrinkQueue(usize),
-    /// The cull timer was re-armed (`cull_interval` or `max_age` changed).
-    ResetCullTimer,
-    /// A cull ran at once (`init_count` or `max_age` went down).
-    Cull,
-    /// Every member's expiry was recomputed (`max_lifetime` or its jitter changed).
-    UpdateTtl,
-    /// The pool left this group.
-    LeaveGroup(String),
-    /// The pool joined this group.
-    JoinGroup(String),
-    /// Takes now follow this order.
-    SetMemberOrder(MemberOrder),
+    /// A key took a new value (pooler's `set_parameter`).
+    Changed(&'static str),
+    /// This many members were started because `init_count` went up (`start_workers`).
+    Started(usize),
+    /// This many free members were retired because `max_count` went down
+    /// (`stop_free_workers`).
+    Retired(usize),
+    /// This many of the oldest waiters were refused because `queue_max` went down
+    /// (`shrink_queue`).
+    Shed(usize),
+    /// The cull timer was re-armed because `cull_interval` or `max_age` changed
+    /// (`reset_cull_timer`).
+    CullTimerReset,
+    /// A cull ran at once because `init_count` or `max_age` went down (`cull`).
+    Culled,
+    /// Every member's expiry was recomputed because `max_lifetime` or its jitter changed
+    /// (`update_ttl`).
+    LifetimesRecomputed,
+    /// The pool left this group (`leave_group`).
+    LeftGroup(String),
+    /// The pool joined this group (`join_group`).
+    JoinedGroup(String),
+    /// Takes now follow this order (`set_member_order`).
+    MemberOrderChanged(MemberOrder),
 }
 
-/// The keys whose values differ, in the config's order.
-fn changed_keys(old: &PoolConfig, new: &PoolConfig) -> Vec<&'static str> {
-    let mut keys = Vec::new();
-    macro_rules! diff {
-        ($($key:ident),*) => {
-            $(if old.$key != new.$key { keys.push(stringify!($key)); })*
-        };
-    }
-    diff!(
-        group,
-        init_count,
-        max_count,
-        cull_interval,
-        max_age,
-        member_start_timeout,
-        queue_max,
-        auto_grow_threshold,
-        max_lifetime,
-        max_lifetime_jitter,
-        member_order,
-        member_shutdown,
-        health_check_interval,
-        leak_detection_threshold,
-        idle_check_threshold
-    );
-    keys
+/// What applying a config did, for the caller to finish outside the locks.
+struct Applied<T> {
+    actions: Vec<ReconfigureAction>,
+    stopped: Vec<T>,
+    culled: Vec<T>,
+    wakers: Vec<std::task::Waker>,
 }
 
 impl<M: Manager> Shared<M> {
@@ -72,104 +55,114 @@ impl<M: Manager> Shared<M> {
     ) -> Result<Vec<ReconfigureAction>, ConfigError> {
         use ReconfigureAction as A;
         new.validate()?;
-        let now = Instant::now();
-        let mut state = self.lock();
-        let old = state.config.clone();
-        if new.name != old.name {
-            return Err(ConfigError::NameChanged {
-                pool: old.name,
-                new_name: new.name,
-            });
-        }
-        if state.engine.is_closed() {
-            return Err(ConfigError::Closed { pool: old.name });
-        }
-        let counts = state.engine.counts();
-        let to_stop = counts.total().saturating_sub(new.max_count);
-        if to_stop > counts.free {
-            return Err(ConfigError::NotEnoughFree {
-                pool: old.name,
-                max_count: new.max_count,
-                needed: to_stop,
-                free: counts.free,
-            });
-        }
+        let now = self.clock.now();
+        let name = self.name.clone();
+        let applied = self.with_both(|cold, hot| {
+            let old = cold.config.clone();
+            if new.name != old.name {
+                return Err(ConfigError::NameChanged {
+                    pool: old.name,
+                    new_name: new.name.clone(),
+                });
+            }
+            if cold.engine.is_closed() {
+                return Err(ConfigError::Closed { pool: old.name });
+            }
+            let view = hot.view();
+            // Members already stopping are part of the excess (SPEC §6): only the members
+            // that would stay beyond the new cap must be stopped, from the free ones.
+            let staying = view.live() + cold.engine.starting();
+            let to_stop = staying.saturating_sub(new.max_count);
+            if to_stop > view.free {
+                return Err(ConfigError::NotEnoughFree {
+                    pool: old.name,
+                    max_count: new.max_count,
+                    needed: to_stop,
+                    free: view.free,
+                });
+            }
 
-        // Nothing below can fail: apply everything.
-        let mut actions: Vec<_> = changed_keys(&old, &new)
-            .into_iter()
-            .map(A::SetParameter)
-            .collect();
-        let stopped = state.engine.take_oldest_free(to_stop, now);
-        let refused = state.engine.shed_waiters(new.queue_max);
-        state.engine.set_limits(limits(&new));
-        state.config = new.clone();
-
-        let live = counts.in_use + counts.free - to_stop + counts.starting;
-        let starts = if new.init_count > old.init_count && new.init_count > live {
-            state.engine.grow(new.init_count - live, now)
-        } else {
-            Default::default()
-        };
-        let cull = new.init_count < old.init_count || new.max_age < old.max_age;
-        let culled = if cull {
-            state.engine.cull(now, new.max_age)
-        } else {
-            Vec::new()
-        };
-        let ttl = old.max_lifetime != new.max_lifetime
-            || old.max_lifetime_jitter != new.max_lifetime_jitter;
-        if ttl {
-            state.engine.reschedule(|born| {
-                lifetime::expiry(born, new.max_lifetime, new.max_lifetime_jitter)
-            });
-        }
-        let more = state.engine.refill(now);
-        drop(state);
-
-        if !starts.is_empty() {
-            actions.push(A::StartWorkers(starts.slots.len()));
-        }
-        if !stopped.is_empty() {
-            actions.push(A::StopFreeWorkers(stopped.len()));
-        }
-        if !refused.is_empty() {
-            actions.push(A::ShrinkQueue(refused.len()));
-        }
-        if old.cull_interval != new.cull_interval || old.max_age != new.max_age {
-            actions.push(A::ResetCullTimer);
-        }
-        if cull {
-            actions.push(A::Cull);
-        }
-        if ttl {
-            actions.push(A::UpdateTtl);
-        }
-        if old.group != new.group {
-            actions.extend(old.group.clone().map(A::LeaveGroup));
-            actions.extend(new.group.clone().map(A::JoinGroup));
-        }
-        if old.member_order != new.member_order {
-            actions.push(A::SetMemberOrder(new.member_order));
-        }
-
-        for waiter in refused {
-            let _ = waiter.tx.send(Err(TakeError::QueueShrunk {
-                pool: self.name.clone(),
+            // Nothing below can fail: apply everything.
+            let mut actions: Vec<_> = old.changed_keys(&new).into_iter().map(A::Changed).collect();
+            let stopped = self.claim_oldest(cold, hot, to_stop);
+            let (refused, wakers) = hot.shed(new.queue_max, || TakeError::QueueShrunk {
+                pool: name.clone(),
                 queue_max: new.queue_max,
-            }));
-        }
-        for (key, held) in stopped {
-            self.retire(key, held, Reason::Reconfigured);
-        }
-        for (key, held) in culled {
-            self.retire(key, held, Reason::MaxAge);
-        }
+            });
+            hot.set_limits(new.member_order, new.queue_max);
+            cold.engine.set_limits(limits(&new), hot.view());
+            cold.config = new.clone();
+
+            let view = hot.view();
+            let live = view.live() + cold.engine.starting();
+            let starts = if new.init_count > old.init_count && new.init_count > live {
+                cold.engine.grow(new.init_count - live, now, view)
+            } else {
+                Default::default()
+            };
+            let cull = new.init_count < old.init_count || new.max_age < old.max_age;
+            let culled = if cull {
+                self.cull_locked(cold, hot, now)
+            } else {
+                Vec::new()
+            };
+            let ttl = old.max_lifetime != new.max_lifetime
+                || old.max_lifetime_jitter != new.max_lifetime_jitter;
+            if ttl {
+                let clock = &self.clock;
+                cold.engine.reschedule(|born, meta| {
+                    let at = lifetime::expiry(born, new.max_lifetime, new.max_lifetime_jitter);
+                    meta.set_expires_at(at.map(|at| clock.stamp(at)));
+                    at
+                });
+            }
+            let more = cold.engine.refill(now, hot.view());
+
+            if !starts.is_empty() {
+                actions.push(A::Started(starts.slots.len()));
+            }
+            if !stopped.is_empty() {
+                actions.push(A::Retired(stopped.len()));
+            }
+            if refused > 0 {
+                actions.push(A::Shed(refused));
+            }
+            if old.cull_interval != new.cull_interval || old.max_age != new.max_age {
+                actions.push(A::CullTimerReset);
+            }
+            if cull {
+                actions.push(A::Culled);
+            }
+            if ttl {
+                actions.push(A::LifetimesRecomputed);
+            }
+            if old.group != new.group {
+                actions.extend(old.group.clone().map(A::LeftGroup));
+                actions.extend(new.group.clone().map(A::JoinedGroup));
+            }
+            if old.member_order != new.member_order {
+                actions.push(A::MemberOrderChanged(new.member_order));
+            }
+            Ok((
+                Applied {
+                    actions,
+                    stopped,
+                    culled,
+                    wakers,
+                },
+                starts,
+                more,
+            ))
+        });
+        let (applied, starts, more) = applied?;
+        applied.wakers.into_iter().for_each(std::task::Waker::wake);
+        self.retire_reconfigured(applied.stopped, Reason::Reconfigured);
+        self.retire_reconfigured(applied.culled, Reason::MaxAge);
         self.spawn_starts(starts, None);
         self.spawn_starts(more, None);
         self.reconfigured.send_replace(now);
         self.lifetime_poke.notify_one();
-        tracing::info!(pool = %self.name, ?actions, "reconfigured");
-        Ok(actions)
+        tracing::info!(pool = %self.name, actions = ?applied.actions, "reconfigured");
+        Ok(applied.actions)
     }
 }

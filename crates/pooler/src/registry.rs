@@ -49,6 +49,7 @@ pub enum PoolerError {
 
 /// How [`Pooler::take_group_member`] orders the pools of a group.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum GroupStrategy {
     /// A random pool first, then the others in random order (pooler's rule). The default.
     #[default]
@@ -58,7 +59,7 @@ pub enum GroupStrategy {
 }
 
 /// What the registry needs of a pool whatever its member type.
-trait AnyPool: Send + Sync {
+pub(crate) trait AnyPool: Send + Sync {
     fn as_any(&self) -> &dyn Any;
     fn manager_type(&self) -> &'static str;
     fn group(&self) -> Option<String>;
@@ -82,6 +83,12 @@ impl<M: Manager> AnyPool for Pool<M> {
     fn close(&self, how: Shutdown) -> Pin<Box<dyn Future<Output = ()> + Send + '_>> {
         Box::pin(Pool::close(self, how))
     }
+}
+
+/// A pool as the registry keeps it.
+#[cfg(feature = "file")]
+pub(crate) fn any_pool<M: Manager>(pool: Pool<M>) -> Arc<dyn AnyPool> {
+    Arc::new(pool)
 }
 
 enum Slot {
@@ -115,7 +122,7 @@ struct Registry {
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// let pooler = Pooler::new();
 /// for (name, host) in [("db1", "10.0.0.1"), ("db2", "10.0.0.2")] {
-///     let config = PoolConfig { group: Some("replicas".into()), ..PoolConfig::new(name, 2, 5) };
+///     let config = PoolConfig::new(name, 2, 5).to_builder().group("replicas").build().unwrap();
 ///     pooler.new_pool(config, Replica(host)).await?;
 /// }
 /// let conn = pooler
@@ -203,6 +210,38 @@ impl Pooler {
             .pools
             .insert(name, Slot::Ready(Arc::new(pool.clone())));
         Ok(pool)
+    }
+
+    /// Reserves every one of `names` at once, or none: the names taken come back as
+    /// [`ConfigError::DuplicateName`]s.
+    #[cfg(feature = "file")]
+    pub(crate) fn reserve(&self, names: &[String]) -> Result<(), ConfigError> {
+        let mut registry = self.write();
+        let taken: Vec<_> = names
+            .iter()
+            .filter(|n| registry.pools.contains_key(*n))
+            .map(|n| ConfigError::DuplicateName { pool: n.clone() })
+            .collect();
+        ConfigError::from_list(taken)?;
+        for name in names {
+            registry.pools.insert(name.clone(), Slot::Starting);
+        }
+        Ok(())
+    }
+
+    /// Registers a started pool under the name reserved for it.
+    #[cfg(feature = "file")]
+    pub(crate) fn fill(&self, name: String, pool: Arc<dyn AnyPool>) {
+        self.write().pools.insert(name, Slot::Ready(pool));
+    }
+
+    /// Frees a name reserved for a pool that did not start.
+    #[cfg(feature = "file")]
+    pub(crate) fn release(&self, name: &str) {
+        let mut registry = self.write();
+        if matches!(registry.pools.get(name), Some(Slot::Starting)) {
+            registry.pools.remove(name);
+        }
     }
 
     fn any(&self, name: &str) -> Result<Arc<dyn AnyPool>, PoolerError> {
@@ -360,8 +399,7 @@ impl Pooler {
             .unwrap_or_default();
         match strategy {
             GroupStrategy::Random => {
-                use rand::seq::SliceRandom;
-                pools.shuffle(&mut rand::rng());
+                fastrand::shuffle(&mut pools);
             }
             GroupStrategy::MostFree => {
                 pools.sort_by_key(|p| std::cmp::Reverse(p.utilization().free_count));

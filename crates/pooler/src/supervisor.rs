@@ -6,6 +6,8 @@
 //! (a polite database logout runs over the connection its driver task polls).
 
 use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll, Waker};
 
 use tokio::runtime::Handle;
 use tokio_util::sync::CancellationToken;
@@ -35,22 +37,37 @@ impl Supervisor {
     }
 
     /// Runs `task` under this supervisor.
-    pub(crate) fn spawn<F>(&self, task: F)
+    ///
+    /// # Errors
+    ///
+    /// [`RuntimeGone`] when the pool's runtime has shut down: tokio then drops the task
+    /// unpolled, inside this call, so whatever guard the task owned has already run.
+    pub(crate) fn spawn<F>(&self, task: F) -> Result<(), RuntimeGone>
     where
         F: Future<Output = ()> + Send + 'static,
     {
-        drop(self.tracker.spawn_on(task, &self.runtime));
+        let mut handle = self.tracker.spawn_on(task, &self.runtime);
+        // A task is only ever cancelled by its runtime shutting down (the pool aborts none),
+        // and a runtime that has shut down cancels a new task before this call returns.
+        if handle.is_finished()
+            && let Poll::Ready(Err(e)) =
+                Pin::new(&mut handle).poll(&mut Context::from_waker(Waker::noop()))
+            && e.is_cancelled()
+        {
+            return Err(RuntimeGone);
+        }
+        Ok(())
     }
 
     /// Runs `task` until it ends or the pool starts closing.
-    pub(crate) fn spawn_until_closing<F>(&self, task: F)
+    pub(crate) fn spawn_until_closing<F>(&self, task: F) -> Result<(), RuntimeGone>
     where
         F: Future<Output = ()> + Send + 'static,
     {
         let closing = self.closing.clone();
         self.spawn(async move {
             closing.run_until_cancelled(task).await;
-        });
+        })
     }
 
     /// How many of this pool's tasks are alive.
@@ -69,3 +86,7 @@ impl Supervisor {
         self.tracker.close();
     }
 }
+
+/// The runtime a pool was started on has shut down; no task of the pool can run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct RuntimeGone;

@@ -10,14 +10,17 @@
 //!
 //! Values above [`MAX_TIME`] are rejected, so no timer arithmetic can overflow.
 
+#[cfg(feature = "serde")]
 use std::fmt;
 use std::time::Duration;
 
+#[cfg(feature = "serde")]
 use serde::de::{self, Deserializer, SeqAccess, Visitor};
 
 /// The largest time value any key accepts: 365 days.
 pub const MAX_TIME: Duration = Duration::from_secs(365 * 24 * 60 * 60);
 
+#[cfg(feature = "serde")]
 /// Parses one time value from its unit and magnitude, as pooler's `{N, unit}` pair.
 fn from_pair(n: u64, unit: &str) -> Result<Duration, String> {
     let d = match unit {
@@ -36,6 +39,7 @@ fn from_pair(n: u64, unit: &str) -> Result<Duration, String> {
         .and_then(bounded)
 }
 
+#[cfg(feature = "serde")]
 fn from_str(s: &str) -> Result<Duration, String> {
     humantime::parse_duration(s.trim())
         .map_err(|e| {
@@ -44,6 +48,7 @@ fn from_str(s: &str) -> Result<Duration, String> {
         .and_then(bounded)
 }
 
+#[cfg(feature = "serde")]
 fn bounded(d: Duration) -> Result<Duration, String> {
     if d > MAX_TIME {
         Err(format!(
@@ -55,8 +60,10 @@ fn bounded(d: Duration) -> Result<Duration, String> {
     }
 }
 
+#[cfg(feature = "serde")]
 struct TimeVisitor;
 
+#[cfg(feature = "serde")]
 impl<'de> Visitor<'de> for TimeVisitor {
     type Value = Duration;
 
@@ -96,16 +103,19 @@ impl<'de> Visitor<'de> for TimeVisitor {
     }
 }
 
+#[cfg(feature = "serde")]
 /// Deserializes a required time value (`#[serde(with = "crate::time")]`).
 pub(crate) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
     d.deserialize_any(TimeVisitor)
 }
 
+#[cfg(feature = "serde")]
 /// Serializes a time value as a humantime string, which [`deserialize`] reads back.
 pub(crate) fn serialize<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
     s.serialize_str(&humantime::format_duration(*d).to_string())
 }
 
+#[cfg(feature = "serde")]
 /// The same for optional keys, where absent means "off".
 pub(crate) mod option {
     use super::*;
@@ -145,12 +155,13 @@ pub(crate) mod option {
     }
 }
 
+#[cfg(feature = "file")]
 /// Parses a time value from any self-describing serde input (used to name the key in errors).
 pub(crate) fn parse_value<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, String> {
     deserialize(d).map_err(|e: D::Error| e.to_string())
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "file"))]
 mod tests {
     use super::*;
 

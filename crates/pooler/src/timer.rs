@@ -1,4 +1,5 @@
-//! The pool's periodic timers: culling, health checks and leak reports share one loop.
+//! The pool's timers: the housekeeping tick, culling, health checks and leak reports share
+//! one loop; the lifetime timer sleeps until the next expiry.
 //!
 //! Each fires first one period after `origin` (the pool's start), then one period after the
 //! previous firing completed. A `reconfigure` that changes a timer's period re-arms it from
@@ -6,11 +7,14 @@
 //! period alone leaves the timer alone. (The lifetime timer is different: it sleeps until the
 //! next expiry, see `lifetime`.)
 
+use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures_util::FutureExt;
 use tokio::time::Instant;
 
+use crate::clock::TICK;
 use crate::config::PoolConfig;
 use crate::manager::Manager;
 use crate::shared::Shared;
@@ -18,6 +22,8 @@ use crate::shared::Shared;
 /// Which periodic job a timer runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Periodic {
+    /// Every [`TICK`]: the coarse clock, the gauges and the counts the hot core kept.
+    Tick,
     /// Every `cull_interval` (zero: off).
     Cull,
     /// Every `health_check_interval`.
@@ -30,6 +36,7 @@ pub(crate) enum Periodic {
 impl Periodic {
     fn period(self, config: &PoolConfig) -> Option<Duration> {
         match self {
+            Periodic::Tick => Some(TICK),
             Periodic::Cull => Some(config.cull_interval).filter(|d| !d.is_zero()),
             Periodic::Health => config.health_check_interval,
             Periodic::Leak => config
@@ -40,6 +47,7 @@ impl Periodic {
 
     async fn fire<M: Manager>(self, shared: &Shared<M>) {
         match self {
+            Periodic::Tick => shared.tick(),
             Periodic::Cull => shared.cull(),
             Periodic::Health => shared.check_free_members().await,
             Periodic::Leak => shared.report_leaks(),
@@ -50,13 +58,17 @@ impl Periodic {
 /// Runs one periodic job until the pool closes (the supervisor cancels it).
 pub(crate) async fn run<M: Manager>(shared: Arc<Shared<M>>, job: Periodic, origin: Instant) {
     let mut changes = shared.reconfigured.subscribe();
-    let mut period = job.period(&shared.lock().config);
+    let mut period = job.period(&shared.cold().config);
     let tick = tokio::time::sleep_until(origin + period.unwrap_or_default());
     tokio::pin!(tick);
     loop {
         tokio::select! {
             () = &mut tick, if period.is_some() => {
-                job.fire(&shared).await;
+                // A panic inside a job (there is no user code in one, but should there be)
+                // ends that round, never the schedule.
+                if AssertUnwindSafe(job.fire(&shared)).catch_unwind().await.is_err() {
+                    tracing::error!(pool = %shared.name, job = ?job, "a periodic job panicked; its schedule goes on");
+                }
                 tick.as_mut().reset(Instant::now() + period.unwrap_or_default());
             }
             changed = changes.changed() => {
@@ -64,12 +76,29 @@ pub(crate) async fn run<M: Manager>(shared: Arc<Shared<M>>, job: Periodic, origi
                     return;
                 }
                 let at = *changes.borrow_and_update();
-                let now = job.period(&shared.lock().config);
+                let now = job.period(&shared.cold().config);
                 if now != period {
                     period = now;
                     tick.as_mut().reset(at + period.unwrap_or_default());
                 }
             }
+        }
+    }
+}
+
+/// The lifetime timer: sleeps until the soonest expiry, recycles what is due, and starts
+/// replacements. Woken early when a new member (or a reconfigured lifetime) may expire
+/// sooner.
+pub(crate) async fn lifetimes<M: Manager>(shared: Arc<Shared<M>>) {
+    loop {
+        match shared.next_expiry() {
+            Some(at) => {
+                tokio::select! {
+                    () = tokio::time::sleep_until(at) => shared.expire_due(),
+                    () = shared.lifetime_poke.notified() => {}
+                }
+            }
+            None => shared.lifetime_poke.notified().await,
         }
     }
 }

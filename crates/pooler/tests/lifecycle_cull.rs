@@ -8,12 +8,13 @@ use common::*;
 use pooler::{MemberOrder, PoolConfig};
 
 fn config(order: MemberOrder) -> PoolConfig {
-    PoolConfig {
-        cull_interval: Duration::from_secs(1),
-        max_age: Duration::from_secs(10),
-        member_order: order,
-        ..PoolConfig::new("p", 2, 10)
-    }
+    PoolConfig::new("p", 2, 10)
+        .to_builder()
+        .cull_interval(Duration::from_secs(1))
+        .max_age(Duration::from_secs(10))
+        .member_order(order)
+        .build()
+        .unwrap()
 }
 
 async fn seconds(n: u64) {
@@ -98,22 +99,60 @@ async fn the_oldest_idle_members_go_first() {
 
 #[tokio::test(start_paused = true)]
 async fn fixed_size_pools_and_a_zero_interval_never_cull() {
-    let fixed = PoolConfig {
-        init_count: 4,
-        max_count: 4,
-        ..config(MemberOrder::Lifo)
-    };
+    let fixed = config(MemberOrder::Lifo)
+        .to_builder()
+        .init_count(4)
+        .max_count(4)
+        .build()
+        .unwrap();
     let (pool, probe) = pool_with(fixed, Fake::default()).await;
     burst(&pool, 4).await;
     seconds(30).await;
     assert_eq!((pool.utilization().free_count, probe.stops()), (4, 0));
 
-    let off = PoolConfig {
-        cull_interval: Duration::ZERO,
-        ..config(MemberOrder::Lifo)
-    };
+    let off = config(MemberOrder::Lifo)
+        .to_builder()
+        .cull_interval(Duration::ZERO)
+        .build()
+        .unwrap();
     let (pool, probe) = pool_with(off, Fake::default()).await;
     burst(&pool, 8).await;
     seconds(60).await;
     assert_eq!((pool.utilization().free_count, probe.stops()), (8, 0));
+}
+
+/// Regression: a peak was stamped with the tick that recorded it, not with when it was seen,
+/// so it held the pool up to a whole cull interval longer than `max_age` (SPEC §6).
+#[tokio::test(start_paused = true)]
+async fn a_peak_counts_for_max_age_from_when_it_was_last_seen() {
+    let config = PoolConfig::new("p", 1, 10)
+        .to_builder()
+        .cull_interval(Duration::from_secs(10))
+        .max_age(Duration::from_secs(15))
+        .build()
+        .unwrap();
+    // A burst that ends at once is forgotten by the tick at 20 s (0 + 15 < 20) …
+    let (pool, _) = pool_with(config.clone(), Fake::default()).await;
+    burst(&pool, 8).await;
+    seconds(10).await;
+    assert_eq!(pool.utilization().free_count, 8, "10 s: within max_age");
+    advance(ms(10_500)).await;
+    assert_eq!(
+        pool.utilization().free_count,
+        1,
+        "20.5 s: culled to init_count"
+    );
+
+    // … while one held until 9 s still counts at the tick at 20 s (9 + 15 ≥ 20).
+    let (pool, _) = pool_with(config, Fake::default()).await;
+    let mut held = Vec::new();
+    for _ in 0..8 {
+        held.push(pool.take_member(ms(1000)).await.unwrap());
+    }
+    seconds(9).await;
+    drop(held);
+    advance(ms(11_500)).await;
+    assert_eq!(pool.utilization().free_count, 8, "20.5 s: seen at 9 s");
+    advance(Duration::from_secs(10)).await;
+    assert_eq!(pool.utilization().free_count, 1, "30.5 s: forgotten");
 }

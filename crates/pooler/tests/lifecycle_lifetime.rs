@@ -9,12 +9,13 @@ use pooler::{Member, MemberStatus, PoolConfig};
 use tokio::time::Instant;
 
 fn config(init: usize, max: usize, life: u64, jitter: u64) -> PoolConfig {
-    PoolConfig {
-        max_lifetime: Some(Duration::from_secs(life)),
-        max_lifetime_jitter: Duration::from_secs(jitter),
-        cull_interval: Duration::ZERO,
-        ..PoolConfig::new("p", init, max)
-    }
+    PoolConfig::new("p", init, max)
+        .to_builder()
+        .max_lifetime(Duration::from_secs(life))
+        .max_lifetime_jitter(Duration::from_secs(jitter))
+        .cull_interval(Duration::ZERO)
+        .build()
+        .unwrap()
 }
 
 #[tokio::test(start_paused = true)]

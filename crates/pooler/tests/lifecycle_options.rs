@@ -9,10 +9,11 @@ use pooler::{Member, MemberOrder, PoolConfig};
 
 #[tokio::test(start_paused = true)]
 async fn auto_grow_starts_init_count_more_when_free_drops_to_the_threshold() {
-    let config = PoolConfig {
-        auto_grow_threshold: Some(1),
-        ..PoolConfig::new("p", 3, 7)
-    };
+    let config = PoolConfig::new("p", 3, 7)
+        .to_builder()
+        .auto_grow_threshold(Some(1))
+        .build()
+        .unwrap();
     let (pool, probe) = pool_with(config, Fake::default()).await;
     let a = pool.try_take_member().unwrap();
     assert_eq!(
@@ -47,10 +48,11 @@ async fn without_a_threshold_the_pool_grows_only_on_demand() {
 
 #[tokio::test(start_paused = true)]
 async fn fifo_hands_out_round_robin_and_can_be_switched_at_runtime() {
-    let config = PoolConfig {
-        member_order: MemberOrder::Fifo,
-        ..PoolConfig::new("p", 3, 3)
-    };
+    let config = PoolConfig::new("p", 3, 3)
+        .to_builder()
+        .member_order(MemberOrder::Fifo)
+        .build()
+        .unwrap();
     let (pool, _) = pool_with(config.clone(), Fake::default()).await;
     let mut seen = Vec::new();
     for _ in 0..6 {
@@ -59,10 +61,13 @@ async fn fifo_hands_out_round_robin_and_can_be_switched_at_runtime() {
     }
     assert_eq!(seen, [1, 2, 3, 1, 2, 3], "round robin");
 
-    pool.reconfigure(PoolConfig {
-        member_order: MemberOrder::Lifo,
-        ..config
-    })
+    pool.reconfigure(
+        config
+            .to_builder()
+            .member_order(MemberOrder::Lifo)
+            .build()
+            .unwrap(),
+    )
     .unwrap();
     let mut seen = Vec::new();
     for _ in 0..3 {
@@ -74,10 +79,11 @@ async fn fifo_hands_out_round_robin_and_can_be_switched_at_runtime() {
 
 #[tokio::test(start_paused = true)]
 async fn health_checks_replace_members_that_fail_them() {
-    let config = PoolConfig {
-        health_check_interval: Some(Duration::from_secs(5)),
-        ..PoolConfig::new("p", 2, 2)
-    };
+    let config = PoolConfig::new("p", 2, 2)
+        .to_builder()
+        .health_check_interval(Duration::from_secs(5))
+        .build()
+        .unwrap();
     let (pool, probe) = pool_with(config, Fake::default()).await;
     advance(Duration::from_secs(5)).await;
     assert_eq!(
@@ -96,10 +102,11 @@ async fn health_checks_replace_members_that_fail_them() {
 
 #[tokio::test(start_paused = true)]
 async fn a_member_being_checked_is_never_handed_out() {
-    let config = PoolConfig {
-        health_check_interval: Some(Duration::from_secs(5)),
-        ..PoolConfig::new("p", 1, 1)
-    };
+    let config = PoolConfig::new("p", 1, 1)
+        .to_builder()
+        .health_check_interval(Duration::from_secs(5))
+        .build()
+        .unwrap();
     let (pool, probe) = pool_with(config, Fake::default()).await;
     probe.set_check(Step::Slow(Duration::from_secs(1)));
     advance(Duration::from_secs(5)).await;
@@ -114,10 +121,11 @@ async fn a_member_being_checked_is_never_handed_out() {
 
 #[tokio::test(start_paused = true)]
 async fn take_member_checks_a_member_idle_past_the_threshold() {
-    let config = PoolConfig {
-        idle_check_threshold: Some(ms(500)),
-        ..PoolConfig::new("p", 2, 2)
-    };
+    let config = PoolConfig::new("p", 2, 2)
+        .to_builder()
+        .idle_check_threshold(ms(500))
+        .build()
+        .unwrap();
     let (pool, probe) = pool_with(config, Fake::default()).await;
     let checks = || probe.checks.load(std::sync::atomic::Ordering::SeqCst);
     drop(pool.take_member(ms(100)).await.unwrap());
@@ -141,10 +149,11 @@ async fn take_member_checks_a_member_idle_past_the_threshold() {
 #[tokio::test(start_paused = true)]
 async fn a_leak_is_reported_once_with_where_it_was_taken_and_again_on_return() {
     let logs = Logs::capture();
-    let config = PoolConfig {
-        leak_detection_threshold: Some(Duration::from_secs(10)),
-        ..PoolConfig::new("p", 1, 1)
-    };
+    let config = PoolConfig::new("p", 1, 1)
+        .to_builder()
+        .leak_detection_threshold(Duration::from_secs(10))
+        .build()
+        .unwrap();
     let (pool, _) = pool_with(config, Fake::default()).await;
     let m = pool.take_member(ms(100)).await.unwrap();
     let line = line!() - 1;

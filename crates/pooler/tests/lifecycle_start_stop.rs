@@ -10,11 +10,12 @@ use common::*;
 use pooler::{Member, PoolConfig, StartError, TakeError};
 
 fn config(init: usize, max: usize) -> PoolConfig {
-    PoolConfig {
-        member_start_timeout: ms(150),
-        member_shutdown: ms(500),
-        ..PoolConfig::new("p", init, max)
-    }
+    PoolConfig::new("p", init, max)
+        .to_builder()
+        .member_start_timeout(ms(150))
+        .member_shutdown(ms(500))
+        .build()
+        .unwrap()
 }
 
 #[tokio::test(start_paused = true)]
@@ -80,12 +81,19 @@ async fn a_member_whose_initialize_fails_is_stopped_and_the_error_kept() {
 async fn an_outage_fails_fast_backs_off_and_refills_when_the_backend_returns() {
     let fake = Fake::default();
     fake.probe.set_start(Step::Err);
-    let (pool, probe) = pool_with(config(3, 5), fake).await;
+    // Exact backoff steps, to count the attempts they allow.
+    let exact = config(3, 5)
+        .to_builder()
+        .backoff_jitter(false)
+        .build()
+        .unwrap();
+    let (pool, probe) = pool_with(exact, fake).await;
     assert_eq!(probe.attempts(), 3);
 
-    // Takes fail at once with the manager's error, whether or not they would queue.
+    // The three starts failed together: one backoff step, the next attempt 100 ms away. A
+    // take whose deadline comes first fails at once with the manager's error (SPEC §6).
     let t0 = tokio::time::Instant::now();
-    let e = pool.take_member(ms(5000)).await.unwrap_err();
+    let e = pool.take_member(ms(50)).await.unwrap_err();
     assert_eq!(t0.elapsed(), Duration::ZERO);
     assert!(matches!(e, TakeError::Unavailable { .. }), "{e}");
     assert!(e.to_string().contains("start refused"), "{e}");
@@ -93,7 +101,7 @@ async fn an_outage_fails_fast_backs_off_and_refills_when_the_backend_returns() {
         assert!(pool.try_take_member().is_err());
     }
 
-    // Sixty seconds of outage: retries are spaced 0.4, 0.8, 1.6 … up to 10 s, one at a time.
+    // Sixty seconds of outage: retries are spaced 0.1, 0.2, 0.4 … up to 10 s, one at a time.
     advance(Duration::ZERO).await;
     for _ in 0..600 {
         advance(ms(100)).await;
@@ -234,4 +242,39 @@ async fn a_start_that_panics_is_a_failed_start_and_the_pool_recovers() {
     probe.set_init(Step::Ok);
     advance(ms(150)).await;
     assert_eq!(counts(&pool), (0, 1, 0, 0, 0));
+}
+
+/// Full jitter: each wait is drawn from `[0, step]`, so two pools whose backend died at the
+/// same moment do not retry in lockstep, and neither storms it.
+#[tokio::test(start_paused = true)]
+async fn jittered_backoff_spreads_the_retries_of_pools_failing_together() {
+    let start = |_| async {
+        let fake = Fake::default();
+        fake.probe.set_start(Step::Err);
+        pool_with(config(1, 1), fake).await
+    };
+    let (a, probe_a) = start(()).await;
+    let (b, probe_b) = start(()).await;
+    let mut seen = (Vec::new(), Vec::new());
+    // The retry after n steps comes within 100 ms × 2^(n−1) of the failure before it.
+    for _ in 0..20_000 {
+        advance(ms(1)).await;
+        for (probe, times) in [(&probe_a, &mut seen.0), (&probe_b, &mut seen.1)] {
+            if probe.attempts() > times.len() + 1 {
+                times.push(tokio::time::Instant::now());
+            }
+        }
+    }
+    assert!(
+        seen.0.len() >= 6 && seen.1.len() >= 6,
+        "{} and {} retries in 20 s",
+        seen.0.len(),
+        seen.1.len()
+    );
+    assert!(
+        seen.0.len() <= 60 && seen.1.len() <= 60,
+        "not a storm: {seen:?}"
+    );
+    assert_ne!(seen.0, seen.1, "two pools retry at different times");
+    drop((a, b));
 }

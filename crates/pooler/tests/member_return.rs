@@ -172,9 +172,14 @@ async fn stats_agree_with_what_happened() {
     let stats = pool.stats();
     assert_eq!(stats.len(), 2);
     let row = |id| stats.iter().find(|s| s.id == id).unwrap();
-    assert_eq!(
-        (row(2).status, row(2).since),
-        (MemberStatus::InUse, t0 + ms(10))
+    // With no feature that reads the clock at take, `since` is the pool's coarse time: at
+    // most one 100 ms tick behind, never ahead.
+    assert_eq!(row(2).status, MemberStatus::InUse);
+    let taken = t0 + ms(10);
+    assert!(
+        row(2).since <= taken && taken - row(2).since <= ms(100),
+        "{:?}",
+        row(2)
     );
     assert_eq!((row(1).status, row(1).since), (MemberStatus::Free, t0));
     assert!(stats.iter().all(|s| s.expires_at.is_none()));

@@ -1,4 +1,5 @@
 //! Metrics through the `metrics` facade, and `tracing` events.
+#![cfg(feature = "metrics")]
 
 mod common;
 
@@ -119,13 +120,20 @@ async fn metrics_follow_every_change_with_reasons() {
     };
     let gauge = |name: &str| store.gauge(&format!("{name}{{pool=p}}"));
     let histogram_len = |name: &str| store.samples(&format!("{name}{{pool=p}}"));
-    let config = PoolConfig {
-        queue_max: 1,
-        ..PoolConfig::new("p", 1, 1)
-    };
+    let config = PoolConfig::new("p", 1, 1)
+        .to_builder()
+        .queue_max(1)
+        .build()
+        .unwrap();
     let (pool, probe) = pool_with(config, Fake::default()).await;
+    // Gauges and the take counter are published by the pool's tick and by every
+    // `utilization()`; everything else is counted where it happens.
+    let publish = || {
+        let _ = pool.utilization();
+    };
 
     let m = pool.try_take_member().unwrap();
+    publish();
     assert_eq!(counter("pooler_take_total", None), 1);
     assert_eq!((gauge("pooler_in_use"), gauge("pooler_free")), (1.0, 0.0));
     assert!(pool.try_take_member().is_err());
@@ -136,6 +144,7 @@ async fn metrics_follow_every_change_with_reasons() {
 
     let waiter = spawn_take(&pool, ms(100));
     settle().await;
+    publish();
     assert_eq!(gauge("pooler_queue"), 1.0);
     assert!(pool.take_member(ms(100)).await.is_err());
     assert_eq!(
@@ -146,15 +155,19 @@ async fn metrics_follow_every_change_with_reasons() {
     assert!(waiter.await.unwrap().is_err());
     assert_eq!(counter("pooler_error_no_members_total", Some("timeout")), 1);
 
-    // A return alone (no take) updates the gauges: pooler's stale-gauge bug.
+    // A return alone (no take, no read) reaches the gauges by the next tick: pooler's
+    // stale-gauge bug cannot happen.
     drop(m);
+    advance(ms(100)).await;
     assert_eq!((gauge("pooler_in_use"), gauge("pooler_free")), (0.0, 1.0));
     assert_eq!(histogram_len("pooler_member_use_seconds"), 1);
 
     Member::fail(pool.try_take_member().unwrap());
     assert_eq!(counter("pooler_killed_in_use_total", Some("failed")), 1);
+    publish();
     assert_eq!(gauge("pooler_stopping"), 1.0);
     settle().await;
+    publish();
     assert_eq!((gauge("pooler_stopping"), gauge("pooler_free")), (0.0, 1.0));
 
     let id = pool.stats()[0].id;
@@ -165,6 +178,7 @@ async fn metrics_follow_every_change_with_reasons() {
     probe.set_start(Step::Never);
     Member::fail(pool.try_take_member().unwrap());
     settle().await;
+    publish();
     assert_eq!(gauge("pooler_starting"), 1.0);
     advance(Duration::from_secs(60)).await;
     assert_eq!(counter("pooler_starting_member_timeout_total", None), 1);
@@ -176,10 +190,15 @@ async fn metrics_follow_every_change_with_reasons() {
     probe.set_start(Step::Ok);
     advance(Duration::from_secs(10)).await;
     drop(pool.take_member(ms(100)).await.unwrap());
+    publish();
     assert_eq!(histogram_len("pooler_take_wait_seconds"), 1);
 
     // The values: a take served at once waited nothing, a queued one until the hand-off,
-    // and a use lasts from take to return.
+    // and a use lasts from take to return. Holds of takes served at once are timed one per
+    // clock tick (100 ms), each standing for the holds since the last; after a tick, the next
+    // one is timed. Queued takes are timed each.
+    advance(ms(100)).await;
+    let before = histogram_len("pooler_member_use_seconds");
     let held = pool.take_member(ms(100)).await.unwrap();
     let waiter = spawn_take(&pool, Duration::from_secs(1));
     settle().await;
@@ -188,10 +207,23 @@ async fn metrics_follow_every_change_with_reasons() {
     let served = waiter.await.unwrap().unwrap();
     advance(ms(5)).await;
     drop(served);
-    let waits = store.values("pooler_take_wait_seconds{pool=p}");
-    assert_eq!(waits[waits.len() - 2..], [0.0, 0.030]);
+    publish();
+    let mut waits = store.values("pooler_take_wait_seconds{pool=p}");
+    waits.sort_by(f64::total_cmp);
+    assert_eq!(waits, [0.0, 0.0, 0.030]);
     let uses = store.values("pooler_member_use_seconds{pool=p}");
-    assert_eq!(uses[uses.len() - 2..], [0.030, 0.005]);
+    let timed = &uses[before..];
+    assert_eq!(
+        timed.last(),
+        Some(&0.005),
+        "the queued take's hold: {uses:?}"
+    );
+    assert!(
+        timed[..timed.len() - 1].iter().all(|u| *u == 0.030),
+        "the timed hold, standing for itself and the untimed one before it: {uses:?}"
+    );
+    // Every hold up to the last timed one is counted once: 6 takes were returned.
+    assert_eq!(uses.len(), 6, "{uses:?}");
 }
 
 /// Takes a member, waiting for starts if needed (the pool below cannot queue).
@@ -207,14 +239,15 @@ async fn take(pool: &pooler::Pool<Fake>) -> Member<Fake> {
 #[tokio::test(start_paused = true)]
 async fn tracing_events_name_the_pool() {
     let logs = Logs::capture();
-    let config = PoolConfig {
-        queue_max: 1,
-        member_start_timeout: ms(100),
-        member_shutdown: ms(100),
-        cull_interval: ms(500),
-        max_age: ms(500),
-        ..PoolConfig::new("p", 1, 3)
-    };
+    let config = PoolConfig::new("p", 1, 3)
+        .to_builder()
+        .queue_max(1)
+        .member_start_timeout(ms(100))
+        .member_shutdown(ms(100))
+        .cull_interval(ms(500))
+        .max_age(ms(500))
+        .build()
+        .unwrap();
     let (pool, probe) = pool_with(config.clone(), Fake::default()).await;
 
     // Growth to 3, a full queue, then a cull back to 1.
@@ -242,16 +275,13 @@ async fn tracing_events_name_the_pool() {
     probe.set_stop(Step::Never);
     probe.crash(id);
     advance(Duration::from_secs(1)).await;
-    pool.reconfigure(PoolConfig {
-        queue_max: 5,
-        ..config
-    })
-    .unwrap();
+    pool.reconfigure(config.to_builder().queue_max(5).build().unwrap())
+        .unwrap();
 
     let text = logs.text();
     for event in [
         "queue full",
-        "culled idle members",
+        "retired idle members beyond recent demand",
         "member start failed",
         "member start timed out",
         "free member died",
@@ -268,4 +298,37 @@ async fn tracing_events_name_the_pool() {
         text.contains("start refused"),
         "the manager's error is in the log"
     );
+}
+
+/// SPEC §6 counting: every take attempt is a take (failures also by reason), and a free
+/// member that fails its scheduled check is a `killed_free`, not a `killed_in_use`.
+#[tokio::test(start_paused = true)]
+async fn takes_count_attempts_and_free_removals_are_killed_free() {
+    let store = recorder::Store::default();
+    let _local = metrics::set_default_local_recorder(&store);
+    let counter = |name: &str, reason: Option<&str>| match reason {
+        Some(r) => store.counter(&format!("{name}{{pool=p,reason={r}}}")),
+        None => store.counter(&format!("{name}{{pool=p}}")),
+    };
+    let config = PoolConfig::new("p", 1, 1)
+        .to_builder()
+        .health_check_interval(Duration::from_secs(1))
+        .build()
+        .unwrap();
+    let (pool, probe) = pool_with(config, Fake::default()).await;
+    let m = pool.try_take_member().unwrap();
+    assert!(pool.try_take_member().is_err());
+    assert!(pool.take_member(ms(10)).await.is_err());
+    let _ = pool.utilization();
+    assert_eq!(counter("pooler_take_total", None), 3, "every attempt");
+    assert_eq!(
+        counter("pooler_error_no_members_total", Some("at_capacity"))
+            + counter("pooler_error_no_members_total", Some("timeout")),
+        2
+    );
+    drop(m);
+    probe.set_check(Step::Err);
+    advance(Duration::from_secs(1)).await;
+    assert_eq!(counter("pooler_killed_free_total", Some("failed")), 1);
+    assert_eq!(counter("pooler_killed_in_use_total", Some("failed")), 0);
 }

@@ -132,10 +132,11 @@ async fn a_waiter_is_served_by_a_newly_started_member() {
 
 #[tokio::test(start_paused = true)]
 async fn the_queue_is_bounded() {
-    let config = PoolConfig {
-        queue_max: 2,
-        ..PoolConfig::new("p", 1, 1)
-    };
+    let config = PoolConfig::new("p", 1, 1)
+        .to_builder()
+        .queue_max(2)
+        .build()
+        .unwrap();
     let (pool, _) = pool_with(config, Fake::default()).await;
     let held = pool.try_take_member().unwrap();
     let w1 = spawn_take(&pool, ms(10_000));
@@ -157,10 +158,11 @@ async fn the_queue_is_bounded() {
 
 #[tokio::test(start_paused = true)]
 async fn queue_max_zero_never_queues() {
-    let config = PoolConfig {
-        queue_max: 0,
-        ..PoolConfig::new("p", 1, 1)
-    };
+    let config = PoolConfig::new("p", 1, 1)
+        .to_builder()
+        .queue_max(0)
+        .build()
+        .unwrap();
     let (pool, _) = pool_with(config, Fake::default()).await;
     let _held = pool.try_take_member().unwrap();
     let t0 = tokio::time::Instant::now();
@@ -246,10 +248,8 @@ async fn random_cancellation_loses_no_member() {
         let timeout = ms(rng.random_range(1..40));
         tasks.push(tokio::spawn(async move {
             if let Ok(m) = pool.take_member(timeout).await {
-                let prev = m.holder.swap(i + 1, std::sync::atomic::Ordering::SeqCst);
-                assert_eq!(prev, 0, "member {} held twice", m.id);
+                let _held = Holding::mark(&m, i + 1);
                 tokio::time::sleep(hold).await;
-                m.holder.store(0, std::sync::atomic::Ordering::SeqCst);
             }
         }));
         if rng.random_bool(0.3) {
@@ -260,9 +260,17 @@ async fn random_cancellation_loses_no_member() {
             tokio::time::sleep(ms(1)).await;
         }
     }
+    // A task aborted above ends cancelled; one whose exclusivity check failed ends in a panic,
+    // which must fail this test (its assertion runs inside the task).
+    let mut cancelled = 0;
     for t in tasks {
-        let _ = t.await;
+        match t.await {
+            Ok(()) => {}
+            Err(e) if e.is_cancelled() => cancelled += 1,
+            Err(e) => std::panic::resume_unwind(e.into_panic()),
+        }
     }
+    assert!(cancelled >= 30, "only {cancelled} takers were cancelled");
     settle().await;
     let (in_use, free, starting, stopping, queued) = counts(&pool);
     assert_eq!((in_use, starting, stopping, queued), (0, 0, 0, 0));
@@ -272,6 +280,28 @@ async fn random_cancellation_loses_no_member() {
         "every member alive is in the pool"
     );
     assert_eq!(free, 4);
+}
+
+/// A holder's mark on a member, cleared when the holder lets go (also when it is aborted
+/// mid-use); a member already marked is held twice.
+struct Holding<'a>(&'a FakeMember);
+
+impl<'a> Holding<'a> {
+    fn mark(m: &'a FakeMember, holder: u64) -> Self {
+        let prev = m.holder.swap(holder, std::sync::atomic::Ordering::SeqCst);
+        assert_eq!(
+            prev, 0,
+            "member {} held by {prev} and {holder} at once",
+            m.id
+        );
+        Holding(m)
+    }
+}
+
+impl Drop for Holding<'_> {
+    fn drop(&mut self) {
+        self.0.holder.store(0, std::sync::atomic::Ordering::SeqCst);
+    }
 }
 
 /// Polls a future once, returning its output if it finished.
@@ -284,4 +314,17 @@ async fn futures_poll_once<F: std::future::Future + Unpin>(f: F) -> Option<F::Ou
         })
     })
     .await
+}
+
+/// Regression: `Pool::start` with a count of `usize::MAX` panicked on a capacity overflow.
+#[tokio::test(start_paused = true)]
+async fn a_huge_count_is_refused_not_a_crash() {
+    let e = pooler::Pool::start(
+        PoolConfig::new("p", usize::MAX, usize::MAX),
+        Fake::default(),
+    )
+    .await
+    .map(drop)
+    .unwrap_err();
+    assert!(e.to_string().contains("init_count"), "{e}");
 }

@@ -1,8 +1,11 @@
 //! Configuration input never panics: arbitrary TOML tables (known and unknown keys, values of
 //! every type and range), arbitrary text, and arbitrary pools files give either a valid config
 //! or a typed error. (`fuzz/` holds a cargo-fuzz target for the same, run locally.)
+#![cfg(feature = "file")]
 
-use pooler::{ConfigError, Kinds, Manager, MemberContext, PoolConfig, Pooler};
+use std::time::Duration;
+
+use pooler::{ConfigError, Kinds, Manager, MemberContext, MemberOrder, PoolConfig, Pooler};
 use proptest::prelude::*;
 
 fn value() -> impl Strategy<Value = toml::Value> {
@@ -71,24 +74,125 @@ impl Manager for Nothing {
     }
 }
 
+/// Any valid config: every key at a value in its range.
+fn config() -> impl Strategy<Value = PoolConfig> {
+    let time = (0u64..10_000_000).prop_map(Duration::from_micros);
+    let some_time = (1u64..10_000_000).prop_map(Duration::from_micros);
+    (
+        ("[a-z][a-z0-9_-]{0,10}", proptest::option::of("[a-z]{1,6}")),
+        (
+            0usize..20,
+            1usize..40,
+            0usize..100,
+            proptest::option::of(0usize..10),
+        ),
+        (
+            time.clone(),
+            time.clone(),
+            some_time.clone(),
+            some_time.clone(),
+        ),
+        (
+            proptest::option::of((some_time.clone(), 0u64..100)),
+            any::<bool>(),
+        ),
+        (
+            proptest::option::of(some_time.clone()),
+            proptest::option::of(some_time),
+            proptest::option::of(time),
+        ),
+    )
+        .prop_map(
+            |(
+                (name, group),
+                (init, max, queue, grow),
+                (cull, age, start, shutdown),
+                (life, fifo),
+                (health, leak, idle),
+            )| {
+                let max = max.max(init).max(1);
+                let (max_lifetime, jitter) = match life {
+                    Some((life, pct)) => (Some(life), life * u32::try_from(pct).unwrap() / 100),
+                    None => (None, Duration::ZERO),
+                };
+                let builder = PoolConfig::new(name, init, max).to_builder();
+                let builder = match group {
+                    Some(group) => builder.group(group),
+                    None => builder.no_group(),
+                };
+                builder
+                    .cull_interval(cull)
+                    .max_age(age)
+                    .member_start_timeout(start)
+                    .queue_max(queue)
+                    .auto_grow_threshold(grow)
+                    .max_lifetime(max_lifetime)
+                    .max_lifetime_jitter(jitter)
+                    .member_order(if fifo {
+                        MemberOrder::Fifo
+                    } else {
+                        MemberOrder::Lifo
+                    })
+                    .member_shutdown(shutdown)
+                    .health_check_interval(health)
+                    .leak_detection_threshold(leak)
+                    .idle_check_threshold(idle)
+                    .build()
+                    .unwrap()
+            },
+        )
+}
+
+/// A value that no key accepts.
+fn bad_value() -> impl Strategy<Value = toml::Value> {
+    prop_oneof![
+        any::<bool>().prop_map(toml::Value::Boolean),
+        Just(toml::Value::Float(1.5)),
+        Just(toml::Value::Table(toml::Table::new())),
+    ]
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 2000, failure_persistence: None, ..ProptestConfig::default() })]
 
+    /// A valid config written as TOML reads back as itself, through `from_toml_str` (the
+    /// checked path) and through serde alone.
     #[test]
-    fn any_table_gives_a_valid_config_or_a_typed_error(table in table()) {
-        match PoolConfig::from_table(&table) {
-            Ok(config) => prop_assert!(config.validate().is_ok()),
-            Err(e) => every_problem_is_typed(&e),
+    fn a_config_written_and_read_back_is_itself(config in config()) {
+        prop_assert!(config.validate().is_ok(), "{:?}", config.validate());
+        let text = toml::to_string(&config).unwrap();
+        prop_assert_eq!(&PoolConfig::from_toml_str(&text).unwrap(), &config, "{}", text);
+        let table: toml::Table = text.parse().unwrap();
+        prop_assert_eq!(PoolConfig::deserialize_from(&table).unwrap(), config);
+    }
+
+    /// A bad value under any key is reported under that key, and under no other.
+    #[test]
+    fn a_bad_value_names_its_key(config in config(), key in proptest::sample::select(PoolConfig::keys().collect::<Vec<_>>()), bad in bad_value()) {
+        let mut table: toml::Table = toml::to_string(&config).unwrap().parse().unwrap();
+        table.insert(key.to_owned(), bad);
+        let e = PoolConfig::from_toml_str(&toml::to_string(&table).unwrap_or_default()).unwrap_err();
+        let named: Vec<String> = e.problems().iter().filter_map(|p| match p {
+            ConfigError::InvalidValue { key, .. } | ConfigError::BadTime { key, .. } => Some(key.clone()),
+            _ => None,
+        }).collect();
+        prop_assert_eq!(named, vec![key.to_owned()], "{}", e);
+    }
+
+    /// Arbitrary tables, text and pools files never panic: a config or a typed error.
+    #[test]
+    fn any_table_gives_a_config_or_a_typed_error(table in table()) {
+        if let Err(e) = PoolConfig::from_toml_str(&toml::to_string(&table).unwrap_or_default()) {
+            every_problem_is_typed(&e);
         }
         // serde on its own never panics either.
         let _ = PoolConfig::deserialize_from(&table);
     }
 
     #[test]
-    fn any_text_gives_a_valid_config_or_a_typed_error(text in "\\PC{0,200}") {
-        match PoolConfig::from_toml_str(&text) {
-            Ok(config) => prop_assert!(config.validate().is_ok()),
-            Err(e) => every_problem_is_typed(&e),
+    fn any_text_gives_a_config_or_a_typed_error(text in "\\PC{0,200}") {
+        if let Err(e) = PoolConfig::from_toml_str(&text) {
+            every_problem_is_typed(&e);
         }
     }
 
@@ -101,7 +205,7 @@ proptest! {
             file.push_str(&toml::to_string(&pool).unwrap_or_default());
             file.push('\n');
         }
-        let kinds = Kinds::new().kind("nothing", |_, _| Ok(Nothing));
+        let kinds = Kinds::new().kind("nothing", |_, _: toml::Table| Ok(Nothing));
         let rt = tokio::runtime::Builder::new_current_thread().enable_time().start_paused(true).build().unwrap();
         rt.block_on(async {
             let pooler = Pooler::new();

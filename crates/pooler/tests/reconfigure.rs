@@ -8,66 +8,58 @@ use common::*;
 use pooler::{ConfigError, MemberOrder, PoolConfig, ReconfigureAction as A, TakeError};
 
 fn base() -> PoolConfig {
-    PoolConfig {
-        cull_interval: Duration::ZERO,
-        ..PoolConfig::new("p", 2, 6)
-    }
+    PoolConfig::new("p", 2, 6)
+        .to_builder()
+        .cull_interval(Duration::ZERO)
+        .build()
+        .unwrap()
 }
 
 #[tokio::test(start_paused = true)]
 async fn raising_init_count_starts_members() {
     let (pool, _) = pool_with(base(), Fake::default()).await;
     let actions = pool
-        .reconfigure(PoolConfig {
-            init_count: 5,
-            ..base()
-        })
+        .reconfigure(base().to_builder().init_count(5).build().unwrap())
         .unwrap();
-    assert_eq!(actions, [A::SetParameter("init_count"), A::StartWorkers(3)]);
+    assert_eq!(actions, [A::Changed("init_count"), A::Started(3)]);
     settle().await;
     assert_eq!(counts(&pool), (0, 5, 0, 0, 0));
 }
 
 #[tokio::test(start_paused = true)]
 async fn lowering_init_count_culls_back_to_it() {
-    let config = PoolConfig {
-        init_count: 5,
-        ..base()
-    };
+    let config = base().to_builder().init_count(5).build().unwrap();
     let (pool, probe) = pool_with(config, Fake::default()).await;
     let actions = pool
-        .reconfigure(PoolConfig {
-            init_count: 1,
-            ..base()
-        })
+        .reconfigure(base().to_builder().init_count(1).build().unwrap())
         .unwrap();
-    assert_eq!(actions, [A::SetParameter("init_count"), A::Cull]);
+    assert_eq!(actions, [A::Changed("init_count"), A::Culled]);
     settle().await;
     assert_eq!((counts(&pool), probe.stops()), ((0, 1, 0, 0, 0), 4));
 }
 
 #[tokio::test(start_paused = true)]
 async fn lowering_max_count_stops_free_members() {
-    let config = PoolConfig {
-        init_count: 6,
-        ..base()
-    };
+    let config = base().to_builder().init_count(6).build().unwrap();
     let (pool, probe) = pool_with(config, Fake::default()).await;
     let held = pool.try_take_member().unwrap();
     let actions = pool
-        .reconfigure(PoolConfig {
-            init_count: 2,
-            max_count: 3,
-            ..base()
-        })
+        .reconfigure(
+            base()
+                .to_builder()
+                .init_count(2)
+                .max_count(3)
+                .build()
+                .unwrap(),
+        )
         .unwrap();
     assert_eq!(
         actions,
         [
-            A::SetParameter("init_count"),
-            A::SetParameter("max_count"),
-            A::StopFreeWorkers(3),
-            A::Cull
+            A::Changed("init_count"),
+            A::Changed("max_count"),
+            A::Retired(3),
+            A::Culled
         ]
     );
     settle().await;
@@ -82,10 +74,7 @@ async fn lowering_max_count_stops_free_members() {
 #[tokio::test(start_paused = true)]
 async fn a_rejected_config_changes_nothing() {
     let (pool, _) = pool_with(
-        PoolConfig {
-            init_count: 3,
-            ..base()
-        },
+        base().to_builder().init_count(3).build().unwrap(),
         Fake::default(),
     )
     .await;
@@ -93,11 +82,14 @@ async fn a_rejected_config_changes_nothing() {
     let before = (pool.config(), pool.utilization(), pool.stats());
 
     let e = pool
-        .reconfigure(PoolConfig {
-            max_count: 2,
-            init_count: 1,
-            ..base()
-        })
+        .reconfigure(
+            base()
+                .to_builder()
+                .max_count(2)
+                .init_count(1)
+                .build()
+                .unwrap(),
+        )
         .unwrap_err();
     assert_eq!(
         e,
@@ -112,18 +104,13 @@ async fn a_rejected_config_changes_nothing() {
         e.to_string(),
         "pool `p`: cannot lower max_count to 2: 1 members would have to stop but only 0 are free"
     );
-    let e = pool
-        .reconfigure(PoolConfig {
-            init_count: 9,
-            ..base()
-        })
-        .unwrap_err();
+    // An invalid config, built without the builder's validation: reconfigure validates too.
+    let mut invalid = base();
+    invalid.init_count = 9;
+    let e = pool.reconfigure(invalid).unwrap_err();
     assert!(matches!(e, ConfigError::InitExceedsMax { .. }), "{e}");
     let e = pool
-        .reconfigure(PoolConfig {
-            name: "q".into(),
-            ..base()
-        })
+        .reconfigure(base().to_builder().name("q").build().unwrap())
         .unwrap_err();
     assert!(matches!(e, ConfigError::NameChanged { .. }), "{e}");
 
@@ -134,11 +121,12 @@ async fn a_rejected_config_changes_nothing() {
 #[tokio::test(start_paused = true)]
 async fn lowering_queue_max_refuses_the_oldest_waiters_at_once() {
     let (pool, _) = pool_with(
-        PoolConfig {
-            max_count: 1,
-            init_count: 1,
-            ..base()
-        },
+        base()
+            .to_builder()
+            .max_count(1)
+            .init_count(1)
+            .build()
+            .unwrap(),
         Fake::default(),
     )
     .await;
@@ -149,14 +137,17 @@ async fn lowering_queue_max_refuses_the_oldest_waiters_at_once() {
     settle().await;
     assert_eq!(pool.utilization().queued_count, 3);
     let actions = pool
-        .reconfigure(PoolConfig {
-            max_count: 1,
-            init_count: 1,
-            queue_max: 1,
-            ..base()
-        })
+        .reconfigure(
+            base()
+                .to_builder()
+                .max_count(1)
+                .init_count(1)
+                .queue_max(1)
+                .build()
+                .unwrap(),
+        )
         .unwrap();
-    assert_eq!(actions, [A::SetParameter("queue_max"), A::ShrinkQueue(2)]);
+    assert_eq!(actions, [A::Changed("queue_max"), A::Shed(2)]);
     let mut waiters = waiters.into_iter();
     for _ in 0..2 {
         let e = waiters.next().unwrap().await.unwrap().unwrap_err();
@@ -175,10 +166,11 @@ async fn lowering_queue_max_refuses_the_oldest_waiters_at_once() {
 #[tokio::test(start_paused = true)]
 async fn turning_culling_on_from_zero_starts_the_timer() {
     let (pool, _) = pool_with(
-        PoolConfig {
-            max_age: Duration::from_secs(5),
-            ..base()
-        },
+        base()
+            .to_builder()
+            .max_age(Duration::from_secs(5))
+            .build()
+            .unwrap(),
         Fake::default(),
     )
     .await;
@@ -186,16 +178,14 @@ async fn turning_culling_on_from_zero_starts_the_timer() {
     drop(held);
     advance(Duration::from_secs(60)).await;
     assert_eq!(pool.utilization().free_count, 6, "culling is off");
-    let on = PoolConfig {
-        cull_interval: Duration::from_secs(1),
-        max_age: Duration::from_secs(5),
-        ..base()
-    };
+    let on = base()
+        .to_builder()
+        .cull_interval(Duration::from_secs(1))
+        .max_age(Duration::from_secs(5))
+        .build()
+        .unwrap();
     let actions = pool.reconfigure(on).unwrap();
-    assert_eq!(
-        actions,
-        [A::SetParameter("cull_interval"), A::ResetCullTimer]
-    );
+    assert_eq!(actions, [A::Changed("cull_interval"), A::CullTimerReset]);
     advance(Duration::from_secs(1)).await;
     assert_eq!(
         pool.utilization().free_count,
@@ -209,13 +199,19 @@ async fn adding_changing_and_removing_a_lifetime_moves_existing_expiries() {
     let (pool, probe) = pool_with(base(), Fake::default()).await;
     let t0 = tokio::time::Instant::now();
     advance(Duration::from_secs(30)).await;
-    let life = |s| PoolConfig {
-        max_lifetime: Some(Duration::from_secs(s)),
-        ..base()
+    let life = |s| {
+        base()
+            .to_builder()
+            .max_lifetime(Duration::from_secs(s))
+            .build()
+            .unwrap()
     };
 
     let actions = pool.reconfigure(life(100)).unwrap();
-    assert_eq!(actions, [A::SetParameter("max_lifetime"), A::UpdateTtl]);
+    assert_eq!(
+        actions,
+        [A::Changed("max_lifetime"), A::LifetimesRecomputed]
+    );
     assert!(
         pool.stats()
             .iter()
@@ -241,33 +237,31 @@ async fn adding_changing_and_removing_a_lifetime_moves_existing_expiries() {
 #[tokio::test(start_paused = true)]
 async fn group_order_and_plain_parameters_are_reported_in_pooler_order() {
     let (pool, _) = pool_with(
-        PoolConfig {
-            group: Some("a".into()),
-            ..base()
-        },
+        base().to_builder().group("a").build().unwrap(),
         Fake::default(),
     )
     .await;
-    let new = PoolConfig {
-        group: Some("b".into()),
-        member_order: MemberOrder::Fifo,
-        member_shutdown: Duration::from_secs(1),
-        max_age: Duration::from_secs(1),
-        ..base()
-    };
+    let new = base()
+        .to_builder()
+        .group("b")
+        .member_order(MemberOrder::Fifo)
+        .member_shutdown(Duration::from_secs(1))
+        .max_age(Duration::from_secs(1))
+        .build()
+        .unwrap();
     let actions = pool.reconfigure(new.clone()).unwrap();
     assert_eq!(
         actions,
         [
-            A::SetParameter("group"),
-            A::SetParameter("max_age"),
-            A::SetParameter("member_order"),
-            A::SetParameter("member_shutdown"),
-            A::ResetCullTimer,
-            A::Cull,
-            A::LeaveGroup("a".into()),
-            A::JoinGroup("b".into()),
-            A::SetMemberOrder(MemberOrder::Fifo),
+            A::Changed("group"),
+            A::Changed("max_age"),
+            A::Changed("member_order"),
+            A::Changed("member_shutdown"),
+            A::CullTimerReset,
+            A::Culled,
+            A::LeftGroup("a".into()),
+            A::JoinedGroup("b".into()),
+            A::MemberOrderChanged(MemberOrder::Fifo),
         ]
     );
     assert_eq!(pool.config(), new);
@@ -284,4 +278,48 @@ async fn futures_take(pool: &pooler::Pool<Fake>, n: usize) -> Vec<pooler::Member
         held.push(pool.take_member(ms(1000)).await.unwrap());
     }
     held
+}
+
+/// Regression: members already stopping were counted as members still to stop, so lowering
+/// `max_count` was refused with 2 in use and 2 stopping, and stopped every free member with 2
+/// free and 2 stopping.
+#[tokio::test(start_paused = true)]
+async fn lowering_max_count_counts_stopping_members_as_part_of_the_excess() {
+    for in_use in [true, false] {
+        let config = base()
+            .to_builder()
+            .init_count(4)
+            .max_count(4)
+            .member_shutdown(Duration::from_secs(3600))
+            .build()
+            .unwrap();
+        let (pool, probe) = pool_with(config.clone(), Fake::default()).await;
+        let mut held: Vec<_> = (0..4).map(|_| pool.try_take_member().unwrap()).collect();
+        probe.set_stop(Step::Never);
+        pooler::Member::fail(held.pop().unwrap());
+        pooler::Member::fail(held.pop().unwrap());
+        if !in_use {
+            held.clear();
+        }
+        settle().await;
+        let before = counts(&pool);
+        assert_eq!(before.3, 2, "two stopping");
+        let actions = pool
+            .reconfigure(
+                config
+                    .to_builder()
+                    .init_count(2)
+                    .max_count(2)
+                    .build()
+                    .unwrap(),
+            )
+            .unwrap();
+        assert!(
+            !actions.iter().any(|a| matches!(a, A::Retired(_))),
+            "in use: {in_use}: {actions:?}"
+        );
+        let (u, f, s, _, _) = counts(&pool);
+        assert_eq!(u + f + s, 2, "in use: {in_use}: two members kept");
+        drop(held);
+    }
 }

@@ -1,21 +1,26 @@
 //! Pools from a TOML file.
+#![cfg(feature = "file")]
 
 mod common;
 
 use common::*;
 use pooler::{ConfigError, Kinds, PoolConfig, Pooler};
 
+/// What a `fake` pool's member table holds.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FakeMember {
+    #[serde(default)]
+    fail_start: bool,
+}
+
 fn kinds() -> Kinds {
-    Kinds::new().kind("fake", |_pool, member: &pooler::toml::Table| {
-        if let Some(v) = member.get("fail_start") {
-            let fail = v.as_bool().ok_or("`fail_start` must be true or false")?;
-            let fake = Fake::default();
-            if fail {
-                fake.probe.set_start(Step::Err);
-            }
-            return Ok(fake);
+    Kinds::new().kind("fake", |_pool, member: FakeMember| {
+        let fake = Fake::default();
+        if member.fail_start {
+            fake.probe.set_start(Step::Err);
         }
-        Ok(Fake::default())
+        Ok(fake)
     })
 }
 
@@ -46,13 +51,14 @@ async fn a_file_starts_every_pool_with_its_settings() {
     .unwrap();
     assert_eq!(pooler.pool_names(), ["a", "b"]);
     let a = pooler.pool::<Fake>("a").unwrap();
-    let expected = PoolConfig {
-        group: Some("g".into()),
-        cull_interval: std::time::Duration::from_secs(60),
-        max_lifetime: Some(std::time::Duration::from_secs(3600)),
-        max_lifetime_jitter: std::time::Duration::from_secs(60),
-        ..PoolConfig::new("a", 2, 5)
-    };
+    let expected = PoolConfig::new("a", 2, 5)
+        .to_builder()
+        .group("g")
+        .cull_interval(std::time::Duration::from_secs(60))
+        .max_lifetime(std::time::Duration::from_secs(3600))
+        .max_lifetime_jitter(std::time::Duration::from_secs(60))
+        .build()
+        .unwrap();
     assert_eq!(a.config(), expected);
     assert_eq!(a.utilization().free_count, 2);
     assert_eq!(pooler.group_members("g"), ["a"]);
@@ -115,7 +121,7 @@ async fn every_problem_in_a_file_is_reported_at_once_and_nothing_starts() {
         "pool `ok`: unknown kind `unicorn` (known: fake)",
         "pool `taken`: a pool of that name already exists",
         "pool `taken`: missing key `kind`",
-        "pool `member`: bad value for `member`: `fail_start` must be true or false",
+        "pool `member`: bad value for `member`: invalid type: string \"yes\", expected a boolean",
     ];
     for needle in expected {
         assert!(
@@ -150,4 +156,48 @@ async fn a_file_that_is_not_toml_is_a_syntax_error() {
         .await
         .unwrap_err();
     assert!(e.to_string().contains("/nonexistent/pools.toml"), "{e}");
+}
+
+/// Regression: two pools named `?` were not seen as duplicates (the name stood for "no name"
+/// in the check), so one started and stayed registered in a file that was then rejected.
+#[tokio::test(start_paused = true)]
+async fn a_rejected_file_starts_nothing_even_with_odd_names() {
+    let pooler = Pooler::new();
+    let file = r#"
+        [[pools]]
+        name = "?"
+        kind = "fake"
+        init_count = 1
+        max_count = 1
+
+        [[pools]]
+        name = "?"
+        kind = "fake"
+        init_count = 1
+        max_count = 1
+    "#;
+    let e = pooler.load(file, &kinds()).await.unwrap_err();
+    assert!(
+        e.problems()
+            .iter()
+            .any(|p| matches!(p, ConfigError::DuplicateName { pool } if pool == "?")),
+        "{e}"
+    );
+    assert!(pooler.pool_names().is_empty(), "{:?}", pooler.pool_names());
+}
+
+/// Regression: a count of `i64::MAX` in a file passed validation and aborted the process
+/// allocating for it.
+#[tokio::test(start_paused = true)]
+async fn a_huge_count_in_a_file_is_a_typed_error() {
+    let file = format!(
+        "[[pools]]\nname = \"big\"\nkind = \"fake\"\ninit_count = {m}\nmax_count = {m}\n",
+        m = i64::MAX
+    );
+    let e = Pooler::from_config(&file, &kinds()).await.unwrap_err();
+    let text = e.to_string();
+    assert!(
+        text.contains("init_count") && text.contains("max_count"),
+        "{text}"
+    );
 }

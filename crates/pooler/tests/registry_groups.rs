@@ -24,10 +24,11 @@ impl Manager for Words {
 }
 
 fn member_of(group: &str, name: &str, init: usize, max: usize) -> PoolConfig {
-    PoolConfig {
-        group: Some(group.into()),
-        ..PoolConfig::new(name, init, max)
-    }
+    PoolConfig::new(name, init, max)
+        .to_builder()
+        .group(group)
+        .build()
+        .unwrap()
 }
 
 #[tokio::test(start_paused = true)]

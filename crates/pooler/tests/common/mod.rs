@@ -3,7 +3,7 @@
 //! marked broken; and every member value alive is counted, so a leak shows.
 #![allow(dead_code, unreachable_pub, clippy::disallowed_methods)]
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::SeqCst};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -19,6 +19,8 @@ pub enum Step {
     Slow(Duration),
     Never,
     Panic,
+    /// Fails after this long (a connect that times out on the backend's side).
+    FailAfter(Duration),
 }
 
 impl Step {
@@ -32,6 +34,10 @@ impl Step {
             }
             Step::Never => std::future::pending().await,
             Step::Panic => panic!("planned panic in {what}"),
+            Step::FailAfter(d) => {
+                tokio::time::sleep(d).await;
+                Err(FakeError(format!("{what} refused late")))
+            }
         }
     }
 }
@@ -69,8 +75,27 @@ pub struct Probe {
     /// Whether returned members need recycling, and how many recycles ran.
     pub recycle_on: AtomicBool,
     pub recycles: AtomicUsize,
-    drivers: Mutex<HashMap<u64, oneshot::Sender<()>>>,
+    /// Steps for the next start attempts, in order, before `plan.start` applies again.
+    script: Mutex<VecDeque<Step>>,
+    /// `is_broken` / `needs_recycle` panic while set.
+    pub panic_is_broken: AtomicBool,
+    pub panic_needs_recycle: AtomicBool,
+    /// Members are born broken while set.
+    pub born_broken: AtomicBool,
+    /// Chaos: every hook call panics with this chance, in thousandths.
+    pub chaos_permille: AtomicU64,
+    /// Hook calls that panicked by chaos.
+    pub chaos_panics: AtomicU64,
+    chaos_seed: AtomicU64,
+    drivers: Mutex<HashMap<u64, oneshot::Sender<Driver>>>,
     broken: Mutex<HashMap<u64, Arc<AtomicBool>>>,
+}
+
+/// How a member's driver task ends when told to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Driver {
+    Return,
+    Panic,
 }
 
 impl Probe {
@@ -89,6 +114,27 @@ impl Probe {
     pub fn set_recycle(&self, s: Step) {
         self.plan.lock().unwrap().recycle = s;
     }
+    /// Panics in `what` with the chaos chance (a cheap shared xorshift; the order of calls
+    /// across threads makes it random enough).
+    fn chaos(&self, what: &str) {
+        let p = self.chaos_permille.load(SeqCst);
+        if p == 0 {
+            return;
+        }
+        let mut x = self.chaos_seed.load(SeqCst);
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        self.chaos_seed.store(x, SeqCst);
+        if x % 1000 < p {
+            self.chaos_panics.fetch_add(1, SeqCst);
+            panic!("planned panic in {what} (chaos)");
+        }
+    }
+    /// The next start attempts follow `steps`, one each, then `plan.start` again.
+    pub fn script_starts(&self, steps: impl IntoIterator<Item = Step>) {
+        self.script.lock().unwrap().extend(steps);
+    }
     pub fn attempts(&self) -> usize {
         self.attempts.load(SeqCst)
     }
@@ -106,16 +152,35 @@ impl Probe {
             .unwrap()
             .remove(&id)
             .expect("no such member driver");
-        let _ = tx.send(());
+        let _ = tx.send(Driver::Return);
+    }
+    /// Makes member `id`'s driver task panic.
+    pub fn panic_driver(&self, id: u64) {
+        let tx = self
+            .drivers
+            .lock()
+            .unwrap()
+            .remove(&id)
+            .expect("no such member driver");
+        let _ = tx.send(Driver::Panic);
     }
     /// Ends member `id`'s driver task if it is still running; `false` if it is not.
     pub fn try_crash(&self, id: u64) -> bool {
         let tx = self.drivers.lock().unwrap().remove(&id);
-        tx.is_some_and(|tx| tx.send(()).is_ok())
+        tx.is_some_and(|tx| tx.send(Driver::Return).is_ok())
+    }
+    /// Makes member `id`'s driver task panic if it is still running; `false` if it is not.
+    pub fn try_panic_driver(&self, id: u64) -> bool {
+        let tx = self.drivers.lock().unwrap().remove(&id);
+        tx.is_some_and(|tx| tx.send(Driver::Panic).is_ok())
     }
     /// Makes `is_broken` say yes for member `id`.
     pub fn break_member(&self, id: u64) {
         self.broken.lock().unwrap()[&id].store(true, SeqCst);
+    }
+    /// Whether member `id` was made broken (or born so).
+    pub fn is_broken(&self, id: u64) -> bool {
+        self.broken.lock().unwrap()[&id].load(SeqCst)
     }
     /// Member ids whose driver task is still running.
     pub fn drivers(&self) -> usize {
@@ -153,6 +218,13 @@ impl Default for Fake {
                 }),
                 recycle_on: AtomicBool::new(false),
                 recycles: AtomicUsize::new(0),
+                script: Mutex::new(VecDeque::new()),
+                panic_is_broken: AtomicBool::new(false),
+                panic_needs_recycle: AtomicBool::new(false),
+                born_broken: AtomicBool::new(false),
+                chaos_permille: AtomicU64::new(0),
+                chaos_panics: AtomicU64::new(0),
+                chaos_seed: AtomicU64::new(0x9e37_79b9_7f4a_7c15),
                 attempts: AtomicUsize::new(0),
                 started: AtomicUsize::new(0),
                 stops: AtomicUsize::new(0),
@@ -188,9 +260,11 @@ impl Manager for Fake {
 
     async fn start(&self, ctx: &MemberContext) -> Result<FakeMember, FakeError> {
         self.probe.attempts.fetch_add(1, SeqCst);
-        let step = self.probe.plan.lock().unwrap().start;
+        self.probe.chaos("start");
+        let scripted = self.probe.script.lock().unwrap().pop_front();
+        let step = scripted.unwrap_or_else(|| self.probe.plan.lock().unwrap().start);
         step.run("start").await?;
-        let (tx, rx) = oneshot::channel::<()>();
+        let (tx, rx) = oneshot::channel::<Driver>();
         self.probe
             .drivers
             .lock()
@@ -202,9 +276,11 @@ impl Manager for Fake {
             // Ends when crashed (a value arrives) or is dropped when the pool cancels it;
             // either way the guard takes it off the list.
             let _registered = Registered { probe, id };
-            let _ = rx.await;
+            if rx.await == Ok(Driver::Panic) {
+                panic!("planned panic in a driver task");
+            }
         });
-        let broken = Arc::new(AtomicBool::new(false));
+        let broken = Arc::new(AtomicBool::new(self.probe.born_broken.load(SeqCst)));
         self.probe.broken.lock().unwrap().insert(id, broken.clone());
         self.probe.alive.fetch_add(1, SeqCst);
         self.probe.started.fetch_add(1, SeqCst);
@@ -218,33 +294,47 @@ impl Manager for Fake {
     }
 
     async fn initialize(&self, _m: &mut FakeMember) -> Result<(), FakeError> {
+        self.probe.chaos("initialize");
         let step = self.probe.plan.lock().unwrap().init;
         step.run("initialize").await
     }
 
     async fn check(&self, _m: &mut FakeMember) -> Result<(), FakeError> {
         self.probe.checks.fetch_add(1, SeqCst);
+        self.probe.chaos("check");
         let step = self.probe.plan.lock().unwrap().check;
         step.run("check").await
     }
 
     async fn stop(&self, m: FakeMember) {
         self.probe.stops.fetch_add(1, SeqCst);
+        self.probe.chaos("stop");
         let step = self.probe.plan.lock().unwrap().stop;
         let _ = step.run("stop").await;
         drop(m);
     }
 
     fn is_broken(&self, m: &FakeMember) -> bool {
+        assert!(
+            !self.probe.panic_is_broken.load(SeqCst),
+            "planned panic in is_broken"
+        );
+        self.probe.chaos("is_broken");
         m.broken.load(SeqCst)
     }
 
     fn needs_recycle(&self, _m: &FakeMember) -> bool {
+        assert!(
+            !self.probe.panic_needs_recycle.load(SeqCst),
+            "planned panic in needs_recycle"
+        );
+        self.probe.chaos("needs_recycle");
         self.probe.recycle_on.load(SeqCst)
     }
 
     async fn recycle(&self, m: &mut FakeMember) -> Result<(), FakeError> {
         self.probe.recycles.fetch_add(1, SeqCst);
+        self.probe.chaos("recycle");
         let step = self.probe.plan.lock().unwrap().recycle;
         step.run("recycle").await?;
         m.uses = 0; // the next holder gets it clean
@@ -348,4 +438,18 @@ impl std::io::Write for LogWriter {
     fn flush(&mut self) -> std::io::Result<()> {
         Ok(())
     }
+}
+
+/// Keeps planned panics (from `Step::Panic`, driver tasks and the sync hooks) out of the test
+/// output; any other panic is still printed.
+pub fn quiet_planned_panics() {
+    static INSTALL: std::sync::Once = std::sync::Once::new();
+    INSTALL.call_once(|| {
+        let default = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            if !info.to_string().contains("planned panic") {
+                default(info);
+            }
+        }));
+    });
 }

@@ -13,7 +13,9 @@
 //! steps); proptest shrinks a failure to a minimal sequence.
 #![allow(clippy::disallowed_methods)] // tests spawn their own consumers
 
+#[path = "../common/mod.rs"]
 mod common;
+mod reference;
 
 use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
 use std::sync::{Arc, Mutex};
@@ -110,11 +112,12 @@ fn run(ops: Vec<Op>, steps: Arc<AtomicUsize>) {
         .build()
         .unwrap();
     rt.block_on(async move {
-        let config = PoolConfig {
-            cull_interval: Duration::ZERO,
-            queue_max: 3,
-            ..PoolConfig::new("model", 1, 3)
-        };
+        let config = PoolConfig::new("model", 1, 3)
+            .to_builder()
+            .cull_interval(Duration::ZERO)
+            .queue_max(3)
+            .build()
+            .unwrap();
         let (pool, probe) = pool_with(config.clone(), Fake::default()).await;
         let mut model = Model {
             held: Arc::default(),
@@ -176,12 +179,13 @@ fn run(ops: Vec<Op>, steps: Arc<AtomicUsize>) {
                 Op::Cull => pool.cull(),
                 Op::Reconfigure(init, max, queue) => {
                     let init = (*init).min(*max);
-                    let new = PoolConfig {
-                        init_count: init,
-                        max_count: *max,
-                        queue_max: *queue,
-                        ..config.clone()
-                    };
+                    let new = config
+                        .to_builder()
+                        .init_count(init)
+                        .max_count(*max)
+                        .queue_max(*queue)
+                        .build()
+                        .unwrap();
                     let before = (pool.config(), pool.utilization());
                     if pool.reconfigure(new).is_err() {
                         assert_eq!(
@@ -205,17 +209,19 @@ fn run(ops: Vec<Op>, steps: Arc<AtomicUsize>) {
         drop(held);
         tokio::time::advance(Duration::from_secs(20)).await; // starts in flight finish
         settle().await;
-        pool.reconfigure(PoolConfig {
-            queue_max: 3,
-            ..config
-        })
-        .unwrap();
+        pool.reconfigure(config.to_builder().queue_max(3).build().unwrap())
+            .unwrap();
         settle().await;
         assert!(
             pool.take_member(Duration::from_secs(30)).await.is_ok(),
             "the pool serves after the sequence"
         );
-        pool.close(pooler::Shutdown::Graceful).await;
+        tokio::time::timeout(
+            Duration::from_secs(3600),
+            pool.close(pooler::Shutdown::Graceful),
+        )
+        .await
+        .unwrap_or_else(|_| panic!("the close never finished (a member was lost)"));
         assert_eq!((probe.alive(), pool.live_tasks()), (0, 0));
     });
 }

@@ -1,0 +1,74 @@
+//! The pool's clock: an exact read where something needs the instant, and a coarse one for
+//! everything else, so that a take and a return in the default configuration read no clock.
+//!
+//! Instants are kept as *stamps*: nanoseconds since the pool's origin, in a `u64`. The coarse
+//! time is the latest exact read, brought forward by every exact read and by the pool's
+//! housekeeping tick (every [`TICK`]), so it lags the real time by at most one tick while the
+//! pool runs. Everything follows tokio's clock, paused or not.
+
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+/// How often the housekeeping tick brings the coarse time forward (and publishes gauges and
+/// counters): the coarse time's precision.
+pub(crate) const TICK: Duration = Duration::from_millis(100);
+
+#[derive(Debug)]
+pub(crate) struct Clock {
+    origin: Instant,
+    coarse: AtomicU64,
+}
+
+impl Clock {
+    pub(crate) fn new() -> Self {
+        Clock {
+            origin: Instant::now(),
+            coarse: AtomicU64::new(0),
+        }
+    }
+
+    /// Reads the clock (and brings the coarse time forward).
+    pub(crate) fn now(&self) -> Instant {
+        let now = Instant::now();
+        self.coarse.fetch_max(self.stamp(now), Relaxed);
+        now
+    }
+
+    /// The coarse time, as a stamp: no clock read, at most one tick behind.
+    #[inline]
+    pub(crate) fn coarse(&self) -> u64 {
+        self.coarse.load(Relaxed)
+    }
+
+    /// `at` as a stamp.
+    pub(crate) fn stamp(&self, at: Instant) -> u64 {
+        u64::try_from(at.saturating_duration_since(self.origin).as_nanos()).unwrap_or(u64::MAX)
+    }
+
+    /// A stamp as an instant.
+    pub(crate) fn instant(&self, stamp: u64) -> Instant {
+        self.origin + Duration::from_nanos(stamp)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn the_coarse_time_follows_exact_reads_and_never_goes_back() {
+        let clock = Clock::new();
+        assert_eq!(clock.coarse(), 0);
+        tokio::time::advance(Duration::from_millis(250)).await;
+        assert_eq!(clock.coarse(), 0, "no read, no change");
+        let now = clock.now();
+        assert_eq!(clock.instant(clock.coarse()), now);
+        assert_eq!(clock.coarse(), 250_000_000);
+        clock
+            .coarse
+            .fetch_max(clock.stamp(now - Duration::from_millis(1)), Relaxed);
+        assert_eq!(clock.coarse(), 250_000_000);
+    }
+}

@@ -1,0 +1,840 @@
+//! The cold engine: the bookkeeping of members' lives — slots and their statuses, starts and
+//! their backoff, stops, owed replacements, the demand window, expiries. A state machine
+//! with no `async` and no I/O, behind its own lock, which takes and returns never touch
+//! unless they must start members or stop one.
+//!
+//! Every member the pool knows has a slot, keyed by a [`Key`], in one status: `Starting` (a
+//! start task owns the slot), `Live` (free or in use: the hot core knows which) or
+//! `Stopping` (a stop task owns it). The hot core's counts come in as a [`View`].
+//!
+//! # Invariants
+//!
+//! 1. `live + starting + stopping <= max_count`: stopping members count until their stop
+//!    ends, starting ones from the moment the start is decided. The one exception is a
+//!    `reconfigure` that lowers `max_count`: the members beyond the new cap are all stopping
+//!    (`excess`), the excess only shrinks as their stops end, and nothing starts until it is
+//!    gone.
+//! 2. Every slot is in exactly one status, and the counts are the numbers of slots in each;
+//!    `live` equals the hot core's `in_use + free`.
+//! 3. A closed engine decides no starts.
+//! 4. The start policy's invariants (see [`crate::backoff`]): while starts are failing a new
+//!    start is decided only when none is in flight, after the backoff step.
+//! 5. The expiry set holds exactly the expiries of `Live` members that have one.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use slab::Slab;
+use tokio::time::Instant;
+
+use crate::backoff::StartPolicy;
+use crate::config::MemberOrder;
+use crate::demand::Demand;
+use crate::error::StartError;
+use crate::hot::View;
+
+/// Identifies a slot while it exists; reused after the slot is removed (pair it with the
+/// member id to detect reuse).
+pub(crate) type Key = usize;
+
+/// The limits the pool enforces, taken from its config.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Limits {
+    pub(crate) init_count: usize,
+    pub(crate) max_count: usize,
+    pub(crate) queue_max: usize,
+    pub(crate) order: MemberOrder,
+    pub(crate) auto_grow_threshold: Option<usize>,
+    /// Backoff steps get full jitter.
+    pub(crate) backoff_jitter: bool,
+}
+
+/// Where a member is in its life, as the cold engine sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Status {
+    Starting,
+    Live,
+    Stopping,
+}
+
+#[derive(Debug)]
+struct Slot<P> {
+    id: u64,
+    status: Status,
+    born: Instant,
+    expires_at: Option<Instant>,
+    /// A start: the start policy's epoch when it was decided.
+    epoch: u64,
+    /// A start: the member's death signal was seen.
+    dead: bool,
+    /// What the pool keeps with a live member (its shared metadata).
+    payload: Option<P>,
+}
+
+/// Starts decided: the caller spawns one start task per slot, each first sleeping `delay`
+/// (non-zero only while backing off).
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(crate) struct Starts {
+    pub(crate) slots: Vec<(Key, u64)>,
+    pub(crate) delay: Duration,
+}
+
+impl Starts {
+    pub(crate) fn is_empty(&self) -> bool {
+        self.slots.is_empty()
+    }
+}
+
+/// Why a take found no member (and could not simply queue).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Empty {
+    /// No room to start more.
+    AtCapacity,
+    /// No member is free, there is room, and a start is under way that may serve the taker.
+    AllInUse,
+    /// Starts are failing and nothing can reach the taker before its deadline: no member in
+    /// use, no start in flight that attempts by then (SPEC §6).
+    Unavailable,
+    /// The pool is closed.
+    Closed,
+}
+
+/// What a member's death signal found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Death {
+    /// Unknown or already stopping: nothing to do.
+    Ignored,
+    /// Starting: it will be stopped when its start ends.
+    Starting,
+    /// Live: free (the caller claims and stops it) or in use (replaced when returned).
+    Live,
+}
+
+/// A slot's row, for `Pool::stats`.
+#[derive(Debug)]
+pub(crate) struct Row<'a, P> {
+    pub(crate) key: Key,
+    pub(crate) id: u64,
+    pub(crate) status: Status,
+    pub(crate) expires_at: Option<Instant>,
+    pub(crate) payload: Option<&'a P>,
+}
+
+#[derive(Debug)]
+pub(crate) struct Cold<P> {
+    limits: Limits,
+    slots: Slab<Slot<P>>,
+    live: usize,
+    starting: usize,
+    stopping: usize,
+    /// Replacements owed for members destroyed and not yet replaced by a successful start.
+    owed: usize,
+    /// Members beyond `max_count` after `reconfigure` lowered it, all stopping (invariant #1).
+    excess: usize,
+    closed: bool,
+    policy: StartPolicy,
+    demand: Demand,
+    expiries: BTreeSet<(Instant, Key, u64)>,
+    next_id: u64,
+}
+
+impl<P> Cold<P> {
+    pub(crate) fn new(limits: Limits) -> Self {
+        Cold {
+            limits,
+            slots: Slab::with_capacity(limits.max_count.min(64)),
+            live: 0,
+            starting: 0,
+            stopping: 0,
+            owed: 0,
+            excess: 0,
+            closed: false,
+            policy: StartPolicy::new(limits.backoff_jitter.then(fastrand::Rng::new)),
+            demand: Demand::default(),
+            expiries: BTreeSet::new(),
+            next_id: 1,
+        }
+    }
+
+    /// Invariants #1–#3 and #5 in O(1); `debug_assert!`ed after every change.
+    fn holds(&self) -> bool {
+        let total = self.live + self.starting + self.stopping;
+        total <= self.limits.max_count + self.excess
+            && self.excess <= self.stopping
+            && self.slots.len() == total
+            && self.expiries.len() <= self.live
+    }
+
+    /// Invariant #2 slot by slot against the hot core's counts, O(n); for tests.
+    #[cfg(test)]
+    pub(crate) fn check_all(&self, view: View) {
+        assert!(self.holds());
+        assert_eq!(self.live, view.live());
+        let mut seen = [0usize; 3];
+        for (_, s) in &self.slots {
+            seen[s.status as usize] += 1;
+        }
+        assert_eq!(seen, [self.starting, self.live, self.stopping]);
+    }
+
+    pub(crate) fn limits(&self) -> Limits {
+        self.limits
+    }
+
+    pub(crate) fn is_closed(&self) -> bool {
+        self.closed
+    }
+
+    pub(crate) fn starting(&self) -> usize {
+        self.starting
+    }
+
+    pub(crate) fn stopping(&self) -> usize {
+        self.stopping
+    }
+
+    fn room(&self, view: View) -> usize {
+        debug_assert_eq!(self.live, view.live(), "invariant #2");
+        self.limits
+            .max_count
+            .saturating_sub(view.live() + self.starting + self.stopping)
+    }
+
+    /// Whether a take that finds nothing free could start nothing and is decided by the
+    /// limits alone: no room, starts not failing, not closed. The hot core keeps a copy.
+    pub(crate) fn saturated(&self, view: View) -> bool {
+        self.room(view) == 0 && !self.policy.failing() && !self.closed
+    }
+
+    /// The most recent start failure, while starts are failing.
+    pub(crate) fn last_error(&self) -> Option<&StartError> {
+        self.policy.last_error()
+    }
+
+    // ---- takes ------------------------------------------------------------------------
+
+    /// A take at `now` that found nothing free (SPEC §4.1, §6): why, and the starts it
+    /// decided — a batch of `max(min(init − starting, room), 1)`, or while starts are failing
+    /// the one backoff start. `deadline` is when the taker stops waiting.
+    pub(crate) fn take(&mut self, now: Instant, deadline: Instant, view: View) -> (Empty, Starts) {
+        if self.closed {
+            return (Empty::Closed, Starts::default());
+        }
+        if self.policy.failing() {
+            let starts = self.backoff_start(now, view);
+            let why = if view.in_use == 0 && !self.policy.reaches(self.starting, deadline) {
+                Empty::Unavailable
+            } else if self.room(view) == 0 && starts.is_empty() {
+                Empty::AtCapacity
+            } else {
+                Empty::AllInUse
+            };
+            return (why, starts);
+        }
+        let room = self.room(view);
+        if room == 0 {
+            return (Empty::AtCapacity, Starts::default());
+        }
+        let batch = self
+            .limits
+            .init_count
+            .saturating_sub(self.starting)
+            .min(room)
+            .max(1);
+        (Empty::AllInUse, self.reserve(batch, Duration::ZERO, now))
+    }
+
+    /// After a take that left `view.free` members free: if at most `auto_grow_threshold` are,
+    /// start up to `init_count` more within `max_count`.
+    pub(crate) fn auto_grow(&mut self, now: Instant, view: View) -> Starts {
+        match self.limits.auto_grow_threshold {
+            Some(threshold) if view.free <= threshold && !self.policy.failing() && !self.closed => {
+                let n = self
+                    .limits
+                    .init_count
+                    .saturating_sub(self.starting)
+                    .min(self.room(view));
+                self.reserve(n, Duration::ZERO, now)
+            }
+            _ => Starts::default(),
+        }
+    }
+
+    /// While backing off: one start if none is in flight and there is room, attempting at
+    /// the end of the backoff step.
+    fn backoff_start(&mut self, now: Instant, view: View) -> Starts {
+        if self.starting > 0 || self.room(view) == 0 || self.closed {
+            return Starts::default();
+        }
+        let at = self.policy.attempt_at(now);
+        let starts = self.reserve(1, at - now, now);
+        if at > now
+            && let Some(&(key, _)) = starts.slots.first()
+        {
+            self.policy.delay(key, at);
+        }
+        starts
+    }
+
+    fn reserve(&mut self, n: usize, delay: Duration, now: Instant) -> Starts {
+        // `n` is bounded by the room under max_count, itself bounded by validation; still,
+        // nothing is allocated ahead from a number a user chose.
+        let mut slots = Vec::with_capacity(n.min(64));
+        for _ in 0..n {
+            let id = self.next_id;
+            self.next_id += 1;
+            let key = self.slots.insert(Slot {
+                id,
+                status: Status::Starting,
+                born: now,
+                expires_at: None,
+                epoch: self.policy.epoch(),
+                dead: false,
+                payload: None,
+            });
+            self.starting += 1;
+            slots.push((key, id));
+        }
+        debug_assert!(self.holds(), "invariant #1: reserved past max_count");
+        Starts { slots, delay }
+    }
+
+    // ---- starts -----------------------------------------------------------------------
+
+    /// A start produced a member: its slot becomes `Live` (the caller admits it to the hot
+    /// core). Returns `false`, and makes it `Stopping`, if it died while starting (a failed
+    /// start: the policy backs off) or the pool closed meanwhile.
+    pub(crate) fn started(
+        &mut self,
+        key: Key,
+        now: Instant,
+        expires_at: Option<Instant>,
+        payload: P,
+    ) -> bool {
+        debug_assert_eq!(self.slots[key].status, Status::Starting);
+        self.policy.ended(key);
+        if self.closed {
+            self.set_status(key, Status::Stopping);
+            return false;
+        }
+        if self.slots[key].dead {
+            // A backend that accepts and then drops every connection must back off too.
+            self.start_failed(key, StartError::Died, true, now);
+            return false;
+        }
+        let slot = &mut self.slots[key];
+        slot.born = now;
+        slot.expires_at = expires_at;
+        slot.payload = Some(payload);
+        if let Some(at) = expires_at {
+            self.expiries.insert((at, key, slot.id));
+        }
+        self.policy.succeeded();
+        self.owed = self.owed.saturating_sub(1);
+        self.set_status(key, Status::Live);
+        debug_assert!(self.holds());
+        true
+    }
+
+    /// A start failed (error, timeout, panic, death or a broken member) and the pool backs
+    /// off (invariant #4). If the start produced a member that must still be stopped, the
+    /// slot becomes `Stopping`; otherwise it is removed.
+    pub(crate) fn start_failed(
+        &mut self,
+        key: Key,
+        error: StartError,
+        produced: bool,
+        now: Instant,
+    ) {
+        debug_assert_eq!(self.slots[key].status, Status::Starting);
+        self.policy.ended(key);
+        let epoch = self.slots[key].epoch;
+        if produced {
+            self.set_status(key, Status::Stopping);
+        } else {
+            self.slots.remove(key);
+            self.starting -= 1;
+        }
+        self.policy.failed(epoch, error, now);
+        debug_assert!(self.holds());
+    }
+
+    /// A start was dropped by a close (or its runtime going): the slot is removed, and
+    /// nothing failed.
+    pub(crate) fn start_abandoned(&mut self, key: Key) {
+        debug_assert_eq!(self.slots[key].status, Status::Starting);
+        self.policy.ended(key);
+        self.slots.remove(key);
+        self.starting -= 1;
+        debug_assert!(self.holds());
+    }
+
+    /// The starts the pool needs now: enough to hold `init_count` members, serve every
+    /// waiter and pay the replacements owed, less those already starting, within `max_count`;
+    /// while backing off, one delayed start at a time (invariant #4).
+    pub(crate) fn refill(&mut self, now: Instant, view: View) -> Starts {
+        if self.closed {
+            return Starts::default();
+        }
+        let need = self
+            .limits
+            .init_count
+            .saturating_sub(view.live())
+            .max(view.queued)
+            .max(self.owed)
+            .saturating_sub(self.starting)
+            .min(self.room(view));
+        if need == 0 {
+            return Starts::default();
+        }
+        if self.policy.failing() {
+            return self.backoff_start(now, view);
+        }
+        self.reserve(need, Duration::ZERO, now)
+    }
+
+    /// Reserves exactly `n` starts (within room), for pool start and `reconfigure`.
+    pub(crate) fn grow(&mut self, n: usize, now: Instant, view: View) -> Starts {
+        if self.closed {
+            return Starts::default();
+        }
+        let n = n.min(self.room(view));
+        self.reserve(n, Duration::ZERO, now)
+    }
+
+    // ---- stops, deaths, close ---------------------------------------------------------
+
+    fn set_status(&mut self, key: Key, to: Status) {
+        let slot = &mut self.slots[key];
+        let from = std::mem::replace(&mut slot.status, to);
+        if from == Status::Live
+            && let Some(at) = slot.expires_at
+        {
+            self.expiries.remove(&(at, key, slot.id));
+        }
+        for (status, up) in [(from, false), (to, true)] {
+            let count = match status {
+                Status::Starting => &mut self.starting,
+                Status::Live => &mut self.live,
+                Status::Stopping => &mut self.stopping,
+            };
+            if up {
+                *count += 1;
+            } else {
+                *count -= 1;
+            }
+        }
+    }
+
+    /// A live member (the caller took it out of the hot core) is to be stopped. Returns its
+    /// payload.
+    pub(crate) fn begin_stop(&mut self, key: Key) -> Option<P> {
+        debug_assert_eq!(self.slots[key].status, Status::Live);
+        self.set_status(key, Status::Stopping);
+        debug_assert!(self.holds());
+        self.slots[key].payload.take()
+    }
+
+    /// A stop ended (or gave up at `member_shutdown`): the slot is free.
+    pub(crate) fn stop_done(&mut self, key: Key) {
+        debug_assert_eq!(self.slots[key].status, Status::Stopping);
+        self.slots.remove(key);
+        self.stopping -= 1;
+        self.excess = self.excess.saturating_sub(1);
+        debug_assert!(self.holds());
+    }
+
+    /// A destroyed member is to be replaced once there is room.
+    pub(crate) fn owe_replacement(&mut self) {
+        self.owed = (self.owed + 1).min(self.limits.max_count);
+    }
+
+    /// A member's death signal. `id` guards against key reuse.
+    pub(crate) fn mark_dead(&mut self, key: Key, id: u64) -> Death {
+        let Some(slot) = self.slots.get_mut(key).filter(|s| s.id == id) else {
+            return Death::Ignored;
+        };
+        match slot.status {
+            Status::Stopping => Death::Ignored,
+            Status::Starting => {
+                slot.dead = true;
+                Death::Starting
+            }
+            Status::Live => Death::Live,
+        }
+    }
+
+    /// Closes the engine: no more starts.
+    pub(crate) fn close(&mut self) {
+        self.closed = true;
+    }
+
+    /// Whether nothing is starting or stopping (and, if `with_in_use`, nothing is in use).
+    pub(crate) fn is_drained(&self, view: View, with_in_use: bool) -> bool {
+        self.starting == 0 && self.stopping == 0 && (!with_in_use || view.in_use == 0)
+    }
+
+    // ---- lifecycle: cull, lifetimes, reconfigure, stats -------------------------------
+
+    /// A cull tick (SPEC §4.6): records `peak` (the highest in-use count since the last tick,
+    /// last seen at `seen`) in the demand window and says how many free members are beyond
+    /// `max(init_count, the window's peak)`, to be stopped oldest idle first.
+    pub(crate) fn cull(
+        &mut self,
+        now: Instant,
+        max_age: Duration,
+        peak: usize,
+        seen: Instant,
+        view: View,
+    ) -> usize {
+        let window_peak = self.demand.tick(now, max_age, peak, seen, view.in_use);
+        let target = self.limits.init_count.max(window_peak);
+        view.live().saturating_sub(target).min(view.free)
+    }
+
+    /// When the next lifetime of a live member ends.
+    pub(crate) fn next_expiry(&self) -> Option<Instant> {
+        self.expiries.first().map(|&(at, _, _)| at)
+    }
+
+    /// The live members whose lifetime has ended by `now`; they leave the expiry set (a free
+    /// one is then stopped by the caller, one in use is recycled when it comes back).
+    pub(crate) fn due(&mut self, now: Instant) -> Vec<(Key, u64)> {
+        let mut due = Vec::new();
+        while let Some(&(at, key, id)) = self.expiries.first() {
+            if at > now {
+                break;
+            }
+            self.expiries.pop_first();
+            due.push((key, id));
+        }
+        due
+    }
+
+    /// Gives every live member a new expiry computed from its birth (`reconfigure` changed
+    /// the lifetime); `expiry` also hands it to the member's payload.
+    pub(crate) fn reschedule(&mut self, mut expiry: impl FnMut(Instant, &P) -> Option<Instant>) {
+        self.expiries.clear();
+        for (key, slot) in &mut self.slots {
+            if let (Status::Live, Some(payload)) = (slot.status, &slot.payload) {
+                slot.expires_at = expiry(slot.born, payload);
+                if let Some(at) = slot.expires_at {
+                    self.expiries.insert((at, key, slot.id));
+                }
+            }
+        }
+    }
+
+    /// New limits from `reconfigure`. The caller has already made stopping every member
+    /// beyond a lower `max_count` (invariant #1).
+    pub(crate) fn set_limits(&mut self, limits: Limits, view: View) {
+        self.limits = limits;
+        self.excess =
+            (view.live() + self.starting + self.stopping).saturating_sub(limits.max_count);
+        debug_assert!(
+            self.holds(),
+            "invariant #1: the excess over a lower max_count must be stopping"
+        );
+    }
+
+    /// Every slot, for stats.
+    pub(crate) fn rows(&self) -> impl Iterator<Item = Row<'_, P>> {
+        self.slots.iter().map(|(key, s)| Row {
+            key,
+            id: s.id,
+            status: s.status,
+            expires_at: s.expires_at,
+            payload: s.payload.as_ref(),
+        })
+    }
+
+    /// The payload of a live member.
+    pub(crate) fn payload(&self, key: Key) -> Option<&P> {
+        self.slots.get(key).and_then(|s| s.payload.as_ref())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    type C = Cold<()>;
+
+    fn limits(init: usize, max: usize) -> Limits {
+        Limits {
+            init_count: init,
+            max_count: max,
+            queue_max: 2,
+            order: MemberOrder::Lifo,
+            auto_grow_threshold: None,
+            backoff_jitter: false,
+        }
+    }
+
+    fn view(in_use: usize, free: usize, queued: usize) -> View {
+        View {
+            in_use,
+            free,
+            queued,
+        }
+    }
+
+    /// Starts `n` members and brings them up (as free members of the view).
+    fn fill(c: &mut C, n: usize) -> Vec<Key> {
+        let free = c.live;
+        let starts = c.grow(n, Instant::now(), view(0, free, 0));
+        let keys: Vec<Key> = starts.slots.iter().map(|s| s.0).collect();
+        for &k in &keys {
+            assert!(c.started(k, Instant::now(), None, ()));
+        }
+        keys
+    }
+
+    #[test]
+    fn an_empty_take_starts_a_batch_of_init_count_within_room() {
+        let mut c = C::new(limits(3, 4));
+        let t = Instant::now();
+        let (why, starts) = c.take(t, t, view(0, 0, 0));
+        assert_eq!((why, starts.slots.len()), (Empty::AllInUse, 3));
+        // init − starting = 0, so the next take starts max(0, 1) = 1 within the slot left.
+        let (_, starts) = c.take(t, t, view(0, 0, 0));
+        assert_eq!(starts.slots.len(), 1);
+        let (why, starts) = c.take(t, t, view(0, 0, 0));
+        assert_eq!(
+            (why, starts.slots.len()),
+            (Empty::AtCapacity, 0),
+            "full with starts in flight, and this take started none (SPEC §6)"
+        );
+        assert!(!c.saturated(view(0, 0, 0)) || c.starting == 4);
+        c.check_all(view(0, 0, 0));
+    }
+
+    #[test]
+    fn saturated_means_no_room_not_failing_not_closed() {
+        let mut c = C::new(limits(1, 1));
+        fill(&mut c, 1);
+        assert!(c.saturated(view(1, 0, 0)));
+        let mut c = C::new(limits(0, 1));
+        let (k, _) = c.grow(1, Instant::now(), view(0, 0, 0)).slots[0];
+        c.start_failed(k, StartError::Died, true, Instant::now());
+        assert!(
+            !c.saturated(view(0, 0, 0)),
+            "failing: the take decides with the policy"
+        );
+        c.stop_done(k);
+        let mut c = C::new(limits(1, 1));
+        fill(&mut c, 1);
+        c.close();
+        assert!(
+            !c.saturated(view(1, 0, 0)),
+            "a closed pool refuses through the cold engine"
+        );
+    }
+
+    #[test]
+    fn stopping_members_hold_their_slot_until_the_stop_ends() {
+        let mut c = C::new(limits(1, 1));
+        let keys = fill(&mut c, 1);
+        c.begin_stop(keys[0]);
+        c.owe_replacement();
+        assert!(
+            c.refill(Instant::now(), view(0, 0, 0)).is_empty(),
+            "no room while stopping"
+        );
+        c.stop_done(keys[0]);
+        assert_eq!(c.refill(Instant::now(), view(0, 0, 0)).slots.len(), 1);
+        c.check_all(view(0, 0, 0));
+    }
+
+    #[test]
+    fn failing_starts_back_off_one_at_a_time_and_fail_fast_by_deadline() {
+        let mut c = C::new(limits(3, 10));
+        let t0 = Instant::now();
+        let v = view(0, 0, 0);
+        let starts = c.refill(t0, v);
+        assert_eq!(starts.slots.len(), 3);
+        for (k, _) in starts.slots {
+            c.start_failed(k, StartError::Died, false, t0);
+        }
+        let retry = c.refill(t0, v);
+        assert_eq!(retry.slots.len(), 1, "one probe while backing off");
+        assert_eq!(
+            retry.delay,
+            crate::backoff::backoff(1),
+            "three failures, one step"
+        );
+        assert!(c.refill(t0, v).is_empty(), "never a second probe in flight");
+        let (why, starts) = c.take(t0, t0, v);
+        assert_eq!((why, starts.is_empty()), (Empty::Unavailable, true));
+        let (why, _) = c.take(t0, t0 + Duration::from_secs(1), v);
+        assert_eq!(
+            why,
+            Empty::AllInUse,
+            "the probe attempts before this deadline"
+        );
+        let (k, _) = retry.slots[0];
+        assert!(c.started(k, t0, None, ()));
+        assert_eq!(c.refill(t0, view(0, 1, 0)).slots.len(), 2);
+        assert!(c.last_error().is_none());
+        c.check_all(view(0, 1, 0));
+    }
+
+    /// Regression: the failure count was reset only by a success and no retry was scheduled
+    /// when no member was needed, so one old failure refused every later take.
+    #[test]
+    fn a_take_after_the_backoff_step_starts_an_attempt_and_waits_for_it() {
+        let mut c = C::new(limits(0, 1));
+        let t0 = Instant::now();
+        let (k, _) = c.grow(1, t0, view(0, 0, 0)).slots[0];
+        c.start_failed(k, StartError::Died, false, t0);
+        assert!(c.refill(t0, view(0, 0, 0)).is_empty(), "nothing is needed");
+        let later = t0 + Duration::from_secs(2);
+        let (why, starts) = c.take(later, later + Duration::from_secs(2), view(0, 0, 0));
+        assert_eq!(
+            (why, starts.slots.len(), starts.delay),
+            (Empty::AllInUse, 1, Duration::ZERO)
+        );
+    }
+
+    /// Regression: a member dying as it started counted as a successful start.
+    #[test]
+    fn a_member_dying_as_it_starts_counts_as_a_failed_start() {
+        let mut c = C::new(limits(1, 2));
+        let t0 = Instant::now();
+        let (k, id) = c.refill(t0, view(0, 0, 0)).slots[0];
+        assert_eq!(c.mark_dead(k, id), Death::Starting);
+        assert!(!c.started(k, t0, None, ()));
+        assert!(matches!(c.last_error(), Some(StartError::Died)));
+        c.stop_done(k);
+        let retry = c.refill(t0, view(0, 0, 0));
+        assert_eq!(
+            (retry.slots.len(), retry.delay),
+            (1, crate::backoff::backoff(1))
+        );
+    }
+
+    #[test]
+    fn deaths_of_unknown_or_reused_keys_are_ignored() {
+        let mut c = C::new(limits(0, 2));
+        let keys = fill(&mut c, 1);
+        let id = c.slots[keys[0]].id;
+        assert_eq!(c.mark_dead(keys[0], id + 100), Death::Ignored);
+        assert_eq!(c.mark_dead(keys[0], id), Death::Live);
+        c.begin_stop(keys[0]);
+        assert_eq!(c.mark_dead(keys[0], id), Death::Ignored);
+    }
+
+    #[test]
+    fn refill_serves_the_floor_the_waiters_and_the_debts_within_room() {
+        let mut c = C::new(limits(2, 5));
+        let t = Instant::now();
+        assert_eq!(
+            c.refill(t, view(0, 0, 0)).slots.len(),
+            2,
+            "up to init_count"
+        );
+        assert!(c.refill(t, view(0, 0, 0)).is_empty(), "already starting");
+        assert!(
+            c.refill(t, view(0, 0, 2)).is_empty(),
+            "two starting serve two waiters"
+        );
+        for _ in 0..3 {
+            c.owe_replacement();
+        }
+        assert_eq!(
+            c.refill(t, view(0, 0, 2)).slots.len(),
+            1,
+            "three owed, two starting"
+        );
+    }
+
+    /// Regression: the expiry heap kept an entry per replaced member until it surfaced, so one
+    /// long-lived member pinned the rest and memory grew with churn.
+    #[test]
+    fn expiries_never_outgrow_the_pool_under_churn() {
+        let mut c = C::new(limits(0, 2));
+        let t0 = Instant::now();
+        let year = t0 + Duration::from_secs(365 * 24 * 3600);
+        let (old, _) = c.grow(1, t0, view(0, 0, 0)).slots[0];
+        assert!(c.started(old, t0, Some(year), ()));
+        for i in 0..10_000u64 {
+            let (k, _) = c.grow(1, t0, view(0, 1, 0)).slots[0];
+            assert!(c.started(k, t0, Some(t0 + Duration::from_secs(3600 + i)), ()));
+            c.begin_stop(k);
+            c.stop_done(k);
+            assert!(c.expiries.len() <= 2, "after {i} replacements");
+        }
+        assert_eq!(c.expiries.len(), 1);
+        c.check_all(view(0, 1, 0));
+    }
+
+    #[test]
+    fn due_expiries_leave_the_set_and_reschedule_recomputes_them() {
+        let mut c = C::new(limits(0, 3));
+        let t0 = Instant::now();
+        fill(&mut c, 3);
+        c.reschedule(|born, ()| Some(born + Duration::from_secs(10)));
+        let first = c.next_expiry().unwrap();
+        assert!(first >= t0 + Duration::from_secs(10));
+        assert_eq!(c.due(first + Duration::from_secs(1)).len(), 3);
+        assert_eq!(c.next_expiry(), None);
+        c.reschedule(|_, ()| None);
+        assert_eq!(c.next_expiry(), None);
+    }
+
+    #[test]
+    fn cull_stops_free_members_beyond_the_window_peak_and_init() {
+        let mut c = C::new(limits(1, 10));
+        fill(&mut c, 5);
+        let t0 = Instant::now();
+        let age = Duration::from_secs(10);
+        assert_eq!(
+            c.cull(t0, age, 4, t0, view(4, 1, 0)),
+            1,
+            "beyond the peak of 4: 1"
+        );
+        let at = |s| t0 + Duration::from_secs(s);
+        assert_eq!(
+            c.cull(at(5), age, 4, at(5), view(0, 4, 0)),
+            0,
+            "seen at 5 s"
+        );
+        assert_eq!(
+            c.cull(at(11), age, 0, at(11), view(0, 4, 0)),
+            0,
+            "still in the window"
+        );
+        assert_eq!(
+            c.cull(at(16), age, 0, at(16), view(0, 4, 0)),
+            3,
+            "down to init_count"
+        );
+    }
+
+    /// Regression: lowering max_count below the members held broke invariant #1.
+    #[test]
+    fn lowering_max_count_keeps_the_excess_stopping_and_starts_nothing() {
+        let mut c = C::new(limits(0, 4));
+        let t0 = Instant::now();
+        let keys = fill(&mut c, 4);
+        c.begin_stop(keys[0]);
+        c.begin_stop(keys[1]);
+        c.set_limits(
+            Limits {
+                max_count: 2,
+                ..c.limits
+            },
+            view(0, 2, 0),
+        );
+        c.owe_replacement();
+        assert!(
+            c.refill(t0, view(0, 2, 0)).is_empty(),
+            "no room until the excess stopped"
+        );
+        let (why, starts) = c.take(t0, t0, view(2, 0, 0));
+        assert_eq!((why, starts.is_empty()), (Empty::AtCapacity, true));
+        c.stop_done(keys[0]);
+        c.stop_done(keys[1]);
+        c.check_all(view(2, 0, 0));
+    }
+}

@@ -1,0 +1,760 @@
+//! The hot core: the free members, the queue of waiting takers and the in-use count — all that
+//! a take that finds a member, or a return that finds no waiter (or hands to one), touches.
+//! No async and no I/O: one small lock, held for a few instructions, and wakers woken only
+//! after it is released.
+//!
+//! The cold engine (starts, stops, backoff, the demand window, expiries) keeps its own lock;
+//! when it must change what is here (a member started or stopped, a close, a reconfigure) it
+//! takes this lock inside its own, never the other way round. A take that finds nothing free
+//! asks the cold engine only when a start could follow; when the pool is *saturated* (no room
+//! under `max_count` and starts are not failing) it queues or is refused right here.
+//!
+//! # Invariants
+//!
+//! 1. A taker waits only while no member is free: a member made available goes to the oldest
+//!    waiter first (FIFO, no barging), so `free` and the queue are never both non-empty.
+//! 2. At most `queue_max` takers wait (a reconfigure that lowers it sheds the oldest first).
+//! 3. A closed core has no free member and no waiter, and refuses both.
+//! 4. `in_use` counts the members taken out of `free` (or handed to a waiter, or claimed for a
+//!    check) and not yet given back or released to be stopped; `peak` is the highest it has
+//!    been since the demand window last looked.
+
+use std::collections::VecDeque;
+use std::task::{Context, Poll, Waker};
+
+use crate::config::MemberOrder;
+use crate::sync::{Mutex, MutexGuard, lock};
+use crate::waiters::{Look, WaitKey, Waiters};
+
+/// Whether a take that finds nothing free may wait.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Wait {
+    No,
+    Queue,
+}
+
+/// What a take found.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Found<T> {
+    /// A member, now in use, and whether its hold is to be timed: 0 if not, otherwise how
+    /// many holds the timed one stands for (see [`State::sample`]).
+    Member(T, u32),
+    /// Nothing free, the pool saturated: the take waits at this key.
+    Queued(WaitKey),
+    /// Nothing free, the pool saturated, and the take cannot wait (or may not: `queue_max`
+    /// is 0): the pool is at capacity.
+    Full,
+    /// Nothing free, the pool saturated, and `queue_max` takers already wait.
+    QueueFull,
+    Closed,
+    /// Nothing free, and a start could follow: the cold engine decides.
+    Cold,
+}
+
+/// Why a take could not join the queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Refused {
+    Closed,
+    QueueFull,
+    /// `queue_max` is 0.
+    NoQueue,
+}
+
+/// The counts the cold engine needs to decide.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct View {
+    pub(crate) in_use: usize,
+    pub(crate) free: usize,
+    pub(crate) queued: usize,
+}
+
+impl View {
+    /// Members that exist and are not stopping.
+    pub(crate) fn live(&self) -> usize {
+        self.in_use + self.free
+    }
+}
+
+#[derive(Debug)]
+pub(crate) struct Hot<T, E> {
+    state: Mutex<State<T, E>>,
+}
+
+#[derive(Debug)]
+pub(crate) struct State<T, E> {
+    /// Back: returned most recently; front: idle longest.
+    free: VecDeque<T>,
+    waiters: Waiters<T, E>,
+    in_use: usize,
+    peak: usize,
+    /// When `in_use` last fell from `peak` (a clock stamp).
+    peak_until: Option<u64>,
+    /// Take attempts and takes served at once, since last flushed to the metrics.
+    takes: u64,
+    zero_waits: u64,
+    /// Whether holds are timed for the use histogram (a recorder is installed): one hold per
+    /// housekeeping tick is, standing for those since the last one.
+    sample: bool,
+    /// The housekeeping tick's count, written by the tick itself.
+    tick: u64,
+    sampled_at: u64,
+    unsampled: u32,
+    order: MemberOrder,
+    queue_max: usize,
+    /// No room under `max_count` and starts are not failing: nothing a take could start.
+    saturated: bool,
+    closed: bool,
+}
+
+/// The hot lock, held.
+pub(crate) struct Locked<'a, T, E>(MutexGuard<'a, State<T, E>>);
+
+impl<T, E> Hot<T, E> {
+    pub(crate) fn new(order: MemberOrder, queue_max: usize, sample: bool) -> Self {
+        Hot {
+            state: Mutex::new(State {
+                free: VecDeque::new(),
+                waiters: Waiters::default(),
+                in_use: 0,
+                peak: 0,
+                peak_until: None,
+                takes: 0,
+                zero_waits: 0,
+                sample,
+                tick: 0,
+                sampled_at: u64::MAX,
+                unsampled: 0,
+                order,
+                queue_max,
+                saturated: false,
+                closed: false,
+            }),
+        }
+    }
+
+    pub(crate) fn lock(&self) -> Locked<'_, T, E> {
+        Locked(lock(&self.state))
+    }
+
+    /// A take's first look. `counted`: a new attempt (not a retry within one); `zero_wait`:
+    /// a member found now is a wait of zero for the wait histogram.
+    #[inline(always)]
+    pub(crate) fn take(&self, wait: Wait, counted: bool, zero_wait: bool) -> Found<T> {
+        self.lock().take(wait, counted, zero_wait)
+    }
+
+    /// A member given back in good order: to the oldest waiter, or to the free list. Hands
+    /// the member back if the core is closed.
+    #[inline(always)]
+    pub(crate) fn give(&self, member: T, now: u64) -> Result<(), T> {
+        let waker = self.lock().give(member, now)?;
+        if let Some(waker) = waker {
+            waker.wake();
+        }
+        Ok(())
+    }
+
+    /// A waiting taker looks at its slot.
+    pub(crate) fn poll(&self, key: WaitKey, cx: &mut Context<'_>) -> Poll<Result<T, E>> {
+        match lock(&self.state).waiters.look(key, cx.waker()) {
+            Look::Waiting => Poll::Pending,
+            Look::Served(outcome) => Poll::Ready(outcome),
+        }
+    }
+
+    /// A waiting taker gives up: `None` if it was still waiting, or what it had been served.
+    pub(crate) fn leave(&self, key: WaitKey) -> Option<Result<T, E>> {
+        lock(&self.state).waiters.leave(key)
+    }
+}
+
+impl<T, E> Locked<'_, T, E> {
+    /// Invariants #1–#3 in O(1); `debug_assert!`ed after every change.
+    fn holds(&self) -> bool {
+        let s = &*self.0;
+        (s.free.is_empty() || s.waiters.is_empty())
+            && s.waiters.len() <= s.queue_max
+            && (!s.closed || (s.free.is_empty() && s.waiters.is_empty()))
+            && s.peak >= s.in_use
+    }
+
+    pub(crate) fn view(&self) -> View {
+        View {
+            in_use: self.0.in_use,
+            free: self.0.free.len(),
+            queued: self.0.waiters.len(),
+        }
+    }
+
+    pub(crate) fn is_closed(&self) -> bool {
+        self.0.closed
+    }
+
+    #[inline]
+    fn note_in_use(&mut self) {
+        self.0.in_use += 1;
+        self.0.peak = self.0.peak.max(self.0.in_use);
+    }
+
+    #[inline]
+    fn note_release(&mut self, now: u64) {
+        debug_assert!(
+            self.0.in_use > 0,
+            "invariant #4: releasing a member not in use"
+        );
+        if self.0.in_use == self.0.peak {
+            self.0.peak_until = Some(now);
+        }
+        self.0.in_use -= 1;
+    }
+
+    /// A free member, by `member_order`, now in use.
+    #[inline]
+    fn pop(&mut self, zero_wait: bool) -> Option<T> {
+        let s = &mut *self.0;
+        let member = match s.order {
+            MemberOrder::Lifo => s.free.pop_back(),
+            MemberOrder::Fifo => s.free.pop_front(),
+        }?;
+        s.zero_waits += u64::from(zero_wait);
+        self.note_in_use();
+        Some(member)
+    }
+
+    /// See [`Hot::take`]; also called under the cold lock.
+    #[inline]
+    pub(crate) fn take(&mut self, wait: Wait, counted: bool, zero_wait: bool) -> Found<T> {
+        self.0.takes += u64::from(counted);
+        if self.0.closed {
+            return Found::Closed;
+        }
+        if let Some(member) = self.pop(zero_wait) {
+            let timed = self.sample();
+            return Found::Member(member, timed);
+        }
+        let s = &mut *self.0;
+        if !s.saturated {
+            return Found::Cold;
+        }
+        match wait {
+            Wait::No => Found::Full,
+            Wait::Queue => match self.enqueue() {
+                Ok(key) => Found::Queued(key),
+                Err(Refused::QueueFull) => Found::QueueFull,
+                Err(Refused::NoQueue) => Found::Full,
+                Err(Refused::Closed) => Found::Closed,
+            },
+        }
+    }
+
+    /// Whether this hold is timed: with sampling on, the first hold after a new housekeeping
+    /// tick is, and stands for itself and the holds since the last timed one (its weight);
+    /// the others are not (0). Ticks come every 100 ms, so a busy pool times about ten holds
+    /// a second and a quiet one every hold.
+    #[inline]
+    fn sample(&mut self) -> u32 {
+        let s = &mut *self.0;
+        if !s.sample {
+            return 0;
+        }
+        if s.tick == s.sampled_at {
+            s.unsampled = s.unsampled.saturating_add(1);
+            return 0;
+        }
+        s.sampled_at = s.tick;
+        std::mem::take(&mut s.unsampled).saturating_add(1)
+    }
+
+    /// The housekeeping tick came (for timing holds).
+    pub(crate) fn ticked(&mut self) {
+        self.0.tick += 1;
+    }
+
+    /// Joins the queue (the caller found nothing free).
+    pub(crate) fn enqueue(&mut self) -> Result<WaitKey, Refused> {
+        debug_assert!(
+            self.0.free.is_empty(),
+            "invariant #1: queueing beside a free member"
+        );
+        let s = &mut *self.0;
+        if s.closed {
+            Err(Refused::Closed)
+        } else if s.queue_max == 0 {
+            Err(Refused::NoQueue)
+        } else if s.waiters.len() >= s.queue_max {
+            Err(Refused::QueueFull)
+        } else {
+            let key = s.waiters.push();
+            debug_assert!(self.holds());
+            Ok(key)
+        }
+    }
+
+    /// A member in use given back in good order: to the oldest waiter, or to the free list.
+    /// Returns the waker to wake once the lock is released, or the member if closed.
+    #[inline]
+    pub(crate) fn give(&mut self, member: T, now: u64) -> Result<Option<Waker>, T> {
+        if self.0.closed {
+            return Err(member);
+        }
+        if self.0.waiters.is_empty() {
+            // The common case, kept apart: no waiter, so no outcome to build.
+            self.note_release(now);
+            self.0.free.push_back(member);
+            debug_assert!(self.holds());
+            return Ok(None);
+        }
+        let waker = match self.0.waiters.serve_oldest(Ok(member)) {
+            Ok(waker) => waker,
+            Err(Ok(member)) => {
+                self.note_release(now);
+                self.0.free.push_back(member);
+                None
+            }
+            Err(Err(_)) => unreachable!("a member was offered"),
+        };
+        debug_assert!(self.holds());
+        Ok(waker)
+    }
+
+    /// A member that has just started: to the oldest waiter, or to the free list.
+    pub(crate) fn admit(&mut self, member: T) -> Result<Option<Waker>, T> {
+        if self.0.closed {
+            return Err(member);
+        }
+        let waker = match self.0.waiters.serve_oldest(Ok(member)) {
+            Ok(waker) => {
+                self.note_in_use();
+                waker
+            }
+            Err(Ok(member)) => {
+                self.0.free.push_back(member);
+                None
+            }
+            Err(Err(_)) => unreachable!("a member was offered"),
+        };
+        debug_assert!(self.holds());
+        Ok(waker)
+    }
+
+    /// A member in use leaves the pool's use to be stopped.
+    pub(crate) fn release(&mut self, now: u64) {
+        self.note_release(now);
+        debug_assert!(self.holds());
+    }
+
+    /// Takes the first free member that `pick` chooses (oldest idle first) off the free list,
+    /// to be stopped: it is no longer free, and not in use.
+    pub(crate) fn claim(&mut self, pick: impl Fn(&T) -> bool) -> Option<T> {
+        let at = self.0.free.iter().position(pick)?;
+        self.0.free.remove(at)
+    }
+
+    /// Takes the member idle longest for a health check, if `pick` accepts it: it counts as
+    /// in use (so no take gets it) but adds no demand.
+    pub(crate) fn claim_for_check(&mut self, pick: impl Fn(&T) -> bool) -> Option<T> {
+        if !self.0.free.front().is_some_and(pick) {
+            return None;
+        }
+        let member = self.0.free.pop_front();
+        self.0.in_use += 1;
+        self.0.peak = self.0.peak.max(self.0.in_use);
+        member
+    }
+
+    /// Closes the core: no more takes. The free members come back (to be stopped) and every
+    /// waiter is served `error()`; their wakers come back to be woken after the lock.
+    pub(crate) fn close(&mut self, mut error: impl FnMut() -> E) -> (Vec<T>, Vec<Waker>) {
+        self.0.closed = true;
+        let free: Vec<T> = self.0.free.drain(..).collect();
+        let mut wakers = Vec::new();
+        while !self.0.waiters.is_empty() {
+            if let Ok(Some(waker)) = self.0.waiters.serve_oldest(Err(error())) {
+                wakers.push(waker);
+            }
+        }
+        debug_assert!(self.holds());
+        (free, wakers)
+    }
+
+    /// Serves the oldest waiters beyond `keep` with `error()` (`queue_max` lowered to `keep`).
+    pub(crate) fn shed(
+        &mut self,
+        keep: usize,
+        mut error: impl FnMut() -> E,
+    ) -> (usize, Vec<Waker>) {
+        let shed = self.0.waiters.len().saturating_sub(keep);
+        let mut wakers = Vec::new();
+        for _ in 0..shed {
+            if let Ok(Some(waker)) = self.0.waiters.serve_oldest(Err(error())) {
+                wakers.push(waker);
+            }
+        }
+        (shed, wakers)
+    }
+
+    /// New limits from a reconfigure (the caller has shed the waiters beyond `queue_max`).
+    pub(crate) fn set_limits(&mut self, order: MemberOrder, queue_max: usize) {
+        self.0.order = order;
+        self.0.queue_max = queue_max;
+        debug_assert!(self.holds(), "invariant #2: shed the excess waiters first");
+    }
+
+    /// Whether a take that finds nothing free may be decided here (set by the cold engine
+    /// whenever room or the start policy changes).
+    pub(crate) fn set_saturated(&mut self, saturated: bool) {
+        self.0.saturated = saturated;
+    }
+
+    /// The highest in-use count since the last look, and when the count last fell from it
+    /// (`None`: it is still there); the next look starts from the count now.
+    pub(crate) fn take_peak(&mut self) -> (usize, Option<u64>) {
+        let in_use = self.0.in_use;
+        let peak = std::mem::replace(&mut self.0.peak, in_use);
+        (peak, self.0.peak_until.take())
+    }
+
+    /// Take attempts and takes served at once since the last call.
+    pub(crate) fn take_counts(&mut self) -> (u64, u64) {
+        (
+            std::mem::take(&mut self.0.takes),
+            std::mem::take(&mut self.0.zero_waits),
+        )
+    }
+
+    /// The free members, idle longest first.
+    pub(crate) fn free(&self) -> impl Iterator<Item = &T> {
+        self.0.free.iter()
+    }
+}
+
+#[cfg(all(test, not(pooler_loom)))]
+mod tests {
+    use super::*;
+
+    type H = Hot<u32, &'static str>;
+
+    fn with_free(order: MemberOrder, members: &[u32]) -> H {
+        let hot = H::new(order, 2, false);
+        let mut h = hot.lock();
+        for m in members {
+            assert!(matches!(h.admit(*m), Ok(None)));
+        }
+        drop(h);
+        hot
+    }
+
+    #[test]
+    fn lifo_and_fifo_hand_out_by_order() {
+        let hot = with_free(MemberOrder::Lifo, &[1, 2, 3]);
+        assert!(matches!(
+            hot.take(Wait::No, true, false),
+            Found::Member(3, 0)
+        ));
+        let hot = with_free(MemberOrder::Fifo, &[1, 2, 3]);
+        assert!(matches!(
+            hot.take(Wait::No, true, false),
+            Found::Member(1, 0)
+        ));
+        assert_eq!(
+            hot.lock().view(),
+            View {
+                in_use: 1,
+                free: 2,
+                queued: 0
+            }
+        );
+    }
+
+    #[test]
+    fn nothing_free_asks_the_cold_engine_unless_saturated() {
+        let hot = with_free(MemberOrder::Lifo, &[]);
+        assert_eq!(hot.take(Wait::Queue, true, false), Found::Cold);
+        hot.lock().set_saturated(true);
+        assert_eq!(hot.take(Wait::No, true, false), Found::Full);
+        assert!(matches!(
+            hot.take(Wait::Queue, true, false),
+            Found::Queued(_)
+        ));
+        assert!(matches!(
+            hot.take(Wait::Queue, true, false),
+            Found::Queued(_)
+        ));
+        assert_eq!(hot.take(Wait::Queue, true, false), Found::QueueFull);
+        assert_eq!(hot.lock().take_counts(), (5, 0));
+    }
+
+    #[test]
+    fn a_return_goes_to_the_oldest_waiter_and_wakes_it() {
+        let hot = with_free(MemberOrder::Lifo, &[7]);
+        assert!(matches!(
+            hot.take(Wait::Queue, true, true),
+            Found::Member(7, 0)
+        ));
+        hot.lock().set_saturated(true);
+        let Found::Queued(first) = hot.take(Wait::Queue, true, false) else {
+            panic!()
+        };
+        let Found::Queued(second) = hot.take(Wait::Queue, true, false) else {
+            panic!()
+        };
+        assert!(hot.give(7, 1).is_ok());
+        assert_eq!(hot.leave(second), None);
+        let waker = Waker::noop();
+        assert_eq!(
+            hot.poll(first, &mut Context::from_waker(waker)),
+            Poll::Ready(Ok(7))
+        );
+        let h = hot.lock();
+        assert_eq!(
+            h.view(),
+            View {
+                in_use: 1,
+                free: 0,
+                queued: 0
+            }
+        );
+    }
+
+    #[test]
+    fn one_hold_per_clock_stamp_is_timed_and_stands_for_those_since() {
+        let hot = H::new(MemberOrder::Lifo, 2, true);
+        assert!(matches!(hot.lock().admit(1), Ok(None)));
+        let mut weights = Vec::new();
+        for ticked in [true, false, false, true, false, true] {
+            if ticked {
+                hot.lock().ticked();
+            }
+            let Found::Member(m, timed) = hot.take(Wait::No, true, false) else {
+                panic!()
+            };
+            weights.push(timed);
+            hot.give(m, 0).unwrap();
+        }
+        assert_eq!(weights, [1, 0, 0, 3, 0, 2], "every hold counted once");
+    }
+
+    #[test]
+    fn the_peak_remembers_when_it_was_last_seen() {
+        let hot = with_free(MemberOrder::Lifo, &[1, 2]);
+        let (a, b) = (
+            hot.take(Wait::No, true, false),
+            hot.take(Wait::No, true, false),
+        );
+        let (Found::Member(a, _), Found::Member(b, _)) = (a, b) else {
+            panic!()
+        };
+        hot.give(a, 10).unwrap();
+        hot.give(b, 20).unwrap();
+        assert_eq!(hot.lock().take_peak(), (2, Some(10)));
+        assert_eq!(hot.lock().take_peak(), (0, None));
+    }
+
+    #[test]
+    fn close_hands_back_the_free_and_refuses_the_waiters() {
+        let hot = with_free(MemberOrder::Lifo, &[]);
+        hot.lock().set_saturated(true);
+        let Found::Queued(key) = hot.take(Wait::Queue, true, false) else {
+            panic!()
+        };
+        let (free, wakers) = hot.lock().close(|| "closed");
+        assert_eq!(
+            (free.len(), wakers.len()),
+            (0, 0),
+            "a waiter with no waker yet"
+        );
+        assert_eq!(hot.leave(key), Some(Err("closed")));
+        assert_eq!(hot.take(Wait::Queue, true, false), Found::Closed);
+        assert_eq!(hot.give(3, 0), Err(3));
+    }
+}
+
+/// Loom models of the hot core, the real code through the `sync` shim: every interleaving of
+/// takes, returns, waiters that give up and a close must end with each member held by exactly
+/// one party, free, or handed back by the close — never lost, never doubled — and no waiter
+/// left in the queue.
+///
+/// `RUSTFLAGS="--cfg pooler_loom" cargo test -p pooler --lib --release loom`
+#[cfg(all(test, pooler_loom))]
+mod loom_models {
+    use super::*;
+    use loom::sync::Arc;
+    use loom::thread;
+
+    type H = Arc<Hot<u32, &'static str>>;
+
+    /// Runs a model and says how many interleavings it explored.
+    fn model(name: &str, f: impl Fn() + Sync + Send + 'static) {
+        static RUNS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        RUNS.store(0, std::sync::atomic::Ordering::SeqCst);
+        loom::model(move || {
+            RUNS.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            f();
+        });
+        eprintln!(
+            "loom model {name}: {} interleavings",
+            RUNS.load(std::sync::atomic::Ordering::SeqCst)
+        );
+    }
+
+    /// A saturated pool of `n` members (1..=n), all taken by the caller.
+    fn pool(n: u32) -> (H, Vec<u32>) {
+        let hot = Hot::new(MemberOrder::Lifo, 4, false);
+        {
+            let mut h = hot.lock();
+            for m in 1..=n {
+                assert!(matches!(h.admit(m), Ok(None)));
+            }
+            h.set_saturated(true);
+        }
+        let held = (0..n)
+            .map(|_| match hot.take(Wait::No, true, false) {
+                Found::Member(m, _) => m,
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        (Arc::new(hot), held)
+    }
+
+    /// Gives a member back; a closed core hands it back, and it leaves use to be stopped (as
+    /// `Shared::stop_after_close` does).
+    fn give(hot: &H, m: u32, stopped: &mut Vec<u32>) {
+        if let Err(m) = hot.give(m, 0) {
+            hot.lock().release(0);
+            stopped.push(m);
+        }
+    }
+
+    /// A taker that queues if it must, then gives up (its future dropped): a member served
+    /// to it meanwhile goes back, as `Waiting`'s `Drop` does. What it ends up holding, and
+    /// what a closed core handed back.
+    fn take_then_give_up(hot: &H) -> (Option<u32>, Vec<u32>) {
+        let mut stopped = Vec::new();
+        let held = match hot.take(Wait::Queue, true, false) {
+            Found::Member(m, _) => Some(m),
+            Found::Queued(key) => {
+                thread::yield_now();
+                if let Some(Ok(m)) = hot.leave(key) {
+                    give(hot, m, &mut stopped);
+                }
+                None
+            }
+            _ => None,
+        };
+        (held, stopped)
+    }
+
+    /// A taker that queues if it must and waits until served (or refused by a close).
+    fn take_and_wait(hot: &H) -> Option<u32> {
+        match hot.take(Wait::Queue, true, false) {
+            Found::Member(m, _) => Some(m),
+            Found::Queued(key) => {
+                loom::future::block_on(std::future::poll_fn(|cx| hot.poll(key, cx))).ok()
+            }
+            _ => None,
+        }
+    }
+
+    fn settle(hot: &H, held: &[u32], stopped: &[u32], total: usize) {
+        let h = hot.lock();
+        let v = h.view();
+        let mut all: Vec<u32> = held.iter().chain(stopped).copied().collect();
+        all.extend(h.free().copied());
+        let n = all.len();
+        all.sort_unstable();
+        all.dedup();
+        assert_eq!(
+            all.len(),
+            n,
+            "a member is in two places: {held:?} {stopped:?} {v:?}"
+        );
+        assert_eq!(n, total, "a member was lost: {held:?} {stopped:?} {v:?}");
+        assert_eq!(v.in_use, held.len(), "in use ≠ held: {held:?} {v:?}");
+        assert_eq!(v.queued, 0, "a waiter was left queued");
+    }
+
+    #[test]
+    fn loom_take_races_return_races_a_waiter_giving_up() {
+        model("take, return, waiter giving up", || {
+            let (hot, mut held) = pool(1);
+            let m = held.pop().unwrap();
+            let (a, b) = (hot.clone(), hot.clone());
+            let waiter = thread::spawn(move || take_then_give_up(&a));
+            let taker = thread::spawn(move || match b.take(Wait::No, true, false) {
+                Found::Member(m, _) => Some(m),
+                _ => None,
+            });
+            let mut stopped = Vec::new();
+            give(&hot, m, &mut stopped);
+            let (w, s) = waiter.join().unwrap();
+            stopped.extend(s);
+            held.extend(w);
+            held.extend(taker.join().unwrap());
+            settle(&hot, &held, &stopped, 1);
+        });
+    }
+
+    #[test]
+    fn loom_a_return_hands_off_to_a_waiter_being_dropped() {
+        model("hand-off to a waiter being dropped", || {
+            let (hot, mut held) = pool(1);
+            let m = held.pop().unwrap();
+            let a = hot.clone();
+            let waiter = thread::spawn(move || take_then_give_up(&a));
+            let mut stopped = Vec::new();
+            give(&hot, m, &mut stopped);
+            let (w, s) = waiter.join().unwrap();
+            stopped.extend(s);
+            held.extend(w);
+            settle(&hot, &held, &stopped, 1);
+        });
+    }
+
+    #[test]
+    fn loom_two_returns_and_a_waiter() {
+        model("two returns and a waiter", || {
+            let (hot, mut held) = pool(2);
+            let (m1, m2) = (held.pop().unwrap(), held.pop().unwrap());
+            let (a, b) = (hot.clone(), hot.clone());
+            let waiter = thread::spawn(move || take_and_wait(&a));
+            let returner = thread::spawn(move || {
+                let mut stopped = Vec::new();
+                give(&b, m1, &mut stopped);
+                stopped
+            });
+            let mut stopped = Vec::new();
+            give(&hot, m2, &mut stopped);
+            stopped.extend(returner.join().unwrap());
+            held.extend(waiter.join().unwrap());
+            assert_eq!(held.len(), 1, "the waiter was served");
+            settle(&hot, &held, &stopped, 2);
+        });
+    }
+
+    #[test]
+    fn loom_close_races_a_return_and_a_waiter() {
+        model("close, a return and a waiter", || {
+            let (hot, mut held) = pool(1);
+            let m = held.pop().unwrap();
+            let (a, b) = (hot.clone(), hot.clone());
+            let waiter = thread::spawn(move || take_and_wait(&a));
+            let returner = thread::spawn(move || {
+                let mut stopped = Vec::new();
+                give(&b, m, &mut stopped);
+                stopped
+            });
+            let (free, wakers) = hot.lock().close(|| "closed");
+            // The members free at the close are stopped (they were not in use).
+            wakers.into_iter().for_each(std::task::Waker::wake);
+            let mut stopped = free;
+            stopped.extend(returner.join().unwrap());
+            // A waiter served before the close holds its member; it gives it back into a
+            // closed core, which hands it back to be stopped.
+            if let Some(m) = waiter.join().unwrap() {
+                give(&hot, m, &mut stopped);
+            }
+            settle(&hot, &held, &stopped, 1);
+            assert!(hot.lock().is_closed());
+        });
+    }
+}

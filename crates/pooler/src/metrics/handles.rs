@@ -1,0 +1,237 @@
+//! The handles of one pool, registered with the `metrics` facade when the pool starts.
+
+use std::cell::Cell;
+
+use metrics::{Counter, Gauge, Histogram, IntoF64};
+use tokio::time::Instant;
+
+use super::{DESCRIPTORS, Gauges, MetricKind, NO_MEMBER_REASONS, REMOVAL_REASONS, Reason};
+use crate::error::TakeError;
+
+/// A value that notes when it is converted for a recorder.
+struct Probe<'a>(&'a Cell<bool>);
+
+impl IntoF64 for Probe<'_> {
+    fn into_f64(self) -> f64 {
+        self.0.set(true);
+        0.0
+    }
+}
+
+/// Whether `touch` hands its value to a recorder. A handle registered with no recorder (or
+/// one a recorder declined) is a no-op that never converts the value it is given, so the
+/// probe is never converted; a live one must convert it. `touch` must leave the metric as it
+/// was (add zero to a gauge, record zero observations): the probe converts to `0.0`.
+///
+/// Should a handle ever convert eagerly, the probe reports it live and the pool publishes
+/// as if a recorder were installed: slower, never wrong.
+fn reaches_recorder(touch: impl FnOnce(Probe<'_>)) -> bool {
+    let live = Cell::new(false);
+    touch(Probe(&live));
+    live.get()
+}
+
+/// One pool's registered handles.
+pub(crate) struct PoolMetrics {
+    take: Counter,
+    no_members: [Counter; 5],
+    killed_free: [Counter; 5],
+    killed_in_use: [Counter; 5],
+    queue_max_reached: Counter,
+    start_timeout: Counter,
+    free: Gauge,
+    in_use: Gauge,
+    starting: Gauge,
+    stopping: Gauge,
+    queue: Gauge,
+    take_wait: Histogram,
+    member_use: Histogram,
+    /// Some gauge reaches a recorder: publish counts.
+    gauges_live: bool,
+    /// `take_wait` reaches a recorder: measure how long takes wait.
+    wait_live: bool,
+    /// `member_use` reaches a recorder: measure how long members are held.
+    use_live: bool,
+}
+
+impl PoolMetrics {
+    pub(crate) fn new(pool: &str) -> Self {
+        let pool = pool.to_owned();
+        let by_reason = |name: &'static str, reasons: &[&'static str]| -> [Counter; 5] {
+            std::array::from_fn(
+                |i| metrics::counter!(name, "pool" => pool.clone(), "reason" => reasons[i]),
+            )
+        };
+        for d in DESCRIPTORS {
+            match d.kind {
+                MetricKind::Counter => metrics::describe_counter!(d.name, d.help),
+                MetricKind::Gauge => metrics::describe_gauge!(d.name, d.help),
+                MetricKind::Histogram => {
+                    metrics::describe_histogram!(d.name, metrics::Unit::Seconds, d.help)
+                }
+            }
+        }
+        let free = metrics::gauge!("pooler_free", "pool" => pool.clone());
+        let in_use = metrics::gauge!("pooler_in_use", "pool" => pool.clone());
+        let starting = metrics::gauge!("pooler_starting", "pool" => pool.clone());
+        let stopping = metrics::gauge!("pooler_stopping", "pool" => pool.clone());
+        let queue = metrics::gauge!("pooler_queue", "pool" => pool.clone());
+        let take_wait = metrics::histogram!("pooler_take_wait_seconds", "pool" => pool.clone());
+        let member_use = metrics::histogram!("pooler_member_use_seconds", "pool" => pool.clone());
+        let gauges_live = [&free, &in_use, &starting, &stopping, &queue]
+            .into_iter()
+            .any(|g| reaches_recorder(|p| g.increment(p)));
+        let wait_live = reaches_recorder(|p| take_wait.record_many(p, 0));
+        let use_live = reaches_recorder(|p| member_use.record_many(p, 0));
+        PoolMetrics {
+            take: metrics::counter!("pooler_take_total", "pool" => pool.clone()),
+            no_members: by_reason("pooler_error_no_members_total", NO_MEMBER_REASONS),
+            killed_free: by_reason("pooler_killed_free_total", REMOVAL_REASONS),
+            killed_in_use: by_reason("pooler_killed_in_use_total", REMOVAL_REASONS),
+            queue_max_reached: metrics::counter!("pooler_queue_max_reached_total", "pool" => pool.clone()),
+            start_timeout: metrics::counter!("pooler_starting_member_timeout_total", "pool" => pool),
+            free,
+            in_use,
+            starting,
+            stopping,
+            queue,
+            take_wait,
+            member_use,
+            gauges_live,
+            wait_live,
+            use_live,
+        }
+    }
+
+    /// Whether the wait histogram reaches a recorder.
+    pub(crate) fn wait_live(&self) -> bool {
+        self.wait_live
+    }
+
+    /// Whether the use histogram reaches a recorder (the pool then reads the clock at take
+    /// and return).
+    pub(crate) fn use_live(&self) -> bool {
+        self.use_live
+    }
+
+    /// Sets the gauges (values go in as `u32`, converted to `f64` only inside a recorder).
+    pub(crate) fn publish(&self, g: Gauges) {
+        if !self.gauges_live {
+            return;
+        }
+        for (gauge, n) in [
+            (&self.free, g.free),
+            (&self.in_use, g.in_use),
+            (&self.starting, g.starting),
+            (&self.stopping, g.stopping),
+            (&self.queue, g.queued),
+        ] {
+            gauge.set(u32::try_from(n).unwrap_or(u32::MAX));
+        }
+    }
+
+    /// Adds what the hot core counted since the last flush: take attempts, and takes served
+    /// at once (waits of zero).
+    pub(crate) fn flush(&self, takes: u64, zero_waits: u64) {
+        if takes > 0 {
+            self.take.increment(takes);
+        }
+        if zero_waits > 0 && self.wait_live {
+            self.take_wait
+                .record_many(0.0, usize::try_from(zero_waits).unwrap_or(usize::MAX));
+        }
+    }
+
+    /// A `take_member` that waited (it queued or checked its member first, at `started`)
+    /// was handed a member now. Takes served at once are counted in the hot core instead.
+    pub(crate) fn waited(&self, started: Instant) {
+        if self.wait_live {
+            self.take_wait.record(started.elapsed().as_secs_f64());
+        }
+    }
+
+    /// A member taken at `taken_at` came back at `now`; the hold stands for `weight` holds
+    /// (itself and those not timed since the last timed one).
+    pub(crate) fn used(&self, taken_at: Instant, now: Instant, weight: u32) {
+        if self.use_live {
+            let secs = now.saturating_duration_since(taken_at).as_secs_f64();
+            match weight {
+                0 => {}
+                1 => self.member_use.record(secs),
+                n => self
+                    .member_use
+                    .record_many(secs, usize::try_from(n).unwrap_or(usize::MAX)),
+            }
+        }
+    }
+
+    /// A take got no member; `reason` is [`TakeError::reason`](crate::TakeError::reason).
+    /// A take found the pool full.
+    #[inline]
+    pub(crate) fn at_capacity(&self) {
+        self.no_members[0].increment(1);
+    }
+
+    /// A take got no member.
+    pub(crate) fn no_member(&self, error: &TakeError) {
+        // The index of the error's reason in NO_MEMBER_REASONS.
+        let at = match error {
+            TakeError::AtCapacity { .. } => 0,
+            TakeError::AllInUse { .. } => 1,
+            TakeError::QueueFull { .. } | TakeError::QueueShrunk { .. } => {
+                self.queue_max_reached.increment(1);
+                2
+            }
+            TakeError::Timeout { .. } => 3,
+            TakeError::Unavailable { .. } => 4,
+            _ => return,
+        };
+        debug_assert_eq!(NO_MEMBER_REASONS[at], error.reason());
+        self.no_members[at].increment(1);
+    }
+
+    pub(crate) fn killed(&self, reason: Reason, in_use: bool) {
+        let counters = if in_use {
+            &self.killed_in_use
+        } else {
+            &self.killed_free
+        };
+        counters[reason as usize].increment(1);
+    }
+
+    pub(crate) fn start_timed_out(&self) {
+        self.start_timeout.increment(1);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn handles_registered_with_no_recorder_are_seen_as_dead() {
+        let m = PoolMetrics::new("probe-none");
+        assert!(!m.gauges_live);
+        assert!(!m.wait_live);
+        assert!(!m.use_live);
+    }
+
+    #[test]
+    fn handles_registered_with_a_recorder_are_seen_as_live_and_left_unchanged() {
+        let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
+        let handle = recorder.handle();
+        let m = metrics::with_local_recorder(&recorder, || PoolMetrics::new("probe-live"));
+        assert!(m.gauges_live);
+        assert!(m.wait_live);
+        assert!(m.use_live);
+        let scrape = handle.render();
+        assert!(
+            scrape.contains("pooler_free{pool=\"probe-live\"} 0"),
+            "{scrape}"
+        );
+        assert!(
+            scrape.contains("pooler_member_use_seconds_count{pool=\"probe-live\"} 0"),
+            "{scrape}"
+        );
+    }
+}

@@ -1,0 +1,260 @@
+//! The queue of waiting takers: a FIFO list of slots linked by index in a slab, so a taker
+//! joins, leaves (timed out or dropped) and is served in O(1), with no allocation once the
+//! slab has grown to the queue's high-water mark.
+//!
+//! # Invariants
+//!
+//! 1. Every slot is either *waiting* — linked into the list, `len` of them, oldest at `head` —
+//!    or *served* — out of the list, holding its outcome until its taker collects it or gives
+//!    it up. Only its taker removes a slot from the slab.
+//! 2. The links are consistent: following `next` from `head` visits exactly the waiting slots
+//!    and ends at `tail`; `prev` mirrors `next`.
+
+use std::task::Waker;
+
+use slab::Slab;
+
+/// A taker's place: its slot, and a ticket that tells it from a later taker in the same slot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct WaitKey {
+    index: usize,
+    ticket: u64,
+}
+
+#[derive(Debug)]
+enum Slot<T, E> {
+    Waiting {
+        ticket: u64,
+        prev: Option<usize>,
+        next: Option<usize>,
+        waker: Option<Waker>,
+    },
+    Served {
+        ticket: u64,
+        outcome: Result<T, E>,
+    },
+}
+
+impl<T, E> Slot<T, E> {
+    fn ticket(&self) -> u64 {
+        match self {
+            Slot::Waiting { ticket, .. } | Slot::Served { ticket, .. } => *ticket,
+        }
+    }
+}
+
+/// What a taker finds when it looks at its slot.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Look<T, E> {
+    Waiting,
+    Served(Result<T, E>),
+}
+
+#[derive(Debug)]
+pub(crate) struct Waiters<T, E> {
+    slots: Slab<Slot<T, E>>,
+    head: Option<usize>,
+    tail: Option<usize>,
+    len: usize,
+    next_ticket: u64,
+}
+
+impl<T, E> Default for Waiters<T, E> {
+    fn default() -> Self {
+        Waiters {
+            slots: Slab::new(),
+            head: None,
+            tail: None,
+            len: 0,
+            next_ticket: 0,
+        }
+    }
+}
+
+impl<T, E> Waiters<T, E> {
+    /// Takers waiting (not yet served).
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Joins the back of the queue.
+    pub(crate) fn push(&mut self) -> WaitKey {
+        let ticket = self.next_ticket;
+        self.next_ticket += 1;
+        let index = self.slots.insert(Slot::Waiting {
+            ticket,
+            prev: self.tail,
+            next: None,
+            waker: None,
+        });
+        match self.tail {
+            Some(tail) => self.set_next(tail, Some(index)),
+            None => self.head = Some(index),
+        }
+        self.tail = Some(index);
+        self.len += 1;
+        WaitKey { index, ticket }
+    }
+
+    fn set_next(&mut self, at: usize, to: Option<usize>) {
+        if let Slot::Waiting { next, .. } = &mut self.slots[at] {
+            *next = to;
+        }
+    }
+
+    fn set_prev(&mut self, at: usize, to: Option<usize>) {
+        if let Slot::Waiting { prev, .. } = &mut self.slots[at] {
+            *prev = to;
+        }
+    }
+
+    /// Takes a waiting slot out of the list (it stays in the slab), returning its waker.
+    fn unlink(&mut self, index: usize) -> Option<Waker> {
+        let Slot::Waiting {
+            prev, next, waker, ..
+        } = &mut self.slots[index]
+        else {
+            unreachable!("only waiting slots are linked")
+        };
+        let (prev, next, waker) = (*prev, *next, waker.take());
+        match prev {
+            Some(p) => self.set_next(p, next),
+            None => self.head = next,
+        }
+        match next {
+            Some(n) => self.set_prev(n, prev),
+            None => self.tail = prev,
+        }
+        self.len -= 1;
+        waker
+    }
+
+    /// Serves the oldest waiter with `outcome`; gives the outcome back if none waits. The
+    /// waker to wake (after the lock is released) comes back with it.
+    pub(crate) fn serve_oldest(
+        &mut self,
+        outcome: Result<T, E>,
+    ) -> Result<Option<Waker>, Result<T, E>> {
+        let Some(index) = self.head else {
+            return Err(outcome);
+        };
+        let waker = self.unlink(index);
+        let ticket = self.slots[index].ticket();
+        self.slots[index] = Slot::Served { ticket, outcome };
+        Ok(waker)
+    }
+
+    /// Looks at a taker's slot: still waiting (its waker is kept), or served (the slot is
+    /// freed and the outcome handed over).
+    pub(crate) fn look(&mut self, key: WaitKey, waker: &Waker) -> Look<T, E> {
+        debug_assert_eq!(
+            self.slots[key.index].ticket(),
+            key.ticket,
+            "a slot is its own taker's"
+        );
+        match &mut self.slots[key.index] {
+            Slot::Waiting { waker: kept, .. } => {
+                match kept {
+                    Some(kept) if kept.will_wake(waker) => {}
+                    _ => *kept = Some(waker.clone()),
+                }
+                Look::Waiting
+            }
+            Slot::Served { .. } => match self.slots.remove(key.index) {
+                Slot::Served { outcome, .. } => Look::Served(outcome),
+                Slot::Waiting { .. } => unreachable!("matched as served"),
+            },
+        }
+    }
+
+    /// A taker gives up its place: `None` if it was still waiting (it leaves the queue), or the
+    /// outcome it had been served and not yet collected.
+    pub(crate) fn leave(&mut self, key: WaitKey) -> Option<Result<T, E>> {
+        debug_assert_eq!(
+            self.slots[key.index].ticket(),
+            key.ticket,
+            "a slot is its own taker's"
+        );
+        if matches!(self.slots[key.index], Slot::Waiting { .. }) {
+            drop(self.unlink(key.index));
+        }
+        match self.slots.remove(key.index) {
+            Slot::Waiting { .. } => None,
+            Slot::Served { outcome, .. } => Some(outcome),
+        }
+    }
+
+    /// Invariant #2, O(n); for tests.
+    #[cfg(test)]
+    pub(crate) fn check(&self) {
+        let mut seen = 0;
+        let mut prev = None;
+        let mut at = self.head;
+        while let Some(index) = at {
+            let Slot::Waiting { prev: p, next, .. } = &self.slots[index] else {
+                panic!("a served slot is linked")
+            };
+            assert_eq!(*p, prev);
+            prev = Some(index);
+            at = *next;
+            seen += 1;
+        }
+        assert_eq!(prev, self.tail);
+        assert_eq!(seen, self.len);
+        let waiting = self
+            .slots
+            .iter()
+            .filter(|(_, s)| matches!(s, Slot::Waiting { .. }))
+            .count();
+        assert_eq!(waiting, self.len);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn noop() -> Waker {
+        Waker::noop().clone()
+    }
+
+    #[test]
+    fn served_oldest_first_and_collected_once() {
+        let mut w: Waiters<u32, ()> = Waiters::default();
+        let (a, b, c) = (w.push(), w.push(), w.push());
+        assert_eq!(w.look(b, &noop()), Look::Waiting);
+        assert!(w.serve_oldest(Ok(1)).is_ok());
+        assert!(w.serve_oldest(Ok(2)).is_ok());
+        w.check();
+        assert_eq!(w.len(), 1);
+        assert_eq!(w.look(b, &noop()), Look::Served(Ok(2)));
+        assert_eq!(w.look(a, &noop()), Look::Served(Ok(1)));
+        assert_eq!(w.leave(c), None);
+        assert!(w.is_empty());
+        assert!(matches!(w.serve_oldest(Ok(3)), Err(Ok(3))));
+        w.check();
+    }
+
+    #[test]
+    fn leaving_from_the_middle_keeps_the_order() {
+        let mut w: Waiters<u32, ()> = Waiters::default();
+        let keys: Vec<_> = (0..5).map(|_| w.push()).collect();
+        assert_eq!(w.leave(keys[2]), None);
+        assert_eq!(w.leave(keys[0]), None);
+        assert_eq!(w.leave(keys[4]), None);
+        w.check();
+        assert!(w.serve_oldest(Ok(7)).is_ok());
+        assert_eq!(
+            w.leave(keys[1]),
+            Some(Ok(7)),
+            "served, not collected: handed back"
+        );
+        assert!(w.serve_oldest(Ok(8)).is_ok());
+        assert_eq!(w.look(keys[3], &noop()), Look::Served(Ok(8)));
+        w.check();
+    }
+}

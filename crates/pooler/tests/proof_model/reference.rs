@@ -1,0 +1,669 @@
+//! A reference model of one pool: a plain, sequential statement of SPEC §4 and §6 — the free
+//! list in order, the FIFO queue, the capacity, the starts each event decides, backoff — run
+//! in lockstep with the real pool. After every step the two must agree on what each take got
+//! (which member, or which error), which waiters were served and in what order, the members
+//! that exist (so the starts decided), and the counts.
+//!
+//! Time: the pool runs on tokio's paused clock, whose timers tick in whole milliseconds. So
+//! that no two kinds of event ever share a tick, operations happen at even milliseconds,
+//! backoff steps are even (100 ms × 2ⁿ: the pool runs without backoff jitter here), and every
+//! taker's timeout is odd: a member can never arrive in the very tick a taker gives up. Starts and stops complete at once (within the
+//! step), in the order they were spawned, as tasks do on a current-thread runtime.
+
+use std::collections::{BTreeSet, VecDeque};
+use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use crate::common::*;
+use pooler::{Member, MemberOrder, MemberStatus, PoolConfig, TakeError};
+use proptest::prelude::*;
+
+/// How a take ended, as a taker sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Outcome {
+    /// Still queued.
+    Waiting,
+    /// Handed this member.
+    Served(u64),
+    /// Refused, with the error's reason (`TakeError::reason`, `unavailable`, or
+    /// `timeout+cause` for a timeout that carries the last start error).
+    Failed(&'static str),
+    /// Dropped by the test while queued.
+    Cancelled,
+}
+
+impl Outcome {
+    fn of(result: &Result<Member<Fake>, TakeError>) -> Outcome {
+        match result {
+            Ok(m) => Outcome::Served(Member::id(m)),
+            Err(e) => Outcome::Failed(kind(e)),
+        }
+    }
+}
+
+fn kind(e: &TakeError) -> &'static str {
+    match e {
+        TakeError::Unavailable { .. } => "unavailable",
+        TakeError::Timeout {
+            last_start_error: Some(_),
+            ..
+        } => "timeout+cause",
+        TakeError::QueueShrunk { .. } => "queue_shrunk",
+        other => other.reason(),
+    }
+}
+
+/// The first backoff step and its cap (docs/design.md).
+fn backoff(failures: u32) -> u64 {
+    (100u64 << failures.saturating_sub(1).min(16)).min(10_000)
+}
+
+/// Work the pool does in its own tasks, in the order it was spawned.
+#[derive(Debug, Clone, Copy)]
+enum Task {
+    /// A start attempts now: with the plan in force, it succeeds or fails at once.
+    Start(u64),
+    /// A stop ends (at once) and frees its slot.
+    Stop,
+    /// A member's driver task ends.
+    DriverEnd(u64),
+    /// A taker's `take_member`, first polled.
+    Taker(usize),
+}
+
+#[derive(Debug)]
+struct Start {
+    id: u64,
+    /// How many backoff steps had been counted when the start was decided.
+    epoch: u64,
+    /// A start waiting out a backoff delay: when it attempts.
+    at: Option<u64>,
+}
+
+/// The pool, as the rules describe it. Times are milliseconds since the pool started.
+#[derive(Debug)]
+pub(crate) struct Model {
+    now: u64,
+    init: usize,
+    max: usize,
+    queue_max: usize,
+    fifo: bool,
+    next_id: u64,
+    /// Front: idle longest.
+    free: VecDeque<u64>,
+    /// Held by the test, or handed to a taker.
+    in_use: BTreeSet<u64>,
+    /// In use, with its driver task ended: replaced when it comes back.
+    dead: BTreeSet<u64>,
+    broken: BTreeSet<u64>,
+    stopping: usize,
+    starting: Vec<Start>,
+    /// Queued takers, oldest first, with their deadlines.
+    waiters: VecDeque<(usize, u64)>,
+    timeouts: Vec<u64>,
+    outcomes: Vec<Outcome>,
+    failures: u32,
+    epoch: u64,
+    retry_at: Option<u64>,
+    last_error: bool,
+    owed: usize,
+    plan_ok: bool,
+    attempts: usize,
+    tasks: VecDeque<Task>,
+}
+
+impl Model {
+    /// A pool just started: `init` members started (and succeeded) in parallel.
+    fn new(init: usize, max: usize, queue_max: usize) -> Model {
+        let mut m = Model {
+            now: 0,
+            init,
+            max,
+            queue_max,
+            fifo: false,
+            next_id: 1,
+            free: VecDeque::new(),
+            in_use: BTreeSet::new(),
+            dead: BTreeSet::new(),
+            broken: BTreeSet::new(),
+            stopping: 0,
+            starting: Vec::new(),
+            waiters: VecDeque::new(),
+            timeouts: Vec::new(),
+            outcomes: Vec::new(),
+            failures: 0,
+            epoch: 0,
+            retry_at: None,
+            last_error: false,
+            owed: 0,
+            plan_ok: true,
+            attempts: 0,
+            tasks: VecDeque::new(),
+        };
+        let ids = m.reserve(init, None);
+        m.spawn(ids);
+        m.run();
+        m
+    }
+
+    fn room(&self) -> usize {
+        self.max.saturating_sub(
+            self.in_use.len() + self.free.len() + self.starting.len() + self.stopping,
+        )
+    }
+
+    fn reserve(&mut self, n: usize, at: Option<u64>) -> Vec<u64> {
+        (0..n)
+            .map(|_| {
+                let id = self.next_id;
+                self.next_id += 1;
+                self.starting.push(Start {
+                    id,
+                    epoch: self.epoch,
+                    at,
+                });
+                id
+            })
+            .collect()
+    }
+
+    fn spawn(&mut self, starts: Vec<u64>) {
+        self.tasks.extend(starts.into_iter().map(Task::Start));
+    }
+
+    /// While backing off: one start, when none is in flight and there is room, attempting
+    /// once the backoff step has passed. Returns it if it attempts now.
+    fn backoff_start(&mut self) -> (bool, Vec<u64>) {
+        if !self.starting.is_empty() || self.room() == 0 {
+            return (false, Vec::new());
+        }
+        let at = self.retry_at.unwrap_or(self.now).max(self.now);
+        if at > self.now {
+            self.reserve(1, Some(at));
+            (true, Vec::new())
+        } else {
+            (true, self.reserve(1, None))
+        }
+    }
+
+    /// Whether a start in flight attempts by `by`.
+    fn start_reaches(&self, by: u64) -> bool {
+        self.starting.iter().any(|s| s.at.is_none_or(|at| at <= by))
+    }
+
+    /// The starts the pool needs: to hold `init`, serve every waiter, pay what is owed.
+    fn refill(&mut self) -> Vec<u64> {
+        let live = self.in_use.len() + self.free.len();
+        let need = self
+            .init
+            .saturating_sub(live)
+            .max(self.waiters.len())
+            .max(self.owed)
+            .saturating_sub(self.starting.len())
+            .min(self.room());
+        if need == 0 {
+            return Vec::new();
+        }
+        if self.failures > 0 {
+            return self.backoff_start().1;
+        }
+        self.reserve(need, None)
+    }
+
+    /// A take with this deadline: a member, or why none (SPEC §4.1, §6), spawning the starts
+    /// it decided.
+    fn take(&mut self, deadline: u64) -> Result<u64, &'static str> {
+        loop {
+            let idle = if self.fifo {
+                self.free.pop_front()
+            } else {
+                self.free.pop_back()
+            };
+            if let Some(id) = idle {
+                self.in_use.insert(id);
+                if self.broken.contains(&id) {
+                    self.destroy(id);
+                    continue;
+                }
+                return Ok(id);
+            }
+            if self.failures > 0 {
+                let (started, now) = self.backoff_start();
+                self.spawn(now);
+                return Err(if self.in_use.is_empty() && !self.start_reaches(deadline) {
+                    if self.last_error {
+                        "unavailable"
+                    } else {
+                        "all_in_use"
+                    }
+                } else if self.room() == 0 && !started {
+                    "at_capacity"
+                } else {
+                    "all_in_use"
+                });
+            }
+            let room = self.room();
+            if room == 0 {
+                return Err("at_capacity");
+            }
+            let batch = self
+                .init
+                .saturating_sub(self.starting.len())
+                .min(room)
+                .max(1);
+            let ids = self.reserve(batch, None);
+            self.spawn(ids);
+            return Err("all_in_use");
+        }
+    }
+
+    /// Stops a member taken from use and owes its replacement.
+    fn destroy(&mut self, id: u64) {
+        self.in_use.remove(&id);
+        self.stopping += 1;
+        self.owed = (self.owed + 1).min(self.max);
+        let starts = self.refill();
+        self.tasks.push_back(Task::Stop);
+        self.spawn(starts);
+    }
+
+    /// A member becomes available: to the oldest waiter, else to the back of the free list.
+    fn hand_off(&mut self, id: u64) {
+        if let Some((w, _)) = self.waiters.pop_front() {
+            self.outcomes[w] = Outcome::Served(id);
+        } else {
+            self.in_use.remove(&id);
+            self.free.push_back(id);
+        }
+    }
+
+    fn give_back(&mut self, id: u64, ok: bool) {
+        if ok && !self.broken.contains(&id) && !self.dead.contains(&id) {
+            self.hand_off(id);
+        } else {
+            self.destroy(id);
+        }
+    }
+
+    /// Runs the pool's tasks until none is left.
+    fn run(&mut self) {
+        while let Some(task) = self.tasks.pop_front() {
+            match task {
+                Task::Start(id) => {
+                    let at = self.starting.iter().position(|s| s.id == id).unwrap();
+                    let start = self.starting.remove(at);
+                    self.attempts += 1;
+                    if self.plan_ok {
+                        self.failures = 0;
+                        self.retry_at = None;
+                        self.last_error = false;
+                        self.owed = self.owed.saturating_sub(1);
+                        self.in_use.insert(id);
+                        self.hand_off(id);
+                    } else {
+                        if start.epoch == self.epoch {
+                            self.failures += 1;
+                            self.epoch += 1;
+                            self.retry_at = Some(self.now + backoff(self.failures));
+                        }
+                        self.last_error = true;
+                    }
+                    let starts = self.refill();
+                    self.spawn(starts);
+                }
+                Task::Stop => {
+                    self.stopping -= 1;
+                    let starts = self.refill();
+                    self.spawn(starts);
+                }
+                Task::DriverEnd(id) => {
+                    let was_free = self.free.iter().position(|f| *f == id);
+                    if let Some(at) = was_free {
+                        self.free.remove(at);
+                        self.stopping += 1;
+                        self.owed = (self.owed + 1).min(self.max);
+                    } else if self.in_use.contains(&id) {
+                        self.dead.insert(id);
+                    }
+                    let starts = self.refill();
+                    if was_free.is_some() {
+                        self.tasks.push_back(Task::Stop);
+                    }
+                    self.spawn(starts);
+                }
+                Task::Taker(w) => {
+                    let deadline = self.now + self.timeouts[w];
+                    self.outcomes[w] = match self.take(deadline) {
+                        Ok(id) => Outcome::Served(id),
+                        Err(why @ ("unavailable" | "closed")) => Outcome::Failed(why),
+                        Err(why) if self.waiters.len() < self.queue_max => {
+                            let _ = why;
+                            self.waiters.push_back((w, deadline));
+                            Outcome::Waiting
+                        }
+                        Err(why) if self.queue_max == 0 => Outcome::Failed(why),
+                        Err(_) => Outcome::Failed("queue_full"),
+                    };
+                }
+            }
+        }
+    }
+
+    /// The next instant, up to `until`, at which a delayed start attempts or a taker's
+    /// deadline passes.
+    fn next_event(&self, until: u64) -> Option<u64> {
+        let starts = self.starting.iter().filter_map(|s| s.at);
+        let deadlines = self.waiters.iter().map(|(_, d)| *d);
+        starts.chain(deadlines).filter(|t| *t <= until).min()
+    }
+
+    /// Moves the clock to `t` and lets what is due happen.
+    fn fire(&mut self, t: u64) {
+        self.now = t;
+        for s in &mut self.starting {
+            if s.at == Some(t) {
+                s.at = None;
+                self.tasks.push_back(Task::Start(s.id));
+            }
+        }
+        let cause = self.last_error;
+        let mut kept = VecDeque::new();
+        for (w, deadline) in self.waiters.drain(..) {
+            if deadline == t {
+                self.outcomes[w] = Outcome::Failed(if cause { "timeout+cause" } else { "timeout" });
+            } else {
+                kept.push_back((w, deadline));
+            }
+        }
+        self.waiters = kept;
+        self.run();
+    }
+}
+
+#[derive(Debug, Clone)]
+pub(crate) enum Op {
+    TryTake,
+    /// Take with a timeout of `2n + 1` ms.
+    Take(u64),
+    Return(usize),
+    Fail(usize),
+    PanicDrop(usize),
+    CancelWaiter(usize),
+    Crash(usize),
+    Break(usize),
+    Starts(bool),
+    /// Advance the clock by `2n` ms.
+    Advance(u64),
+    Reconfigure {
+        queue_max: usize,
+        fifo: bool,
+    },
+}
+
+pub(crate) fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        4 => Just(Op::TryTake),
+        4 => (0u64..100).prop_map(Op::Take),
+        4 => any::<usize>().prop_map(Op::Return),
+        1 => any::<usize>().prop_map(Op::Fail),
+        1 => any::<usize>().prop_map(Op::PanicDrop),
+        1 => any::<usize>().prop_map(Op::CancelWaiter),
+        1 => any::<usize>().prop_map(Op::Crash),
+        1 => any::<usize>().prop_map(Op::Break),
+        1 => proptest::bool::weighted(0.7).prop_map(Op::Starts),
+        3 => (0u64..150).prop_map(Op::Advance),
+        1 => (0usize..4, any::<bool>()).prop_map(|(queue_max, fifo)| Op::Reconfigure { queue_max, fifo }),
+    ]
+}
+
+/// The `i`-th (modulo their number) of `ids` in ascending order.
+fn pick(ids: impl IntoIterator<Item = u64>, i: usize) -> Option<u64> {
+    let mut ids: Vec<u64> = ids.into_iter().collect();
+    ids.sort_unstable();
+    (!ids.is_empty()).then(|| ids[i % ids.len()])
+}
+
+/// Runs `ops` on a real pool and on the model, comparing them after every step.
+pub(crate) fn run(ops: Vec<Op>, steps: Arc<AtomicUsize>) {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .start_paused(true)
+        .build()
+        .unwrap();
+    rt.block_on(async move {
+        // Exact backoff steps (no jitter), so the model knows when each retry comes.
+        let config = PoolConfig::new("reference", 1, 3)
+            .to_builder()
+            .cull_interval(Duration::ZERO)
+            .queue_max(3)
+            .backoff_jitter(false)
+            .build()
+            .unwrap();
+        let (pool, probe) = pool_with(config.clone(), Fake::default()).await;
+        let mut model = Model::new(1, 3, 3);
+        let held: Arc<Mutex<Vec<Member<Fake>>>> = Arc::default();
+        let outcomes: Arc<Mutex<Vec<Outcome>>> = Arc::default();
+        let mut takers = Vec::new();
+        for (step, op) in ops.iter().enumerate() {
+            let mut try_take = None;
+            match *op {
+                Op::TryTake => {
+                    let got = pool.try_take_member();
+                    try_take = Some((Outcome::of(&got), {
+                        let deadline = model.now;
+                        match model.take(deadline) {
+                            Ok(id) => Outcome::Served(id),
+                            Err(why) => Outcome::Failed(why),
+                        }
+                    }));
+                    if let Ok(m) = got {
+                        held.lock().unwrap().push(m);
+                    }
+                }
+                Op::Take(half) => {
+                    let w = model.outcomes.len();
+                    let timeout = 2 * half + 1;
+                    model.outcomes.push(Outcome::Waiting);
+                    model.timeouts.push(timeout);
+                    model.tasks.push_back(Task::Taker(w));
+                    outcomes.lock().unwrap().push(Outcome::Waiting);
+                    let (pool, held, outcomes) = (pool.clone(), held.clone(), outcomes.clone());
+                    takers.push(tokio::spawn(async move {
+                        let got = pool.take_member(Duration::from_millis(timeout)).await;
+                        outcomes.lock().unwrap()[w] = Outcome::of(&got);
+                        if let Ok(m) = got {
+                            held.lock().unwrap().push(m);
+                        }
+                    }));
+                }
+                Op::Return(i) | Op::Fail(i) | Op::PanicDrop(i) => {
+                    let id = pick(model.in_use.iter().copied(), i);
+                    if let Some(id) = id {
+                        let m = {
+                            let mut held = held.lock().unwrap();
+                            let at = held.iter().position(|m| Member::id(m) == id);
+                            held.swap_remove(at.unwrap_or_else(|| {
+                                panic!("step {step} {op:?}: member {id} is not held")
+                            }))
+                        };
+                        match op {
+                            Op::Return(_) => drop(m),
+                            Op::Fail(_) => Member::fail(m),
+                            _ => {
+                                let unwound = std::panic::catch_unwind(
+                                    std::panic::AssertUnwindSafe(move || {
+                                        let _m = m;
+                                        panic!("consumer crashed");
+                                    }),
+                                );
+                                assert!(unwound.is_err());
+                            }
+                        }
+                        model.give_back(id, matches!(op, Op::Return(_)));
+                    }
+                }
+                Op::CancelWaiter(i) => {
+                    let queued: Vec<usize> = model.waiters.iter().map(|(w, _)| *w).collect();
+                    if !queued.is_empty() {
+                        let w = queued[i % queued.len()];
+                        takers[w].abort();
+                        outcomes.lock().unwrap()[w] = Outcome::Cancelled;
+                        model.waiters.retain(|(q, _)| *q != w);
+                        model.outcomes[w] = Outcome::Cancelled;
+                    }
+                }
+                Op::Crash(i) => {
+                    let alive = model.free.iter().chain(&model.in_use).copied();
+                    if let Some(id) = pick(alive.filter(|id| !model.dead.contains(id)), i) {
+                        assert!(
+                            probe.try_crash(id),
+                            "step {step}: member {id} has no driver"
+                        );
+                        model.tasks.push_back(Task::DriverEnd(id));
+                    }
+                }
+                Op::Break(i) => {
+                    if let Some(id) = pick(model.free.iter().chain(&model.in_use).copied(), i) {
+                        probe.break_member(id);
+                        model.broken.insert(id);
+                    }
+                }
+                Op::Starts(ok) => {
+                    probe.set_start(if ok { Step::Ok } else { Step::Err });
+                    model.plan_ok = ok;
+                }
+                Op::Advance(half) => {
+                    let until = model.now + 2 * half;
+                    while let Some(t) = model.next_event(until) {
+                        settle().await;
+                        tokio::time::advance(Duration::from_millis(t - model.now)).await;
+                        settle().await;
+                        model.fire(t);
+                        compare(&pool, &probe, &model, &outcomes, &held, step, op);
+                    }
+                    settle().await;
+                    tokio::time::advance(Duration::from_millis(until - model.now)).await;
+                    model.now = until;
+                }
+                Op::Reconfigure { queue_max, fifo } => {
+                    let order = if fifo {
+                        MemberOrder::Fifo
+                    } else {
+                        MemberOrder::Lifo
+                    };
+                    pool.reconfigure(
+                        config
+                            .to_builder()
+                            .queue_max(queue_max)
+                            .member_order(order)
+                            .build()
+                            .unwrap(),
+                    )
+                    .unwrap();
+                    let shed = model.waiters.len().saturating_sub(queue_max);
+                    for (w, _) in model.waiters.drain(..shed) {
+                        model.outcomes[w] = Outcome::Failed("queue_shrunk");
+                    }
+                    model.queue_max = queue_max;
+                    model.fifo = fifo;
+                    let starts = model.refill();
+                    model.spawn(starts);
+                }
+            }
+            model.run();
+            settle().await;
+            if let Some((real, predicted)) = try_take {
+                assert_eq!(real, predicted, "step {step} {op:?}: try_take_member");
+            }
+            compare(&pool, &probe, &model, &outcomes, &held, step, op);
+            steps.fetch_add(1, SeqCst);
+        }
+        for t in &takers {
+            t.abort();
+        }
+        settle().await;
+        drop(std::mem::take(&mut *held.lock().unwrap()));
+        pool.close(pooler::Shutdown::Immediate).await;
+        assert_eq!(pool.live_tasks(), 0);
+    });
+}
+
+#[allow(clippy::too_many_arguments)]
+fn compare(
+    pool: &pooler::Pool<Fake>,
+    probe: &Probe,
+    model: &Model,
+    outcomes: &Mutex<Vec<Outcome>>,
+    held: &Mutex<Vec<Member<Fake>>>,
+    n: usize,
+    op: &Op,
+) {
+    let at = format!("step {n} {op:?} at {} ms", model.now);
+    assert_eq!(
+        *outcomes.lock().unwrap(),
+        model.outcomes,
+        "{at}: what each take got"
+    );
+    let mut held: Vec<u64> = held.lock().unwrap().iter().map(Member::id).collect();
+    held.sort_unstable();
+    assert_eq!(
+        held,
+        model.in_use.iter().copied().collect::<Vec<_>>(),
+        "{at}: members held"
+    );
+    let u = pool.utilization();
+    assert_eq!(
+        (
+            u.in_use_count,
+            u.free_count,
+            u.starting_count,
+            u.stopping_count,
+            u.queued_count
+        ),
+        (
+            model.in_use.len(),
+            model.free.len(),
+            model.starting.len(),
+            model.stopping,
+            model.waiters.len()
+        ),
+        "{at}: counts"
+    );
+    let mut free: Vec<u64> = pool
+        .stats()
+        .iter()
+        .filter(|s| s.status == MemberStatus::Free)
+        .map(|s| s.id)
+        .collect();
+    free.sort_unstable();
+    let mut expected: Vec<u64> = model.free.iter().copied().collect();
+    expected.sort_unstable();
+    assert_eq!(
+        free, expected,
+        "{at}: free members (and so the starts decided)"
+    );
+    assert_eq!(probe.attempts(), model.attempts, "{at}: start attempts");
+}
+
+#[test]
+fn the_pool_does_what_the_reference_model_says() {
+    std::panic::set_hook(Box::new(|info| {
+        let text = info.to_string();
+        if !text.contains("consumer crashed") && !text.contains("planned panic") {
+            eprintln!("{info}");
+        }
+    }));
+    let cases = std::env::var("POOLER_MODEL_CASES")
+        .ok()
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(500);
+    let steps = Arc::new(AtomicUsize::new(0));
+    let counted = steps.clone();
+    proptest!(ProptestConfig { cases, failure_persistence: None, ..ProptestConfig::default() }, |(ops in proptest::collection::vec(op(), 200))| {
+        run(ops, counted.clone());
+    });
+    let steps = steps.load(SeqCst);
+    eprintln!("reference model: {steps} steps compared");
+    assert!(steps >= cases as usize * 200, "{steps} steps");
+}
