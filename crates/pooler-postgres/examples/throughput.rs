@@ -15,10 +15,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .nth(1)
         .unwrap_or_else(|| "postgres://postgres@127.0.0.1:5432/test".into());
     for recycle in [Recycle::Nothing, Recycle::RollbackOpenTransaction] {
-        let config = PoolConfig {
-            queue_max: 64,
-            ..PoolConfig::new("pg", 8, 8)
-        };
+        let config = PoolConfig::new("pg", 8, 8)
+            .to_builder()
+            .queue_max(64)
+            .build()
+            .unwrap();
         let pool = Pool::start(config, PgManager::new(&url)?.recycle(recycle)).await?;
         let done = Arc::new(AtomicU64::new(0));
         let end = Instant::now() + Duration::from_secs(5);

@@ -6,7 +6,13 @@ use pooler::{Manager, MemberContext};
 use tokio_postgres::tls::{MakeTlsConnect, TlsConnect};
 use tokio_postgres::{Client, Config, NoTls, SimpleQueryMessage, Socket};
 
+pub use pooler;
 pub use tokio_postgres;
+
+/// A pool of PostgreSQL connections (through `T`, `NoTls` by default).
+pub type Pool<T = NoTls> = pooler::Pool<PgManager<T>>;
+/// A PostgreSQL connection taken from a [`Pool`]: dereferences to [`Client`].
+pub type Member<T = NoTls> = pooler::Member<PgManager<T>>;
 
 /// What happens to a connection when it is given back.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]

@@ -59,10 +59,11 @@ async fn in_transaction(conn: &tokio_postgres::Client) -> bool {
 async fn sixty_four_tasks_share_eight_connections_with_correct_results() {
     let Some(url) = url().await else { return };
     // 56 of the 64 may wait at once: above the default queue_max of 50.
-    let config = PoolConfig {
-        queue_max: 64,
-        ..PoolConfig::new("pg-64", 8, 8)
-    };
+    let config = PoolConfig::new("pg-64", 8, 8)
+        .to_builder()
+        .queue_max(64)
+        .build()
+        .unwrap();
     let pool = Pool::start(config, manager(&url, "pooler-64"))
         .await
         .unwrap();
@@ -169,10 +170,11 @@ async fn an_outage_fails_fast_backs_off_and_refills_by_itself() {
         config.dbname(db);
     }
     let pool = Pool::start(
-        PoolConfig {
-            member_start_timeout: Duration::from_secs(2),
-            ..PoolConfig::new("pg-outage", 2, 4)
-        },
+        PoolConfig::new("pg-outage", 2, 4)
+            .to_builder()
+            .member_start_timeout(Duration::from_secs(2))
+            .build()
+            .unwrap(),
         PgManager::from_config(config),
     )
     .await
@@ -186,11 +188,12 @@ async fn an_outage_fails_fast_backs_off_and_refills_by_itself() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn max_lifetime_with_jitter_recycles_real_connections() {
     let Some(url) = url().await else { return };
-    let config = PoolConfig {
-        max_lifetime: Some(Duration::from_millis(1500)),
-        max_lifetime_jitter: Duration::from_millis(500),
-        ..PoolConfig::new("pg-life", 4, 4)
-    };
+    let config = PoolConfig::new("pg-life", 4, 4)
+        .to_builder()
+        .max_lifetime(Duration::from_millis(1500))
+        .max_lifetime_jitter(Duration::from_millis(500))
+        .build()
+        .unwrap();
     let pool = Pool::start(config, manager(&url, "pooler-life"))
         .await
         .unwrap();

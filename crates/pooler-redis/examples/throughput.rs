@@ -14,10 +14,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let url = std::env::args()
         .nth(1)
         .unwrap_or_else(|| "redis://127.0.0.1:6379".into());
-    let config = PoolConfig {
-        queue_max: 64,
-        ..PoolConfig::new("redis", 8, 8)
-    };
+    let config = PoolConfig::new("redis", 8, 8)
+        .to_builder()
+        .queue_max(64)
+        .build()
+        .unwrap();
     let pool = Pool::start(config, RedisManager::new(url.as_str())?).await?;
     let done = Arc::new(AtomicU64::new(0));
     let end = Instant::now() + Duration::from_secs(5);

@@ -11,7 +11,13 @@ use redis::{
     RedisError, RedisResult,
 };
 
+pub use pooler;
 pub use redis;
+
+/// A pool of Redis connections.
+pub type Pool = pooler::Pool<RedisManager>;
+/// A Redis connection taken from a [`Pool`]: dereferences to the connection.
+pub type Member = pooler::Member<RedisManager>;
 
 /// Starts Redis connections.
 #[derive(Debug, Clone)]

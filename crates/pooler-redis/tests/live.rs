@@ -65,10 +65,11 @@ async fn sixty_four_tasks_share_eight_connections_with_correct_results() {
     let manager = RedisManager::new(url.as_str())
         .unwrap()
         .client_name("pooler-64");
-    let config = PoolConfig {
-        queue_max: 64,
-        ..PoolConfig::new("redis-64", 8, 8)
-    };
+    let config = PoolConfig::new("redis-64", 8, 8)
+        .to_builder()
+        .queue_max(64)
+        .build()
+        .unwrap();
     let pool = Pool::start(config, manager).await.unwrap();
     scenarios::sixty_four_tasks_share_eight(&pool, async |mut conn, n| {
         let key = format!("pooler:test:{n}");
@@ -134,10 +135,11 @@ async fn an_outage_fails_fast_backs_off_and_refills_by_itself() {
     let proxy = Proxy::start(&host_port(&url)).await;
     proxy.set_open(false);
     let manager = RedisManager::new(format!("redis://{}", proxy.addr())).unwrap();
-    let config = PoolConfig {
-        member_start_timeout: Duration::from_secs(2),
-        ..PoolConfig::new("redis-outage", 2, 4)
-    };
+    let config = PoolConfig::new("redis-outage", 2, 4)
+        .to_builder()
+        .member_start_timeout(Duration::from_secs(2))
+        .build()
+        .unwrap();
     let pool = Pool::start(config, manager).await.unwrap();
     scenarios::outage_and_recovery(&pool, &proxy, async |conn| {
         redis::cmd("PING")
@@ -151,11 +153,12 @@ async fn an_outage_fails_fast_backs_off_and_refills_by_itself() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn max_lifetime_with_jitter_recycles_real_connections() {
     let Some(url) = url().await else { return };
-    let config = PoolConfig {
-        max_lifetime: Some(Duration::from_millis(1500)),
-        max_lifetime_jitter: Duration::from_millis(500),
-        ..PoolConfig::new("redis-life", 4, 4)
-    };
+    let config = PoolConfig::new("redis-life", 4, 4)
+        .to_builder()
+        .max_lifetime(Duration::from_millis(1500))
+        .max_lifetime_jitter(Duration::from_millis(500))
+        .build()
+        .unwrap();
     let pool = Pool::start(config, RedisManager::new(url.as_str()).unwrap())
         .await
         .unwrap();
