@@ -3,13 +3,20 @@
 //! `cargo run --release -p pooler-bench` runs every suite (a few minutes) and writes
 //! `docs/benchmarks.md` with two SVG charts beside it. `--smoke` runs each suite for a moment
 //! and writes nothing (CI uses it to prove the suite runs) unless `--out DIR` is given;
-//! `--out DIR` writes the report there instead of `docs/`.
-//! `lifetime` alone measures the cost of `max_lifetime`; `fairness` and `grid-sample` run a
+//! `--out DIR` writes the report there instead of `docs/`. `--save-baseline NAME` saves every
+//! figure of the run as `docs/baselines/NAME.toml`; `--baseline NAME` compares the run with a
+//! saved one, figure by figure, and puts the comparison in the report.
+//! `instructions` alone counts instructions per take+return with callgrind (see
+//! `instructions.rs`).
+//! `lifetime` alone measures the cost of `max_lifetime`; `churn-memory` prints the resident
+//! memory while a million members are replaced under `max_lifetime`; `fairness` and `grid-sample` run a
 //! quick pooler-versus-deadpool subset; `metrics-share` counts the instructions pooler's
 //! metrics take; `fixed-plain` and `fixed-lifetime` do a fixed amount of work for instruction
 //! counting under `valgrind --tool=callgrind`.
 #![allow(clippy::disallowed_methods)] // benchmarks spawn their own load
 
+mod baseline;
+mod instructions;
 mod peers;
 mod report;
 mod suites;
@@ -28,16 +35,76 @@ pub(crate) struct Results {
     pub(crate) rejection: f64,
     pub(crate) churn: (Duration, Duration),
     pub(crate) parallel_start: Duration,
+    /// (takers, ms to queue them all, ms from the last deadline until the last timed out).
+    pub(crate) mass_timeout: Vec<(usize, f64, f64)>,
     pub(crate) metrics: (f64, f64),
     pub(crate) metrics_share: Option<f64>,
     pub(crate) lifetime: (f64, f64),
+    pub(crate) instructions: Vec<(&'static str, instructions::Op, Option<f64>)>,
+    /// A comparison with a saved baseline: its name and, per figure, (before, now, change).
+    pub(crate) against: Option<(String, Vec<baseline::Change>)>,
     pub(crate) seconds: f64,
 }
 
+impl Results {
+    /// Every figure of the run by a stable name, for baselines.
+    pub(crate) fn figures(&self) -> std::collections::BTreeMap<String, f64> {
+        let mut f = std::collections::BTreeMap::new();
+        for (name, size, tasks, cell) in &self.grid {
+            if let Some(v) = cell {
+                f.insert(format!("grid.{size}.{tasks}.{name} µs"), *v);
+            }
+        }
+        for (name, ns) in &self.uncontended {
+            if let Some(v) = ns {
+                f.insert(format!("uncontended.{name} ns"), *v);
+            }
+        }
+        for (name, lat) in &self.fairness {
+            if let Some(lat) = lat {
+                f.insert(
+                    format!("fairness.{name}.p50 ns"),
+                    suites::percentile(lat, 0.5),
+                );
+                f.insert(
+                    format!("fairness.{name}.p99 ns"),
+                    suites::percentile(lat, 0.99),
+                );
+            }
+        }
+        for (who, op, per_op) in &self.instructions {
+            if let Some(v) = per_op {
+                f.insert(format!("instructions.{who}.{}", op.name()), *v);
+            }
+        }
+        f.insert("rejection ns".into(), self.rejection);
+        f.insert("metrics.none ns".into(), self.metrics.0);
+        f.insert("metrics.prometheus ns".into(), self.metrics.1);
+        f.insert(
+            "parallel_start ms".into(),
+            self.parallel_start.as_secs_f64() * 1e3,
+        );
+        f
+    }
+}
+
 async fn take_return_pooler(config: pooler::PoolConfig, ops: u32) -> f64 {
+    take_return_recorded(config, ops, None).await
+}
+
+/// Nanoseconds per uncontended `try_take_member`+return (median of 11 runs), with the pool's
+/// metrics registered with `recorder` if one is given (a thread-local recorder, so runs with
+/// and without one can be interleaved in one process).
+async fn take_return_recorded(
+    config: pooler::PoolConfig,
+    ops: u32,
+    recorder: Option<&metrics_exporter_prometheus::PrometheusRecorder>,
+) -> f64 {
+    let local = recorder.map(|r| metrics::set_default_local_recorder(r));
     let pool = pooler::Pool::start(config, peers::Noop)
         .await
         .expect("valid config");
+    drop(local);
     let mut samples = Vec::new();
     for _ in 0..11 {
         let t = Instant::now();
@@ -49,6 +116,28 @@ async fn take_return_pooler(config: pooler::PoolConfig, ops: u32) -> f64 {
     }
     samples.sort_by(f64::total_cmp);
     samples[samples.len() / 2]
+}
+
+/// The cost of a take+return with no recorder and with a Prometheus recorder: medians of 7
+/// interleaved runs each.
+async fn metrics_cost(ops: u32) -> (f64, f64) {
+    let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
+    let base = peers::pooler_config(8);
+    let (mut none, mut prometheus) = (Vec::new(), Vec::new());
+    for round in 0..7 {
+        let with = round % 2 == 1;
+        for recorded in [with, !with] {
+            let run = take_return_recorded(base.clone(), ops, recorded.then_some(&recorder)).await;
+            if recorded {
+                prometheus.push(run)
+            } else {
+                none.push(run)
+            }
+        }
+    }
+    none.sort_by(f64::total_cmp);
+    prometheus.sort_by(f64::total_cmp);
+    (none[3], prometheus[3])
 }
 
 /// Median of interleaved runs of two configs, to spread machine noise over both.
@@ -141,11 +230,22 @@ fn run_all(effort: Effort) -> Results {
         rejection: 0.0,
         churn: (Duration::ZERO, Duration::ZERO),
         parallel_start: Duration::ZERO,
+        mass_timeout: Vec::new(),
         metrics: (0.0, 0.0),
         metrics_share: None,
         lifetime: (0.0, 0.0),
+        instructions: Vec::new(),
+        against: None,
         seconds: 0.0,
     };
+    if instructions::available() {
+        eprintln!("instructions per operation (callgrind)");
+        r.instructions = if effort.grid_iterations > Effort::SMOKE.grid_iterations {
+            instructions::measure(&instructions::MEASURED, 100_000)
+        } else {
+            instructions::measure(&instructions::MEASURED[..1], 100)
+        };
+    }
     eprintln!("grid: pool size × tasks × 10 take/returns each");
     for size in [4, 8, 16] {
         for tasks in [4, 16, 64, 256] {
@@ -194,23 +294,75 @@ fn run_all(effort: Effort) -> Results {
     r.rejection = fresh(suites::rejection(effort));
     r.churn = fresh(suites::churn());
     r.parallel_start = fresh(suites::parallel_start());
-    let base = peers::pooler_config(8);
-    let lifetime = pooler::PoolConfig {
-        max_lifetime: Some(Duration::from_secs(3600)),
-        max_lifetime_jitter: Duration::from_secs(60),
-        ..base.clone()
+    let counts: &[usize] = if effort.grid_iterations > Effort::SMOKE.grid_iterations {
+        &[25_000, 50_000, 100_000]
+    } else {
+        &[1_000]
     };
+    for &n in counts {
+        let (filled, lag) = suites::mass_timeout(n);
+        r.mass_timeout.push((n, filled, lag));
+    }
+    let base = peers::pooler_config(8);
+    let lifetime = base
+        .to_builder()
+        .max_lifetime(Duration::from_secs(3600))
+        .max_lifetime_jitter(Duration::from_secs(60))
+        .build()
+        .unwrap();
     r.lifetime = fresh(paired(base.clone(), lifetime, effort.uncontended_ops));
-    eprintln!("metrics: no recorder, then a Prometheus recorder");
-    let none = fresh(take_return_pooler(base.clone(), effort.uncontended_ops));
-    let _handle = metrics_exporter_prometheus::PrometheusBuilder::new().install_recorder();
-    let installed = fresh(take_return_pooler(base, effort.uncontended_ops));
-    r.metrics = (none, installed);
+    eprintln!("metrics: no recorder and a Prometheus recorder, interleaved");
+    r.metrics = fresh(metrics_cost(effort.uncontended_ops));
+    drop(base);
     if effort.grid_iterations > Effort::SMOKE.grid_iterations {
         r.metrics_share = metrics_share();
     }
     r.seconds = started.elapsed().as_secs_f64();
     r
+}
+
+/// Resident memory of this process, in KiB (Linux `/proc/self/statm`).
+fn rss_kib() -> u64 {
+    let statm = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();
+    let pages: u64 = statm
+        .split_whitespace()
+        .nth(1)
+        .and_then(|p| p.parse().ok())
+        .unwrap_or(0);
+    pages * 4
+}
+
+/// Member churn under `max_lifetime`: one member stays for the whole run (its expiry a year
+/// away), while another is failed and replaced `replacements` times. Prints the resident
+/// memory every tenth of the run: flat means nothing is kept per replaced member.
+async fn churn_memory(replacements: u64) {
+    let config = peers::pooler_config(2)
+        .to_builder()
+        .max_lifetime(Duration::from_secs(365 * 24 * 3600 - 60))
+        .max_lifetime_jitter(Duration::from_secs(30))
+        .build()
+        .unwrap();
+    let pool = pooler::Pool::start(config, peers::Noop)
+        .await
+        .expect("valid config");
+    let _long_lived = pool.try_take_member().expect("a free member");
+    let step = (replacements / 10).max(1);
+    let started = Instant::now();
+    println!("replacements  rss KiB");
+    for n in 0..=replacements {
+        if n % step == 0 {
+            println!("{n:>12}  {}", rss_kib());
+        }
+        let member = pool
+            .take_member(Duration::from_secs(5))
+            .await
+            .expect("the replacement");
+        pooler::Member::fail(member);
+    }
+    println!(
+        "{replacements} replacements in {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
 }
 
 /// A fixed amount of work for instruction counting: 100 000 take+return pairs.
@@ -225,32 +377,79 @@ async fn fixed_work(lifetime: bool) {
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    // The mode is the first argument that is neither a flag nor the value of `--out`.
-    let out_at = args.iter().position(|a| a == "--out").map(|i| i + 1);
-    let mode = args
-        .iter()
-        .enumerate()
-        .find(|(i, a)| !a.starts_with("--") && Some(*i) != out_at)
-        .map(|(_, a)| a.clone())
-        .unwrap_or_default();
-    let out = args
-        .iter()
-        .position(|a| a == "--out")
-        .and_then(|i| args.get(i + 1))
-        .map_or_else(
-            || PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs")),
-            PathBuf::from,
-        );
+    let value_of = |flag: &str| {
+        args.iter()
+            .position(|a| a == flag)
+            .and_then(|i| args.get(i + 1))
+            .cloned()
+    };
+    // The mode is the first argument that is neither a flag nor a flag's value.
+    let valued = ["--out", "--save-baseline", "--baseline"];
+    let mode_at = (0..args.len()).find(|&i| {
+        !args[i].starts_with("--") && (i == 0 || !valued.contains(&args[i - 1].as_str()))
+    });
+    let mode = mode_at.map(|i| args[i].clone()).unwrap_or_default();
+    let docs = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs"));
+    let out = value_of("--out").map_or_else(|| docs.clone(), PathBuf::from);
     let smoke = args.iter().any(|a| a == "--smoke");
-    let out_given = args.iter().any(|a| a == "--out");
+    let out_given = value_of("--out").is_some();
     if mode.is_empty() {
         let effort = if smoke { Effort::SMOKE } else { Effort::FULL };
-        let results = run_all(effort);
+        let mut results = run_all(effort);
+        if let Some(name) = value_of("--baseline") {
+            match baseline::load(&docs, &name) {
+                Ok(base) => {
+                    let rows = baseline::compare(&base, &results.figures());
+                    for (figure, before, now, change) in &rows {
+                        println!(
+                            "{figure:<40} {before:>12.1} → {now:>12.1}  {:+.1} %",
+                            change * 100.0
+                        );
+                    }
+                    results.against = Some((name, rows));
+                }
+                Err(e) => eprintln!("no baseline to compare with: {e}"),
+            }
+        }
+        if let Some(name) = value_of("--save-baseline") {
+            baseline::save(&docs, &name, &results.figures()).expect("the baseline is written");
+            println!("saved baseline {}", baseline::path(&docs, &name).display());
+        }
         if smoke && !out_given {
             println!("smoke run: every suite ran in {:.1} s", results.seconds);
         } else {
             report::write(&results, &out).expect("the report is written");
             println!("wrote {}", out.join("benchmarks.md").display());
+        }
+        return;
+    }
+    if mode == "count" {
+        // Under callgrind: a current-thread runtime, so the count is exact and repeatable.
+        let rest: Vec<String> = args[mode_at.unwrap_or(0) + 1..].to_vec();
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("a runtime")
+            .block_on(instructions::count(&rest));
+        return;
+    }
+    if mode == "mass-timeout" {
+        // Its own paused-clock runtime per measurement.
+        for n in [25_000, 50_000, 100_000] {
+            let (filled, lag) = suites::mass_timeout(n);
+            println!(
+                "{n:>7} takers: queued in {filled:.1} ms; the last timed out {lag:.1} ms after its deadline"
+            );
+        }
+        return;
+    }
+    if mode == "instructions" {
+        for (who, op, per_op) in instructions::measure(&instructions::MEASURED, 100_000) {
+            println!(
+                "{who:<9} {:<5} {}",
+                op.name(),
+                per_op.map_or("n/a".into(), |p| format!("{p:.0}"))
+            );
         }
         return;
     }
@@ -280,14 +479,30 @@ fn main() {
                 }
             }
             "metrics-share" => println!("{:?}", metrics_share()),
+            "metrics" => {
+                let (none, prom) = metrics_cost(200_000).await;
+                println!(
+                    "take+return: {none:.1} ns with no recorder, {prom:.1} ns with Prometheus ({:.2}×)",
+                    prom / none
+                );
+            }
+            "churn-memory" => {
+                let n = args
+                    .iter()
+                    .find_map(|a| a.strip_prefix("--replacements="))
+                    .and_then(|n| n.parse().ok())
+                    .unwrap_or(1_000_000);
+                churn_memory(n).await;
+            }
             "fixed-plain" => fixed_work(false).await,
             "fixed-lifetime" => fixed_work(true).await,
             "lifetime" => {
                 let base = peers::pooler_config(8);
-                let with = pooler::PoolConfig {
-                    max_lifetime: Some(Duration::from_secs(3600)),
-                    ..base.clone()
-                };
+                let with = base
+                    .to_builder()
+                    .max_lifetime(Duration::from_secs(3600))
+                    .build()
+                    .unwrap();
                 let (a, b) = paired(base, with, 200_000).await;
                 println!(
                     "take+return: {a:.1} ns without max_lifetime, {b:.1} ns with ({:+.1} %)",
@@ -297,7 +512,8 @@ fn main() {
             other => {
                 eprintln!(
                     "unknown mode `{other}`: run with no mode (or --smoke), or lifetime, fairness, \
-                     grid-sample, metrics-share, fixed-plain, fixed-lifetime"
+                     grid-sample, metrics, metrics-share, mass-timeout, churn-memory [--replacements=N], instructions, \
+                     count WHO OP N, fixed-plain, fixed-lifetime"
                 );
                 std::process::exit(2);
             }

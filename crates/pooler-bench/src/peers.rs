@@ -53,11 +53,12 @@ impl pooler::Manager for Noop {
 }
 
 pub(crate) fn pooler_config(size: usize) -> pooler::PoolConfig {
-    pooler::PoolConfig {
-        cull_interval: Duration::ZERO,
-        queue_max: 1_000_000,
-        ..pooler::PoolConfig::new("bench", size, size)
-    }
+    pooler::PoolConfig::new("bench", size, size)
+        .to_builder()
+        .cull_interval(Duration::ZERO)
+        .queue_max(1_000_000)
+        .build()
+        .unwrap()
 }
 
 pub(crate) async fn pooler(size: usize) -> pooler::Pool<Noop> {
@@ -66,9 +67,9 @@ pub(crate) async fn pooler(size: usize) -> pooler::Pool<Noop> {
         .expect("valid config")
 }
 
-async_contender!(pooler::Pool<Noop>, |p| p
-    .take_member(Duration::from_secs(60))
-    .await);
+// `take` waits with no deadline, as deadpool's `get` with no timeout configured: no timer is
+// armed for a queued take. (`take_member(timeout)` arms one when it queues.)
+async_contender!(pooler::Pool<Noop>, |p| p.take().await);
 
 // ---- deadpool ---------------------------------------------------------------------------
 

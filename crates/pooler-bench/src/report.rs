@@ -7,6 +7,7 @@ use plotters::coord::types::RangedCoordf64;
 use plotters::prelude::*;
 
 use crate::Results;
+use crate::instructions::Op;
 use crate::peers::NAMES;
 use crate::suites::percentile;
 
@@ -24,10 +25,10 @@ fn version(package: &str) -> String {
         .unwrap_or_default();
     let mut lines = lock.lines();
     while let Some(line) = lines.next() {
-        if line == format!("name = \"{package}\"") {
-            if let Some(v) = lines.next().and_then(|l| l.strip_prefix("version = ")) {
-                return v.trim_matches('"').to_owned();
-            }
+        if line == format!("name = \"{package}\"")
+            && let Some(v) = lines.next().and_then(|l| l.strip_prefix("version = "))
+        {
+            return v.trim_matches('"').to_owned();
         }
     }
     "?".into()
@@ -139,6 +140,42 @@ pub(crate) fn write(r: &Results, dir: &Path) -> Result<(), Box<dyn std::error::E
         )?;
     }
 
+    writeln!(md, "\n## Instructions per operation (callgrind, exact)\n")?;
+    if r.instructions.is_empty() {
+        writeln!(md, "valgrind was not found; no instruction counts.")?;
+    } else {
+        writeln!(
+            md,
+            "N operations minus none, divided by N (N = 100 000; a current-thread runtime, a pool \
+             of 8): start-up and pool creation cancel out, and the count does not depend on the \
+             machine's load. `take`: an awaited take and its return; `try`: a take that never \
+             waits, and its return (deadpool: `timeout_get` with a zero wait); `fail`: a take \
+             that never waits on a pool whose members are all held.\n"
+        )?;
+        writeln!(
+            md,
+            "| pool | take+return | try+return | failed try | take ÷ pooler's |\n|---|---|---|---|---|"
+        )?;
+        let get = |who: &str, op: Op| {
+            r.instructions
+                .iter()
+                .find(|i| i.0 == who && i.1 == op)
+                .and_then(|i| i.2)
+        };
+        let ours = get("pooler", Op::Take);
+        for who in ["pooler", "deadpool", "bb8", "qp"] {
+            let cell = |op| get(who, op).map_or_else(|| "—".to_owned(), |v| format!("{v:.0}"));
+            writeln!(
+                md,
+                "| {who} | {} | {} | {} | {} |",
+                cell(Op::Take),
+                cell(Op::Try),
+                cell(Op::Fail),
+                fmt_opt(get(who, Op::Take).zip(ours).map(|(t, o)| t / o), 2)
+            )?;
+        }
+    }
+
     writeln!(
         md,
         "\n## Fairness (pool of 8, 256 tasks × {} rounds of take → yield → return)\n",
@@ -207,6 +244,12 @@ pub(crate) fn write(r: &Results, dir: &Path) -> Result<(), Box<dyn std::error::E
         "| parallel start: 100 members × 100 ms start → ready | {:.1} ms |",
         r.parallel_start.as_secs_f64() * 1e3
     )?;
+    for (n, filled, lag) in &r.mass_timeout {
+        writeln!(
+            md,
+            "| {n} takers timing out one after another (queued in {filled:.0} ms): last deadline → last error | {lag:.1} ms |"
+        )?;
+    }
     writeln!(
         md,
         "| take+return without / with max_lifetime (+jitter) | {:.0} / {:.0} ns ({:+.1} %) |",
@@ -295,6 +338,57 @@ pub(crate) fn write(r: &Results, dir: &Path) -> Result<(), Box<dyn std::error::E
         "| pool-size cost flat within 1.2× | {flat:.2}× | {} |",
         yes(flat <= 1.2)
     )?;
+    let instr = |who: &str, op: Op| {
+        r.instructions
+            .iter()
+            .find(|i| i.0 == who && i.1 == op)
+            .and_then(|i| i.2)
+    };
+    if let (Some(take), Some(dead)) = (instr("pooler", Op::Take), instr("deadpool", Op::Take)) {
+        writeln!(
+            md,
+            "| instructions per take_member+return ≤ 300 and ≥ 3× fewer than deadpool | {take:.0} ({:.2}× fewer) | {} |",
+            dead / take,
+            yes(take <= 300.0 && dead / take >= 3.0)
+        )?;
+    }
+    if let Some(try_) = instr("pooler", Op::Try) {
+        writeln!(
+            md,
+            "| instructions per try_take_member+return ≤ 200 | {try_:.0} | {} |",
+            yes(try_ <= 200.0)
+        )?;
+    }
+    if let (Some(fail), Some(dead)) = (instr("pooler", Op::Fail), instr("deadpool", Op::Fail)) {
+        writeln!(
+            md,
+            "| instructions per failed try_take_member ≤ deadpool's | {fail:.0} (deadpool {dead:.0}) | {} |",
+            yes(fail <= dead)
+        )?;
+    }
+    let (none, prom) = r.metrics;
+    writeln!(
+        md,
+        "| take+return with a Prometheus recorder ≤ 1.2× without | {:.2}× ({none:.0} → {prom:.0} ns) | {} |",
+        prom / none,
+        yes(prom / none <= 1.2)
+    )?;
+    let p50 = |who: &str| {
+        r.fairness
+            .iter()
+            .find(|f| f.0 == who)
+            .and_then(|f| f.1.as_ref())
+            .map(|lat| percentile(lat, 0.5))
+    };
+    if let (Some(ours), Some(dead)) = (p50("pooler"), p50("deadpool")) {
+        writeln!(
+            md,
+            "| fairness p50 ≤ deadpool's | {:.1} µs (deadpool {:.1} µs) | {} |",
+            ours / 1e3,
+            dead / 1e3,
+            yes(ours <= dead)
+        )?;
+    }
     let ready = r.parallel_start.as_secs_f64() * 1e3;
     writeln!(
         md,
@@ -312,6 +406,25 @@ pub(crate) fn write(r: &Results, dir: &Path) -> Result<(), Box<dyn std::error::E
             md,
             "| metrics cost ≤ 5 % with no recorder | not measured (no valgrind) | ? |"
         )?,
+    }
+    if let Some((name, rows)) = &r.against {
+        writeln!(md, "\n## Against baseline `{name}`\n")?;
+        writeln!(
+            md,
+            "`docs/baselines/{name}.toml`, saved by an earlier `pooler-bench --save-baseline {name}`. \
+             Instruction counts compare exactly; wall-clock figures move with the machine.\n"
+        )?;
+        writeln!(
+            md,
+            "| figure | baseline | now | change |\n|---|---|---|---|"
+        )?;
+        for (figure, before, now, change) in rows {
+            writeln!(
+                md,
+                "| {figure} | {before:.1} | {now:.1} | {:+.1} % |",
+                change * 100.0
+            )?;
+        }
     }
     std::fs::write(dir.join("benchmarks.md"), md)?;
     Ok(())

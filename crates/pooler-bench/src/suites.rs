@@ -211,12 +211,13 @@ pub(crate) async fn rejection(effort: Effort) -> f64 {
 /// returns the time until all 500 are held, then the time to cull back to zero after they
 /// are returned.
 pub(crate) async fn churn() -> (Duration, Duration) {
-    let config = pooler::PoolConfig {
-        cull_interval: Duration::from_millis(10),
-        max_age: Duration::from_millis(10),
-        queue_max: 1000,
-        ..pooler::PoolConfig::new("churn", 0, 500)
-    };
+    let config = pooler::PoolConfig::new("churn", 0, 500)
+        .to_builder()
+        .cull_interval(Duration::from_millis(10))
+        .max_age(Duration::from_millis(10))
+        .queue_max(1000)
+        .build()
+        .unwrap();
     let pool = pooler::Pool::start(config, peers::Noop)
         .await
         .expect("valid");
@@ -263,4 +264,47 @@ pub(crate) async fn parallel_start() -> Duration {
     assert_eq!(pool.utilization().free_count, 100);
     pool.close(pooler::Shutdown::Immediate).await;
     ready
+}
+
+/// `n` takers queue on an exhausted pool, each with a 500 ms timeout, and time out one after
+/// another in the order they queued, on one thread: (milliseconds the queue took to fill,
+/// milliseconds from the last deadline until the last taker had its error). Leaving the queue
+/// is O(1) per taker, so the timeouts keep pace with their deadlines and the lag stays small;
+/// with an O(n) scan per leave they would fall further behind with every thousand takers.
+pub(crate) fn mass_timeout(n: usize) -> (f64, f64) {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .expect("a runtime");
+    runtime.block_on(async {
+        let config = peers::pooler_config(1)
+            .to_builder()
+            .queue_max(n)
+            .build()
+            .unwrap();
+        let pool = Arc::new(
+            pooler::Pool::start(config, peers::Noop)
+                .await
+                .expect("valid config"),
+        );
+        let held = pool.try_take_member().expect("the one member");
+        let wait = Duration::from_millis(500);
+        let started = Instant::now();
+        let takers: Vec<_> = (0..n)
+            .map(|_| {
+                let pool = pool.clone();
+                tokio::spawn(async move { pool.take_member(wait).await.map(drop) })
+            })
+            .collect();
+        while pool.utilization().queued_count < n {
+            tokio::task::yield_now().await;
+        }
+        let filled = started.elapsed();
+        for taker in takers {
+            assert!(taker.await.expect("no panic").is_err(), "timed out");
+        }
+        let lag = started.elapsed().saturating_sub(filled + wait);
+        drop(held);
+        (filled.as_secs_f64() * 1e3, lag.as_secs_f64() * 1e3)
+    })
 }

@@ -1,0 +1,218 @@
+//! Instructions per operation, counted exactly by callgrind: this binary runs itself under
+//! `valgrind --tool=callgrind` in `count` mode twice per measurement, once doing `n`
+//! operations and once doing none, on a current-thread runtime with a pool of 8; the
+//! difference divided by `n` is what one operation costs, start-up and pool creation
+//! cancelled out. The count does not depend on what else the machine is doing.
+
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use crate::peers;
+
+/// What one measurement does, `n` times.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Op {
+    /// An awaited take and its return (`take_member` + drop; each peer's `get` + drop).
+    Take,
+    /// A take that never waits, and its return (`try_take_member`; deadpool's `timeout_get`
+    /// with a zero wait).
+    Try,
+    /// A take that never waits, on a pool whose members are all held: it fails.
+    Fail,
+}
+
+impl Op {
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Op::Take => "take",
+            Op::Try => "try",
+            Op::Fail => "fail",
+        }
+    }
+
+    fn parse(s: &str) -> Option<Op> {
+        [Op::Take, Op::Try, Op::Fail]
+            .into_iter()
+            .find(|op| op.name() == s)
+    }
+}
+
+/// The measurements, in report order: (contender, operation).
+pub(crate) const MEASURED: [(&str, Op); 8] = [
+    ("pooler", Op::Take),
+    ("pooler", Op::Try),
+    ("pooler", Op::Fail),
+    ("deadpool", Op::Take),
+    ("deadpool", Op::Try),
+    ("deadpool", Op::Fail),
+    ("bb8", Op::Take),
+    ("qp", Op::Take),
+];
+
+/// `count <contender> <op> <n>`: does the work (run under callgrind by [`measure`]).
+pub(crate) async fn count(args: &[String]) {
+    // With POOLER_BENCH_RECORDER=prometheus, the pool's metrics reach a Prometheus recorder.
+    let _recorder = std::env::var("POOLER_BENCH_RECORDER")
+        .is_ok_and(|r| r == "prometheus")
+        .then(|| {
+            metrics_exporter_prometheus::PrometheusBuilder::new()
+                .install_recorder()
+                .expect("the only recorder")
+        });
+    let who = args.first().map_or("", String::as_str);
+    let op = args
+        .get(1)
+        .and_then(|s| Op::parse(s))
+        .expect("take, try or fail");
+    let n: u32 = args.get(2).and_then(|s| s.parse().ok()).expect("a count");
+    match (who, op) {
+        ("pooler", _) => {
+            let pool = peers::pooler(8).await;
+            let _held: Vec<_> = if op == Op::Fail {
+                (0..8)
+                    .map(|_| pool.try_take_member().expect("free"))
+                    .collect()
+            } else {
+                Vec::new()
+            };
+            for _ in 0..n {
+                match op {
+                    Op::Take => {
+                        let m = pool.take_member(Duration::from_secs(60)).await;
+                        std::hint::black_box(&m.expect("a member"));
+                    }
+                    Op::Try => {
+                        std::hint::black_box(&pool.try_take_member().expect("a member"));
+                    }
+                    Op::Fail => {
+                        std::hint::black_box(&pool.try_take_member().map(drop).expect_err("full"));
+                    }
+                }
+            }
+        }
+        ("deadpool", _) => {
+            let pool = peers::deadpool(8);
+            let zero = deadpool::managed::Timeouts {
+                wait: Some(Duration::ZERO),
+                ..Default::default()
+            };
+            let _held: Vec<_> = if op == Op::Fail {
+                let mut held = Vec::new();
+                for _ in 0..8 {
+                    held.push(pool.get().await.expect("a member"));
+                }
+                held
+            } else {
+                Vec::new()
+            };
+            for _ in 0..n {
+                match op {
+                    Op::Take => {
+                        std::hint::black_box(&pool.get().await.expect("a member"));
+                    }
+                    Op::Try => {
+                        std::hint::black_box(&pool.timeout_get(&zero).await.expect("a member"));
+                    }
+                    Op::Fail => {
+                        let failed = pool.timeout_get(&zero).await.map(drop);
+                        std::hint::black_box(&failed.expect_err("full"));
+                    }
+                }
+            }
+        }
+        ("bb8", Op::Take) => {
+            let pool = peers::bb8(8).await;
+            for _ in 0..n {
+                std::hint::black_box(&pool.get().await.expect("a member"));
+            }
+        }
+        ("qp", Op::Take) => {
+            let pool = peers::qp(8);
+            for _ in 0..n {
+                std::hint::black_box(&pool.acquire_unchecked().await.expect("a member"));
+            }
+        }
+        other => panic!("no instruction count for {other:?}"),
+    }
+}
+
+/// Total instructions of this binary in `count` mode, by callgrind. `None` without valgrind.
+fn total(who: &str, op: Op, n: u32) -> Option<u64> {
+    let exe = std::env::current_exe().ok()?;
+    let out = std::env::temp_dir().join(format!(
+        "pooler-bench-cg-{}-{who}-{}-{n}",
+        std::process::id(),
+        op.name()
+    ));
+    let status = Command::new("valgrind")
+        .args(["--tool=callgrind", "-q"])
+        .arg(format!("--callgrind-out-file={}", out.display()))
+        .arg(&exe)
+        .args(["count", who, op.name(), &n.to_string()])
+        .status()
+        .ok()?;
+    let text = std::fs::read_to_string(&out).ok();
+    let _ = std::fs::remove_file(&out);
+    if !status.success() {
+        return None;
+    }
+    summary(&text?)
+}
+
+/// The `summary:` (or `totals:`) line of a callgrind output file.
+fn summary(text: &str) -> Option<u64> {
+    text.lines()
+        .find_map(|l| {
+            l.strip_prefix("summary:")
+                .or_else(|| l.strip_prefix("totals:"))
+        })
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+}
+
+/// Instructions per operation for every measurement (`None` where valgrind is missing or a
+/// run failed): `n` operations minus none, divided by `n`.
+pub(crate) fn measure(
+    which: &[(&'static str, Op)],
+    n: u32,
+) -> Vec<(&'static str, Op, Option<f64>)> {
+    which
+        .iter()
+        .map(|&(who, op)| {
+            let per_op = match (total(who, op, n), total(who, op, 0)) {
+                (Some(with), Some(without)) => {
+                    Some((with.saturating_sub(without)) as f64 / f64::from(n))
+                }
+                _ => None,
+            };
+            eprintln!(
+                "  {who:<9} {:<5} {}",
+                op.name(),
+                per_op.map_or("n/a".into(), |p| format!("{p:.0} instructions"))
+            );
+            (who, op, per_op)
+        })
+        .collect()
+}
+
+/// Whether callgrind can run here.
+pub(crate) fn available() -> bool {
+    Command::new("valgrind")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success())
+        && Path::new("/proc/self").exists()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_summary_line_is_read() {
+        assert_eq!(summary("events: Ir\nsummary: 12345\n"), Some(12345));
+        assert_eq!(summary("totals: 99 3\n"), Some(99));
+        assert_eq!(summary("nothing"), None);
+    }
+}
