@@ -18,6 +18,9 @@ use pooler::{GroupMember, Kinds, Member, Pooler, Shutdown, TakeError};
 use rand::Rng;
 use tokio::time::Instant;
 
+use crate::sim::SimMember;
+use crate::work::UrlMember;
+
 use crate::sim::Sim;
 use crate::work::Work;
 use pooler_postgres::PgManager;
@@ -300,19 +303,19 @@ async fn main() {
     let sims: Arc<Mutex<BTreeMap<String, Sim>>> = Arc::default();
     let built = sims.clone();
     let kinds = Kinds::new()
-        .kind("sim", move |pool, member| {
-            let sim = Sim::from_table(member)?;
+        .kind("sim", move |pool, member: SimMember| {
+            let sim = Sim::new(member)?;
             let mut sims = built
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner);
             sims.insert(pool.name.clone(), sim.clone());
             Ok(sim)
         })
-        .kind("postgres", |_, member| {
-            PgManager::new(work::url(member)?).map_err(|e| e.to_string())
+        .kind("postgres", |_, member: UrlMember| {
+            PgManager::new(&member.url).map_err(|e| e.to_string())
         })
-        .kind("redis", |_, member| {
-            RedisManager::new(work::url(member)?).map_err(|e| e.to_string())
+        .kind("redis", |_, member: UrlMember| {
+            RedisManager::new(member.url.as_str()).map_err(|e| e.to_string())
         });
     let pooler = match Pooler::from_config(&text, &kinds).await {
         Ok(pooler) => pooler,

@@ -42,41 +42,44 @@ impl std::fmt::Display for SimError {
 
 impl std::error::Error for SimError {}
 
-fn rate(table: &pooler::toml::Table, key: &str) -> Result<f64, String> {
-    match table.get(key) {
-        None => Ok(0.0),
-        Some(v) => match v.as_float().or_else(|| v.as_integer().map(|i| i as f64)) {
-            Some(r) if (0.0..=1.0).contains(&r) => Ok(r),
-            _ => Err(format!(
-                "`{key}` must be a number from 0.0 to 1.0, found {v}"
-            )),
-        },
+/// What a `sim` pool's `member` table holds.
+#[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct SimMember {
+    /// How long a start takes, as `"100ms"`. Default: 100 ms.
+    #[serde(default)]
+    start_latency: Option<String>,
+    /// The chance a start fails, from 0.0 to 1.0. Default: 0.
+    #[serde(default)]
+    failure_rate: f64,
+    /// The chance, each second, that a member's connection dies. Default: 0.
+    #[serde(default)]
+    crash_rate: f64,
+}
+
+fn rate(key: &str, r: f64) -> Result<f64, String> {
+    if (0.0..=1.0).contains(&r) {
+        Ok(r)
+    } else {
+        Err(format!(
+            "`{key}` must be a number from 0.0 to 1.0, found {r}"
+        ))
     }
 }
 
 impl Sim {
     /// Builds the manager from a pool's `member` table.
-    pub(crate) fn from_table(table: &pooler::toml::Table) -> Result<Sim, String> {
-        for key in table.keys() {
-            if !["start_latency", "failure_rate", "crash_rate"].contains(&key.as_str()) {
-                return Err(format!(
-                    "unknown key `{key}` (sim takes start_latency, failure_rate, crash_rate)"
-                ));
-            }
-        }
-        let start_latency = match table.get("start_latency") {
+    pub(crate) fn new(member: SimMember) -> Result<Sim, String> {
+        let start_latency = match member.start_latency {
             None => Duration::from_millis(100),
-            Some(v) => {
-                let text = v.as_str().ok_or_else(|| {
-                    format!("`start_latency` must be a time like \"100ms\", found {v}")
-                })?;
-                humantime::parse_duration(text).map_err(|e| format!("`start_latency`: {e}"))?
+            Some(text) => {
+                humantime::parse_duration(&text).map_err(|e| format!("`start_latency`: {e}"))?
             }
         };
         Ok(Sim {
             start_latency,
-            failure_rate: rate(table, "failure_rate")?,
-            crash_rate: rate(table, "crash_rate")?,
+            failure_rate: rate("failure_rate", member.failure_rate)?,
+            crash_rate: rate("crash_rate", member.crash_rate)?,
             counts: Arc::default(),
         })
     }

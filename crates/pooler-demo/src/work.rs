@@ -40,15 +40,10 @@ impl Work for RedisManager {
     }
 }
 
-/// A `url` from a pool's `member` table.
-pub(crate) fn url(member: &pooler::toml::Table) -> Result<&str, String> {
-    for key in member.keys() {
-        if key != "url" {
-            return Err(format!("unknown key `{key}` (this kind takes only `url`)"));
-        }
-    }
-    member
-        .get("url")
-        .and_then(|u| u.as_str())
-        .ok_or_else(|| "`url` is required".to_owned())
+/// What a `postgres` or `redis` pool's `member` table holds.
+#[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct UrlMember {
+    /// The server's URL.
+    pub(crate) url: String,
 }
