@@ -21,6 +21,10 @@ pub mod scenarios;
 
 /// The URL in `var`, or `default`, if its host:port answers. `None` means skip the test: it
 /// prints why. Panics instead when `POOLER_REQUIRE_SERVICES=1`.
+///
+/// # Cancel safety
+///
+/// Cancel safe: it only connects once and drops the connection.
 pub async fn service(
     var: &str,
     default: &str,
@@ -40,6 +44,10 @@ pub async fn service(
 }
 
 /// Waits in real time, bounded by 15 s, until `done` holds; panics naming `what` otherwise.
+///
+/// # Cancel safety
+///
+/// Cancel safe: it only polls `done`.
 pub async fn eventually(what: &str, mut done: impl AsyncFnMut() -> bool) {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
     while !done().await {
@@ -70,6 +78,10 @@ pub struct Proxy {
 
 impl Proxy {
     /// A proxy on a free local port, open.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: dropped before it returns, it leaves no listener behind.
     pub async fn start(upstream: &str) -> Proxy {
         let listener = TcpListener::bind("127.0.0.1:0")
             .await

@@ -13,6 +13,10 @@ use crate::{Proxy, eventually};
 /// with a number unique to that take; `ask` checks the server's answer and returns the
 /// server-side id of the connection that gave it. Checks that at most 8 connections
 /// answered. Closes the pool.
+///
+/// # Cancel safety
+///
+/// Not meant to be cancelled: a test awaits it to the end. Dropped, it leaves its takers running until the pool closes.
 pub async fn sixty_four_tasks_share_eight<M, F, Fut>(pool: &Pool<M>, ask: F)
 where
     M: Manager,
@@ -46,6 +50,10 @@ where
 /// error, that starts are spaced by the backoff (2 to 8 attempts in 3 s, not a storm), that
 /// the pool refills by itself when the proxy opens, that a refilled member `works`, and that
 /// members whose links are cut are replaced. Closes the pool.
+///
+/// # Cancel safety
+///
+/// Not meant to be cancelled: dropped mid-way, the proxy may stay closed.
 pub async fn outage_and_recovery<M: Manager>(
     pool: &Pool<M>,
     proxy: &Proxy,
@@ -103,6 +111,10 @@ pub async fn outage_and_recovery<M: Manager>(
 
 /// Every member of `pool` (`init_count` 4, `max_lifetime` 1.5 s ± 0.5 s) is replaced after its
 /// lifetime: the server-side ids (`id_of`) of the four before and after are disjoint.
+///
+/// # Cancel safety
+///
+/// Not meant to be cancelled: a test awaits it to the end.
 pub async fn lifetimes_recycle_connections<M: Manager>(
     pool: &Pool<M>,
     id_of: impl AsyncFn(&mut Member<M>) -> i64,
@@ -134,6 +146,10 @@ pub async fn lifetimes_recycle_connections<M: Manager>(
 
 /// A graceful close of `pool` (`init_count` 5), with one member in use, leaves no task and,
 /// once the server has noticed, no session (`sessions` counts the pool's on the server).
+///
+/// # Cancel safety
+///
+/// Not meant to be cancelled: dropped, the pool is still closed (see `Pool::close`) but nothing is checked.
 pub async fn close_leaves_nothing<M: Manager>(
     pool: &Pool<M>,
     mut sessions: impl AsyncFnMut() -> usize,

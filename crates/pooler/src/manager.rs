@@ -30,6 +30,18 @@ use crate::supervisor::Supervisor;
 ///     }
 /// }
 /// ```
+///
+/// A panic in any hook counts as that hook failing (a failed start, a broken member, a
+/// failed check), never as the end of the pool's schedules.
+///
+/// # Cancel safety
+///
+/// The pool drops a hook's future when its bound passes (`member_start_timeout` for
+/// `start`, `initialize`, `check` and `recycle`; `member_shutdown` for `stop`) or when the
+/// pool closes with starts in flight. The member (or the member being built) is then
+/// dropped and never handed out: a start counts as failed, a check or recycle replaces the
+/// member, a stop is done. So a hook need not leave its member usable when cancelled; it
+/// must only not leave state *outside* the member behind (a registration, a lock).
 pub trait Manager: Send + Sync + 'static {
     /// The pooled value: a connection, a client handle, an actor's address.
     type Member: Send + 'static;

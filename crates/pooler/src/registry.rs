@@ -438,29 +438,72 @@ impl Pooler {
     /// # Errors
     ///
     /// [`PoolerError::NoSuchGroup`] when no pool is in the group.
+    ///
+    /// # Cancel safety
+    ///
+    /// Every pool of the group is removed and its close begun at the first poll, together;
+    /// dropping the future afterwards stops the waiting, not the closes.
     pub async fn rm_group(&self, group: &str, how: Shutdown) -> Result<usize, PoolerError> {
-        let names = self.group_members(group);
-        if names.is_empty() {
+        let pools = {
+            let mut registry = self.write();
+            let names: Vec<String> = registry
+                .pools
+                .iter()
+                .filter_map(|(name, slot)| match slot {
+                    Slot::Ready(pool) if pool.group().as_deref() == Some(group) => {
+                        Some(name.clone())
+                    }
+                    _ => None,
+                })
+                .collect();
+            registry.strategies.remove(group);
+            take_out(&mut registry, names)
+        };
+        if pools.is_empty() {
             return Err(PoolerError::NoSuchGroup {
                 group: group.to_owned(),
             });
         }
-        let mut removed = 0;
-        for name in names {
-            if self.rm_pool(&name, how).await.is_ok() {
-                removed += 1;
-            }
-        }
-        self.write().strategies.remove(group);
+        let removed = pools.len();
+        close_all(&pools, how).await;
         Ok(removed)
     }
 
     /// Closes and removes every pool.
+    ///
+    /// # Cancel safety
+    ///
+    /// Every pool is removed and its close begun at the first poll, together; dropping the
+    /// future afterwards stops the waiting, not the closes.
     pub async fn close(&self, how: Shutdown) {
-        for name in self.pool_names() {
-            let _ = self.rm_pool(&name, how).await;
-        }
+        let pools = {
+            let mut registry = self.write();
+            let names: Vec<String> = registry.pools.keys().cloned().collect();
+            registry.strategies.clear();
+            take_out(&mut registry, names)
+        };
+        close_all(&pools, how).await;
     }
+}
+
+/// Removes the ready pools among `names` from the registry (a name still starting stays).
+fn take_out(registry: &mut Registry, names: Vec<String>) -> Vec<Arc<dyn AnyPool>> {
+    names
+        .into_iter()
+        .filter_map(|name| match registry.pools.remove(&name) {
+            Some(Slot::Ready(pool)) => Some(pool),
+            Some(Slot::Starting) => {
+                registry.pools.insert(name, Slot::Starting);
+                None
+            }
+            None => None,
+        })
+        .collect()
+}
+
+/// Closes every pool at once and waits for all of them: each close begins at the first poll.
+async fn close_all(pools: &[Arc<dyn AnyPool>], how: Shutdown) {
+    futures_util::future::join_all(pools.iter().map(|pool| pool.close(how))).await;
 }
 
 /// A member taken from a group: exclusive use of it, and a return to the pool it came from.

@@ -201,3 +201,88 @@ async fn a_huge_count_in_a_file_is_a_typed_error() {
         "{text}"
     );
 }
+
+/// `Pooler::load` dropped at every point it can stop at (every poll, on the paused clock,
+/// through slow starts, a failing one and the closes that follow it) leaves the registry as
+/// it was: no pool registered, every name free again, and every member started meanwhile
+/// stopped.
+#[tokio::test(start_paused = true)]
+async fn dropping_load_at_any_await_point_leaves_the_registry_as_it_was() {
+    #[derive(serde::Deserialize)]
+    struct Timed {
+        start_ms: u64,
+        #[serde(default)]
+        fails: bool,
+    }
+    let probes = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let kinds = {
+        let probes = probes.clone();
+        Kinds::new().kind("timed", move |_pool, member: Timed| {
+            let fake = Fake::default();
+            fake.probe.set_start(if member.fails {
+                Step::FailAfter(ms(member.start_ms))
+            } else {
+                Step::Slow(ms(member.start_ms))
+            });
+            probes.lock().unwrap().push(fake.probe.clone());
+            Ok(fake)
+        })
+    };
+    let good = r#"
+        [[pools]]
+        name = "a"
+        kind = "timed"
+        init_count = 2
+        max_count = 2
+        member = { start_ms = 10 }
+
+        [[pools]]
+        name = "b"
+        kind = "timed"
+        init_count = 1
+        max_count = 1
+        member = { start_ms = 30 }
+        "#;
+    let failing = format!(
+        "{good}
+        [[pools]]
+        name = \"c\"
+        kind = \"timed\"
+        init_count = 1
+        max_count = 1
+        member_start_timeout = 20
+        member = {{ start_ms = 50, fails = true }}
+        "
+    );
+    for file in [good, failing.as_str()] {
+        let mut completed = false;
+        let mut cut = 0;
+        while !completed {
+            let pooler = Pooler::new();
+            probes.lock().unwrap().clear();
+            {
+                let mut load = std::pin::pin!(pooler.load(file, &kinds));
+                for _ in 0..cut {
+                    if futures_util::poll!(load.as_mut()).is_ready() {
+                        completed = true;
+                        break;
+                    }
+                    advance(ms(1)).await;
+                }
+            }
+            if completed {
+                pooler.close(pooler::Shutdown::Immediate).await;
+                break;
+            }
+            assert!(pooler.pool_names().is_empty(), "cut after {cut} polls");
+            advance(ms(100)).await;
+            let alive: usize = probes.lock().unwrap().iter().map(|p| p.alive()).sum();
+            assert_eq!(alive, 0, "members left running after a cut at poll {cut}");
+            pooler.load(good, &kinds).await.unwrap();
+            assert_eq!(pooler.pool_names(), ["a", "b"], "the names are free again");
+            pooler.close(pooler::Shutdown::Immediate).await;
+            cut += 1;
+        }
+        assert!(cut > 10, "the load stopped at {cut} points");
+    }
+}

@@ -293,3 +293,51 @@ async fn rm_group_closes_every_pool_of_the_group() {
         PoolerError::NoSuchGroup { group: "z".into() }
     );
 }
+
+/// Regression: `rm_group` and `Pooler::close` closed one pool after another, so a future
+/// dropped while the first close waited for a member in use left the others open and
+/// registered.
+#[tokio::test(start_paused = true)]
+async fn dropping_rm_group_or_close_after_one_poll_still_closes_every_pool() {
+    for whole_registry in [false, true] {
+        let pooler = Pooler::new();
+        let mut probes = Vec::new();
+        let mut pools = Vec::new();
+        let mut held = Vec::new();
+        for name in ["a", "b"] {
+            let fake = Fake::default();
+            probes.push(fake.probe.clone());
+            let pool = pooler
+                .new_pool(member_of("z", name, 1, 1), fake)
+                .await
+                .unwrap();
+            held.push(pool.take_member(ms(10)).await.unwrap());
+            pools.push(pool);
+        }
+        let mut closing: std::pin::Pin<Box<dyn Future<Output = ()> + '_>> = if whole_registry {
+            Box::pin(pooler.close(Shutdown::Graceful))
+        } else {
+            Box::pin(async {
+                pooler.rm_group("z", Shutdown::Graceful).await.unwrap();
+            })
+        };
+        assert!(
+            futures_util::poll!(closing.as_mut()).is_pending(),
+            "a graceful close waits for the members in use"
+        );
+        drop(closing);
+        assert!(pooler.pool_names().is_empty(), "every pool was removed");
+        for pool in &pools {
+            let refused = pool.try_take_member().unwrap_err();
+            assert!(matches!(refused, TakeError::Closed { .. }), "{refused:?}");
+        }
+        drop(held);
+        settle().await;
+        let alive: Vec<usize> = probes.iter().map(|p| p.alive()).collect();
+        assert_eq!(
+            alive,
+            [0, 0],
+            "members in use are stopped when they come back"
+        );
+    }
+}
