@@ -5,7 +5,9 @@
 //! standalone pool, draws each pool live, and ends with a summary.
 #![allow(clippy::disallowed_methods)] // the spawn ban guards the library, not this program
 
+mod events;
 mod sim;
+mod view;
 mod work;
 
 use std::collections::BTreeMap;
@@ -18,8 +20,14 @@ use pooler::{GroupMember, Kinds, Member, Pooler, Shutdown, TakeError};
 use rand::Rng;
 use tokio::time::Instant;
 
+use crate::events::EventLog;
 use crate::sim::SimMember;
+use crate::view::{Status, View};
 use crate::work::UrlMember;
+use tracing_subscriber::Layer as _;
+use tracing_subscriber::filter::Targets;
+use tracing_subscriber::layer::SubscriberExt as _;
+use tracing_subscriber::util::SubscriberInitExt as _;
 
 use crate::sim::Sim;
 use crate::work::Work;
@@ -33,9 +41,11 @@ const DEFAULT_POOLS: &str = include_str!("../pools.toml");
 ///
 /// The workload alternates calm and burst phases. Consumers take members from every group in
 /// the pools file (load-balanced over its pools) and from every standalone pool, hold them for
-/// a while, and now and then fail them. Each pool is drawn live: in use (#), free (=),
-/// starting (+), stopping (-) and queued takers. Watch it grow in batches, queue, cull back to
-/// init_count after the burst, recycle members at max_lifetime and replace crashed ones.
+/// a while, and now and then fail them. On a terminal each pool is drawn live with its members
+/// (in use, free, starting, stopping), a short history of in use / free / queued, and beside
+/// the pools an event pane of what pooler did, to which pool and why: growth in batches,
+/// queueing, crashed members replaced, culls back to init_count, retirement at max_lifetime,
+/// failed starts and their backoff. Press q to end early.
 ///
 /// Without --file the built-in pools file is used (simulated members, no server needed); run
 /// with --print-default-file to see it, then edit a copy. A bad file prints every problem in it
@@ -52,8 +62,8 @@ struct Args {
     /// Peak number of concurrent consumers during a burst.
     #[arg(long, default_value_t = 24)]
     consumers: usize,
-    /// Print one line per pool every second instead of redrawing the screen (the default when
-    /// the output is not a terminal).
+    /// Print one line per pool every second, and each event as it happens, instead of drawing
+    /// the live view (the default when the output is not a terminal).
     #[arg(long)]
     plain: bool,
     /// Print the built-in pools file and exit.
@@ -184,44 +194,6 @@ fn load(elapsed: Duration, total: Duration, peak: usize) -> usize {
     }
 }
 
-fn bar(n: usize, c: char) -> String {
-    std::iter::repeat_n(c, n).collect()
-}
-
-fn draw(pooler: &Pooler, elapsed: Duration, consumers: usize, live: bool) {
-    let mut out = String::new();
-    if live {
-        out.push_str("\x1b[H\x1b[2J");
-        out.push_str(&format!(
-            "pooler-demo  t={:>5.1}s  consumers={consumers:<3}  # in use  = free  + starting  - stopping\n\n",
-            elapsed.as_secs_f64()
-        ));
-    }
-    for (name, u) in pooler.utilization() {
-        let pool = bar(u.in_use_count, '#')
-            + &bar(u.free_count, '=')
-            + &bar(u.starting_count, '+')
-            + &bar(u.stopping_count, '-');
-        let line = format!(
-            "{name:<10} [{pool:<max$}] in_use={:<2} free={:<2} starting={:<2} stopping={:<2} queued={:<3}",
-            u.in_use_count,
-            u.free_count,
-            u.starting_count,
-            u.stopping_count,
-            u.queued_count,
-            max = u.max_count,
-        );
-        if live {
-            out.push_str(&line);
-            out.push('\n');
-        } else {
-            out.push_str(&format!("t={:>4.0}s {line}\n", elapsed.as_secs_f64()));
-        }
-    }
-    print!("{out}");
-    let _ = std::io::stdout().flush();
-}
-
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
     if sorted.is_empty() {
         return Duration::ZERO;
@@ -229,7 +201,7 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
     sorted[((sorted.len() - 1) as f64 * p).round() as usize]
 }
 
-fn summary(tallies: &Tallies, sims: &BTreeMap<String, Sim>) {
+fn summary(tallies: &Tallies, sims: &BTreeMap<String, Sim>, events: &EventLog) {
     use std::sync::atomic::Ordering::Relaxed;
     println!("\nsummary");
     println!(
@@ -258,6 +230,10 @@ fn summary(tallies: &Tallies, sims: &BTreeMap<String, Sim>) {
             format!("{:.1?}", percentile(&waits, 0.99)),
         );
     }
+    println!("\nwhat the pools did (pooler's events, by kind)");
+    for (message, n) in events.counts() {
+        println!("{n:>6}  {message}");
+    }
     if sims.is_empty() {
         return;
     }
@@ -284,10 +260,25 @@ async fn main() {
         print!("{DEFAULT_POOLS}");
         return;
     }
-    tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::from_env("POOLER_DEMO_LOG"))
-        .with_writer(std::io::stderr)
-        .init();
+    let live = !args.plain && std::io::stdout().is_terminal();
+    // pooler's events feed the event pane (and the plain output); with --plain, the
+    // POOLER_DEMO_LOG filter also sends what it selects to stderr.
+    let events = EventLog::new();
+    let pane = events
+        .layer()
+        .with_filter(Targets::new().with_target("pooler", tracing::Level::DEBUG));
+    let subscriber = tracing_subscriber::registry().with(pane);
+    if live {
+        subscriber.init();
+    } else {
+        subscriber
+            .with(
+                tracing_subscriber::fmt::layer()
+                    .with_writer(std::io::stderr)
+                    .with_filter(tracing_subscriber::EnvFilter::from_env("POOLER_DEMO_LOG")),
+            )
+            .init();
+    }
 
     let text = match &args.file {
         None => DEFAULT_POOLS.to_owned(),
@@ -356,10 +347,12 @@ async fn main() {
         }
     }
 
-    let live = !args.plain && std::io::stdout().is_terminal();
+    let groups = targets_groups(&pooler, &names);
+    let mut view = View::new(events.clone(), groups);
+    let mut terminal = live.then(ratatui::init);
     let tallies: Tallies = Arc::default();
     let start = Instant::now();
-    let end = start + args.duration;
+    let mut end = start + args.duration;
     // (target index, consumer) pairs; a group gets the full load, a standalone pool a third.
     let mut running: Vec<(usize, tokio::task::JoinHandle<()>)> = Vec::new();
     let mut last_line = Instant::now();
@@ -387,18 +380,85 @@ async fn main() {
                 running.push((i, consumer));
             }
         }
-        if live {
-            draw(&pooler, elapsed, running.len(), true);
+        view.sample(&pooler);
+        let status = Status {
+            elapsed,
+            duration: args.duration,
+            burst: peak == args.consumers,
+            consumers: running.len(),
+        };
+        if let Some(terminal) = &mut terminal {
+            if terminal.draw(|f| view.draw(f, &status)).is_err() || quit_pressed() {
+                end = Instant::now();
+            }
         } else if last_line.elapsed() >= Duration::from_secs(1) {
-            draw(&pooler, elapsed, running.len(), false);
+            print!("{}", view.plain(&status));
+            let _ = std::io::stdout().flush();
             last_line = Instant::now();
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     for (_, consumer) in running {
+        consumer.abort();
         let _ = consumer.await;
     }
-    draw(&pooler, start.elapsed(), 0, live);
+    if terminal.take().is_some() {
+        ratatui::restore();
+    }
+    view.sample(&pooler);
+    let status = Status {
+        elapsed: start.elapsed(),
+        duration: args.duration,
+        burst: false,
+        consumers: 0,
+    };
+    print!("{}", view.plain(&status));
     pooler.close(Shutdown::Graceful).await;
-    summary(&tallies, &sims);
+    summary(&tallies, &sims, &events);
+}
+
+/// Each pool's group, by pool name.
+fn targets_groups(pooler: &Pooler, names: &[String]) -> BTreeMap<String, String> {
+    let mut groups = BTreeMap::new();
+    for (name, group) in pooler_groups(pooler) {
+        if names.contains(&name) {
+            groups.insert(name, group);
+        }
+    }
+    groups
+}
+
+/// Every (pool, group) pair of the registry.
+fn pooler_groups(pooler: &Pooler) -> Vec<(String, String)> {
+    let mut pairs = Vec::new();
+    for name in pooler.pool_names() {
+        let group = match kind_of(pooler, &name) {
+            Kind::Sim => pooler.pool::<Sim>(&name).ok().and_then(|p| p.group()),
+            Kind::Postgres => pooler.pool::<PgManager>(&name).ok().and_then(|p| p.group()),
+            Kind::Redis => pooler
+                .pool::<RedisManager>(&name)
+                .ok()
+                .and_then(|p| p.group()),
+        };
+        if let Some(group) = group {
+            pairs.push((name, group));
+        }
+    }
+    pairs
+}
+
+/// Whether `q`, Esc or Ctrl-C was pressed (the terminal is in raw mode, so Ctrl-C is a key).
+fn quit_pressed() -> bool {
+    use ratatui::crossterm::event::{self, Event, KeyCode, KeyEventKind, KeyModifiers};
+    while event::poll(Duration::ZERO).unwrap_or(false) {
+        if let Ok(Event::Key(key)) = event::read()
+            && key.kind == KeyEventKind::Press
+            && (matches!(key.code, KeyCode::Char('q') | KeyCode::Esc)
+                || (key.code == KeyCode::Char('c')
+                    && key.modifiers.contains(KeyModifiers::CONTROL)))
+        {
+            return true;
+        }
+    }
+    false
 }

@@ -143,3 +143,108 @@ async fn the_same_binary_drives_real_postgres_and_redis_pools() {
         assert!(takes(summary, target) > 0, "{summary}");
     }
 }
+
+/// The default run shows every lifecycle feature it promises, in pooler's own events: growth
+/// in batches, queueing, a crash replaced, culling, retirement at max_lifetime, and a failed
+/// start backed off. (The built-in file's rates make each of these near certain in 20 s.)
+#[test]
+fn the_default_run_shows_every_lifecycle_feature() {
+    let stdout = run_ok(&["--plain"]);
+    let events: Vec<&str> = stdout.lines().filter(|l| l.contains(" event ")).collect();
+    let seen = |what: &str| events.iter().any(|l| l.contains(what));
+    let batch = events.iter().any(|l| {
+        l.split("starting members (members=")
+            .nth(1)
+            .and_then(|n| n.trim_end_matches(')').parse::<usize>().ok())
+            .is_some_and(|n| n >= 2)
+    });
+    assert!(batch, "no growth batch of two or more:\n{stdout}");
+    assert!(
+        stdout
+            .lines()
+            .any(|l| l.contains(" [") && !l.contains("queued=0 ")),
+        "nobody ever queued:\n{stdout}"
+    );
+    for what in [
+        "member died",
+        "retired idle members beyond recent demand (cull)",
+        "reason=max_lifetime",
+        "member start failed",
+        "the next start waits out a backoff step",
+    ] {
+        assert!(seen(what), "no `{what}` event:\n{stdout}");
+    }
+}
+
+/// The live view, under a real pseudo-terminal (tmux): pools, histories and the event pane are
+/// drawn, `q` ends the run early, and the terminal is given back for the summary.
+#[test]
+fn the_live_view_draws_pools_and_events_and_quits_on_q() {
+    let tmux = |args: &[&str]| {
+        Command::new("tmux")
+            .args(["-L", &format!("pooler-demo-{}", std::process::id())])
+            .args(args)
+            .output()
+    };
+    if tmux(&["-V"]).is_err() {
+        eprintln!("skipping: tmux is not installed");
+        return;
+    }
+    let command = format!(
+        "{} --duration 60s; echo demo-exited-$?; sleep 60",
+        env!("CARGO_BIN_EXE_pooler-demo")
+    );
+    let started = tmux(&[
+        "new-session",
+        "-d",
+        "-s",
+        "demo",
+        "-x",
+        "150",
+        "-y",
+        "45",
+        &command,
+    ])
+    .unwrap();
+    assert!(started.status.success(), "{started:?}");
+    let capture = || {
+        let out = tmux(&["capture-pane", "-p", "-t", "demo"]).unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let wait_for = |what: &dyn Fn(&str) -> bool, why: &str| {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        loop {
+            let screen = capture();
+            if what(&screen) {
+                return screen;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{why}; the screen:\n{screen}"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+    };
+    let screen = wait_for(
+        &|s| s.contains("starting members") && s.contains("queued"),
+        "the live view never showed pools and events",
+    );
+    for part in [
+        "pooler-demo",
+        "pools",
+        "events (what happened, to which pool, why)",
+        "replica-a",
+        "replica-b",
+        "jobs",
+        "in use",
+        "free",
+        "queued",
+    ] {
+        assert!(screen.contains(part), "`{part}` missing:\n{screen}");
+    }
+    tmux(&["send-keys", "-t", "demo", "q"]).unwrap();
+    let screen = wait_for(&|s| s.contains("demo-exited-"), "q did not end the run");
+    let _ = tmux(&["kill-server"]);
+    assert!(screen.contains("demo-exited-0"), "{screen}");
+    assert!(screen.contains("summary"), "{screen}");
+}

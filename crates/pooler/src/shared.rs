@@ -969,6 +969,15 @@ impl<M: Manager> Shared<M> {
     }
 
     fn spawn_start_tasks(&self, starts: Starts, done: Option<&tokio::sync::mpsc::Sender<()>>) {
+        if starts.delay.is_zero() {
+            tracing::debug!(pool = %self.name, members = starts.slots.len(), "starting members");
+        } else {
+            tracing::debug!(
+                pool = %self.name,
+                after_ms = u64::try_from(starts.delay.as_millis()).unwrap_or(u64::MAX),
+                "starts are failing; the next start waits out a backoff step"
+            );
+        }
         for (key, id) in starts.slots {
             // The slot's guard exists before the task does, so a task dropped unpolled still
             // gives the slot back.
