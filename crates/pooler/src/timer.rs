@@ -8,10 +8,12 @@
 //! next expiry, see `lifetime`.)
 
 use std::panic::AssertUnwindSafe;
+use std::pin::pin;
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::FutureExt;
+use futures_util::future::{Either, select};
 use tokio::time::Instant;
 
 use crate::clock::TICK;
@@ -62,8 +64,21 @@ pub(crate) async fn run<M: Manager>(shared: Arc<Shared<M>>, job: Periodic, origi
     let tick = tokio::time::sleep_until(origin + period.unwrap_or_default());
     tokio::pin!(tick);
     loop {
-        tokio::select! {
-            () = &mut tick, if period.is_some() => {
+        let woke = {
+            let due = async {
+                if period.is_some() {
+                    tick.as_mut().await;
+                } else {
+                    std::future::pending::<()>().await;
+                }
+            };
+            match select(pin!(due), pin!(changes.changed())).await {
+                Either::Left(((), _)) => None,
+                Either::Right((changed, _)) => Some(changed.is_ok()),
+            }
+        };
+        match woke {
+            None => {
                 // A panic inside a job (there is no user code in one, but should there be)
                 // ends that round, never the schedule.
                 if AssertUnwindSafe(job.fire(&shared)).catch_unwind().await.is_err() {
@@ -71,10 +86,8 @@ pub(crate) async fn run<M: Manager>(shared: Arc<Shared<M>>, job: Periodic, origi
                 }
                 tick.as_mut().reset(Instant::now() + period.unwrap_or_default());
             }
-            changed = changes.changed() => {
-                if changed.is_err() {
-                    return;
-                }
+            Some(false) => return,
+            Some(true) => {
                 let at = *changes.borrow_and_update();
                 let now = job.period(&shared.cold().config);
                 if now != period {
@@ -93,9 +106,10 @@ pub(crate) async fn lifetimes<M: Manager>(shared: Arc<Shared<M>>) {
     loop {
         match shared.next_expiry() {
             Some(at) => {
-                tokio::select! {
-                    () = tokio::time::sleep_until(at) => shared.expire_due(),
-                    () = shared.lifetime_poke.notified() => {}
+                let due = tokio::time::sleep_until(at);
+                let poked = shared.lifetime_poke.notified();
+                if let Either::Left(_) = select(pin!(due), pin!(poked)).await {
+                    shared.expire_due();
                 }
             }
             None => shared.lifetime_poke.notified().await,
