@@ -498,7 +498,7 @@ impl<P> Cold<P> {
     }
 
     /// The live members whose lifetime has ended by `now`; they leave the expiry set (a free
-    /// one is then stopped by the caller, one in use is recycled when it comes back).
+    /// one is then stopped by the caller, one in use is retired when it comes back).
     pub(crate) fn due(&mut self, now: Instant) -> Vec<(Key, u64)> {
         let mut due = Vec::new();
         while let Some(&(at, key, id)) = self.expiries.first() {

@@ -1,6 +1,6 @@
-//! `max_lifetime` with jitter: each member's expiry. (The timer recycles free members when it
-//! comes; a member found expired at take is recycled and the take goes on; one that expired
-//! in use is recycled when it comes back.)
+//! `max_lifetime` with jitter: each member's expiry. (The timer retires free members when it
+//! comes; a member found expired at take is retired and the take goes on; one that expired
+//! in use is retired when it comes back.)
 
 use std::time::Duration;
 

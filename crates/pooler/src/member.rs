@@ -17,7 +17,7 @@ use crate::manager::Manager;
 pub(crate) enum Fate {
     /// Returned normally: back to the oldest waiter or the free list.
     Ok,
-    /// `Member::fail` or a failed check or recycle: destroyed and replaced.
+    /// `Member::fail` or a failed check or recycle: replaced.
     Failed,
     /// Its holder panicked or was cancelled mid-use: destroyed and replaced.
     Crashed,

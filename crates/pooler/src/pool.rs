@@ -367,7 +367,7 @@ impl<M: Manager> Pool<M> {
     /// Takes a member (as [`take_member`](Pool::take_member)), runs `f` on it and returns it.
     ///
     /// If `f` panics, or this future is dropped while `f` runs, the member is treated as
-    /// crashed: destroyed and replaced, never handed to another consumer half-used.
+    /// crashed: replaced, never handed to another consumer half-used.
     ///
     /// ```
     /// # use pooler::{Manager, MemberContext, Pool, PoolConfig};
@@ -397,8 +397,8 @@ impl<M: Manager> Pool<M> {
     ///
     /// # Cancel safety
     ///
-    /// Cancelling while queued is as `take_member`; cancelling while `f` runs destroys and
-    /// replaces the member.
+    /// Cancelling while queued is as `take_member`; cancelling while `f` runs replaces the
+    /// member.
     #[track_caller]
     pub fn with_member<T, F>(
         &self,

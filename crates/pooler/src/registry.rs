@@ -517,7 +517,7 @@ impl<M: Manager> GroupMember<M> {
         Member::pool_name(&this.0)
     }
 
-    /// Destroys the member and starts a replacement in its pool.
+    /// Replaces the member: it is stopped and a new one started in its pool.
     pub fn fail(this: Self) {
         Member::fail(this.0);
     }

@@ -81,10 +81,15 @@ pub(crate) async fn run<M: Manager>(shared: Arc<Shared<M>>, job: Periodic, origi
             None => {
                 // A panic inside a job (there is no user code in one, but should there be)
                 // ends that round, never the schedule.
-                if AssertUnwindSafe(job.fire(&shared)).catch_unwind().await.is_err() {
+                if AssertUnwindSafe(job.fire(&shared))
+                    .catch_unwind()
+                    .await
+                    .is_err()
+                {
                     tracing::error!(pool = %shared.name, job = ?job, "a periodic job panicked; its schedule goes on");
                 }
-                tick.as_mut().reset(Instant::now() + period.unwrap_or_default());
+                tick.as_mut()
+                    .reset(Instant::now() + period.unwrap_or_default());
             }
             Some(false) => return,
             Some(true) => {
@@ -99,7 +104,7 @@ pub(crate) async fn run<M: Manager>(shared: Arc<Shared<M>>, job: Periodic, origi
     }
 }
 
-/// The lifetime timer: sleeps until the soonest expiry, recycles what is due, and starts
+/// The lifetime timer: sleeps until the soonest expiry, retires what is due, and starts
 /// replacements. Woken early when a new member (or a reconfigured lifetime) may expire
 /// sooner.
 pub(crate) async fn lifetimes<M: Manager>(shared: Arc<Shared<M>>) {
