@@ -14,7 +14,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let url = std::env::args()
         .nth(1)
         .unwrap_or_else(|| "postgres://postgres@127.0.0.1:5432/test".into());
-    for recycle in [Recycle::Nothing, Recycle::RollbackOpenTransaction] {
+    for recycle in [Recycle::Nothing, Recycle::Observed, Recycle::Query] {
         let config = PoolConfig::new("pg", 8, 8)
             .to_builder()
             .queue_max(64)

@@ -5,8 +5,9 @@
 
 use std::time::Duration;
 
+use pooler::Manager as _;
 use pooler::{Member, Pool, PoolConfig, Shutdown};
-use pooler_postgres::{PgManager, Recycle};
+use pooler_postgres::{PgManager, Recycle, TxStatus};
 use pooler_testkit::{Proxy, eventually, host_port, scenarios, service};
 
 const DEFAULT: &str = "postgres://postgres@127.0.0.1:5432/test";
@@ -240,14 +241,16 @@ async fn a_connection_returned_inside_a_transaction_is_rolled_back() {
     assert_eq!(rows, 0, "the insert was rolled back, not committed");
     drop(conn);
 
-    // A failed transaction cannot be recycled: the connection is replaced.
+    // A failed transaction is rolled back too, and the same connection is offered again.
     let conn = pool.take_member(Duration::from_secs(5)).await.unwrap();
     let id = Member::id(&conn);
     conn.batch_execute("BEGIN").await.unwrap();
     assert!(conn.batch_execute("SELECT 1/0").await.is_err());
+    assert_eq!(conn.tx_status(), TxStatus::Failed);
     drop(conn);
     let conn = pool.take_member(Duration::from_secs(5)).await.unwrap();
-    assert_ne!(Member::id(&conn), id);
+    assert_eq!(Member::id(&conn), id);
+    assert!(!in_transaction(&conn).await);
     let one: i32 = conn.query_one("SELECT 1", &[]).await.unwrap().get(0);
     assert_eq!(one, 1);
     drop(conn);
@@ -279,4 +282,160 @@ async fn close_leaves_no_session_open() {
         .await
         .unwrap();
     scenarios::close_leaves_nothing(&pool, async || sessions(&admin, tag).await).await;
+}
+
+/// Every way a session can be left inside a transaction, with the default
+/// `Recycle::Observed`: the next taker of the same connection is never inside it, and nothing
+/// the last user did inside it was committed. And a connection given back idle is offered
+/// again with no query at all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn observed_status_keeps_every_abandoned_transaction_from_the_next_user() {
+    let Some(url) = url().await else { return };
+    let admin = admin(&url).await;
+    admin
+        .batch_execute(
+            "CREATE TABLE IF NOT EXISTS pooler_observed (v INT); DELETE FROM pooler_observed",
+        )
+        .await
+        .unwrap();
+    let pool = Pool::start(
+        PoolConfig::new("pg-observed", 1, 1),
+        manager(&url, "pooler-observed"),
+    )
+    .await
+    .unwrap();
+    let take = async || pool.take_member(Duration::from_secs(5)).await.unwrap();
+
+    // Idle after a query: no recycle at all, at once.
+    let conn = take().await;
+    let id = Member::id(&conn);
+    conn.simple_query("SELECT 1").await.unwrap();
+    assert_eq!(conn.tx_status(), TxStatus::Idle);
+    assert!(!pool.manager().needs_recycle(&conn), "idle needs no query");
+    // COPY FROM STDIN outside a transaction: still followed exactly.
+    {
+        use futures_util::SinkExt as _;
+        let sink = conn
+            .copy_in("COPY pooler_observed FROM STDIN")
+            .await
+            .unwrap();
+        let mut sink = std::pin::pin!(sink);
+        sink.send(bytes::Bytes::from_static(b"9\n")).await.unwrap();
+        sink.finish().await.unwrap();
+        conn.execute("DELETE FROM pooler_observed", &[])
+            .await
+            .unwrap();
+    }
+    assert_eq!(conn.tx_status(), TxStatus::Idle, "after COPY FROM STDIN");
+    drop(conn);
+
+    type Leave = for<'a> fn(
+        &'a tokio_postgres::Client,
+    ) -> std::pin::Pin<Box<dyn Future<Output = ()> + Send + 'a>>;
+    let ways: [(&str, Leave); 6] = [
+        ("BEGIN over the simple protocol", |c| {
+            Box::pin(async move {
+                c.simple_query("BEGIN; INSERT INTO pooler_observed VALUES (1)")
+                    .await
+                    .unwrap();
+            })
+        }),
+        ("BEGIN over the extended protocol", |c| {
+            Box::pin(async move {
+                c.execute("BEGIN", &[]).await.unwrap();
+                c.execute("INSERT INTO pooler_observed VALUES (2)", &[])
+                    .await
+                    .unwrap();
+            })
+        }),
+        ("a failed statement inside a transaction", |c| {
+            Box::pin(async move {
+                c.batch_execute("BEGIN; INSERT INTO pooler_observed VALUES (3)")
+                    .await
+                    .unwrap();
+                assert!(c.batch_execute("SELECT 1/0").await.is_err());
+            })
+        }),
+        ("COPY out and in inside a transaction", |c| {
+            Box::pin(async move {
+                use futures_util::{SinkExt as _, TryStreamExt as _};
+                c.batch_execute("BEGIN").await.unwrap();
+                let out = c
+                    .copy_out("COPY (SELECT generate_series(1, 5000)) TO STDOUT")
+                    .await
+                    .unwrap();
+                let chunks: Vec<_> = out.try_collect().await.unwrap();
+                assert!(!chunks.is_empty());
+                let sink = c.copy_in("COPY pooler_observed FROM STDIN").await.unwrap();
+                let mut sink = std::pin::pin!(sink);
+                sink.send(bytes::Bytes::from_static(b"4\n4\n"))
+                    .await
+                    .unwrap();
+                sink.finish().await.unwrap();
+            })
+        }),
+        ("a session full of notices", |c| {
+            Box::pin(async move {
+                c.batch_execute(
+                    "BEGIN; INSERT INTO pooler_observed VALUES (5); \
+                     DO $$ BEGIN FOR i IN 1..3000 LOOP RAISE NOTICE 'notice %', i; END LOOP; END $$",
+                )
+                .await
+                .unwrap();
+            })
+        }),
+        ("a large result split across reads", |c| {
+            Box::pin(async move {
+                c.batch_execute("BEGIN; INSERT INTO pooler_observed VALUES (6)")
+                    .await
+                    .unwrap();
+                let rows = c
+                    .query(
+                        "SELECT repeat('x', 100000) FROM generate_series(1, 40)",
+                        &[],
+                    )
+                    .await
+                    .unwrap();
+                assert_eq!(rows.len(), 40);
+            })
+        }),
+    ];
+    for (way, leave) in ways {
+        let conn = take().await;
+        leave(&conn).await;
+        drop(conn);
+        let conn = take().await;
+        assert_eq!(Member::id(&conn), id, "{way}: the same connection, kept");
+        assert!(
+            !in_transaction(&conn).await,
+            "{way}: the next user is outside"
+        );
+        assert_eq!(conn.tx_status(), TxStatus::Idle, "{way}");
+        drop(conn);
+    }
+
+    // A Transaction dropped uncommitted queues its ROLLBACK: the status may still be
+    // unsettled when the connection comes back, and the pool waits for the answer.
+    for _ in 0..20 {
+        let mut conn = take().await;
+        let tx = conn.transaction().await.unwrap();
+        tx.execute("INSERT INTO pooler_observed VALUES (7)", &[])
+            .await
+            .unwrap();
+        drop(tx);
+        drop(conn);
+        let conn = take().await;
+        assert!(!in_transaction(&conn).await, "after a dropped Transaction");
+    }
+
+    let committed: i64 = admin
+        .query_one("SELECT count(*) FROM pooler_observed", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(
+        committed, 0,
+        "nothing done inside an abandoned transaction was committed"
+    );
+    pool.close(Shutdown::Graceful).await;
 }

@@ -47,7 +47,8 @@ where
 /// An outage and the recovery from it. `pool` has `init_count` 2 and was started through
 /// `proxy` while the proxy refused connections. Checks that a take that cannot wait fails
 /// fast with the start error, that one that waits through the outage times out naming that
-/// error, that starts are spaced by the backoff (2 to 8 attempts in 3 s, not a storm), that
+/// error, that starts are spaced by the backoff (at most 12 attempts in 3 s, not a storm; with full
+/// jitter a step may leave fewer than one a second), that
 /// the pool refills by itself when the proxy opens, that a refilled member `works`, and that
 /// members whose links are cut are replaced. Closes the pool.
 ///
@@ -83,10 +84,7 @@ pub async fn outage_and_recovery<M: Manager>(
     let start = proxy.attempts();
     tokio::time::sleep(Duration::from_secs(3)).await;
     let attempts = proxy.attempts() - start;
-    assert!(
-        (2..=8).contains(&attempts),
-        "{attempts} connection attempts in 3 s"
-    );
+    assert!(attempts <= 12, "{attempts} connection attempts in 3 s");
 
     proxy.set_open(true);
     eventually("the pool refills to init_count", async || {
