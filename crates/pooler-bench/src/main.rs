@@ -6,6 +6,8 @@
 //! `--out DIR` writes the report there instead of `docs/`. `--save-baseline NAME` saves every
 //! figure of the run as `docs/baselines/NAME.toml`; `--baseline NAME` compares the run with a
 //! saved one, figure by figure, and puts the comparison in the report.
+//! `backends` runs PostgreSQL and Redis through pooler's, deadpool's and bb8's adapters and
+//! writes `docs/benchmarks-backends.md` (see `backends.rs`).
 //! `instructions` alone counts instructions per take+return with callgrind (see
 //! `instructions.rs`).
 //! `lifetime` alone measures the cost of `max_lifetime`; `churn-memory` prints the resident
@@ -15,6 +17,7 @@
 //! counting under `valgrind --tool=callgrind`.
 #![allow(clippy::disallowed_methods)] // benchmarks spawn their own load
 
+mod backends;
 mod baseline;
 mod instructions;
 mod peers;
@@ -478,6 +481,7 @@ fn main() {
                     }
                 }
             }
+            "backends" => backends::main(&out, smoke).await,
             "metrics-share" => println!("{:?}", metrics_share()),
             "metrics" => {
                 let (none, prom) = metrics_cost(200_000).await;
@@ -511,7 +515,7 @@ fn main() {
             }
             other => {
                 eprintln!(
-                    "unknown mode `{other}`: run with no mode (or --smoke), or lifetime, fairness, \
+                    "unknown mode `{other}`: run with no mode (or --smoke), or backends [--smoke], lifetime, fairness, \
                      grid-sample, metrics, metrics-share, mass-timeout, churn-memory [--replacements=N], instructions, \
                      count WHO OP N, fixed-plain, fixed-lifetime"
                 );

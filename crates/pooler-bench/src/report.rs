@@ -83,7 +83,12 @@ pub(crate) fn write(r: &Results, dir: &Path) -> Result<(), Box<dyn std::error::E
     writeln!(md, "- Versions: {}", versions.join(", "))?;
     writeln!(
         md,
-        "- Every pool holds no-op members; every run of a peer has a 10 s hang guard (`hung` below).\n"
+        "- Every pool holds no-op members; every run of a peer has a 10 s hang guard (`hung` below)."
+    )?;
+    writeln!(
+        md,
+        "- Real backends (PostgreSQL, Redis) through pooler's, deadpool's and bb8's adapters: \
+         [benchmarks-backends.md](benchmarks-backends.md), written by `pooler-bench backends`.\n"
     )?;
 
     writeln!(

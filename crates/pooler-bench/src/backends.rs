@@ -1,0 +1,342 @@
+//! Real backends: PostgreSQL `SELECT 1` and Redis `PING` through pooler's adapters and
+//! deadpool's and bb8's, 64 tasks over pools of 8 and 16, every contender in its default
+//! mode and its cheapest, interleaved round by round in one process.
+//!
+//! `cargo run --release -p pooler-bench -- backends` writes `docs/benchmarks-backends.md`;
+//! with `--smoke` every cell runs for a moment and nothing is written.
+
+use std::fmt::Write as _;
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+const POSTGRES: &str = "postgres://postgres@127.0.0.1:5432/test";
+const REDIS: &str = "redis://127.0.0.1:6379";
+const TASKS: usize = 64;
+const SIZES: [usize; 2] = [8, 16];
+
+/// One pool under test, as a name and a way to run the load against it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Contender {
+    PoolerPg,
+    PoolerPgNothing,
+    DeadpoolPg,
+    Bb8Pg,
+    Bb8PgNoTest,
+    PoolerRedis,
+    DeadpoolRedis,
+    Bb8Redis,
+    Bb8RedisNoTest,
+}
+
+impl Contender {
+    const ALL: [Contender; 9] = [
+        Contender::PoolerPg,
+        Contender::PoolerPgNothing,
+        Contender::DeadpoolPg,
+        Contender::Bb8Pg,
+        Contender::Bb8PgNoTest,
+        Contender::PoolerRedis,
+        Contender::DeadpoolRedis,
+        Contender::Bb8Redis,
+        Contender::Bb8RedisNoTest,
+    ];
+
+    fn backend(self) -> &'static str {
+        match self {
+            Contender::PoolerPg
+            | Contender::PoolerPgNothing
+            | Contender::DeadpoolPg
+            | Contender::Bb8Pg
+            | Contender::Bb8PgNoTest => "PostgreSQL `SELECT 1`",
+            _ => "Redis `PING`",
+        }
+    }
+
+    fn label(self) -> &'static str {
+        match self {
+            Contender::PoolerPg => "pooler-postgres (default: `Recycle::Observed`)",
+            Contender::PoolerPgNothing => "pooler-postgres `Recycle::Nothing`",
+            Contender::DeadpoolPg => "deadpool-postgres (default: `RecyclingMethod::Fast`)",
+            Contender::Bb8Pg => "bb8-postgres (default: `test_on_check_out`)",
+            Contender::Bb8PgNoTest => "bb8-postgres, `test_on_check_out(false)`",
+            Contender::PoolerRedis => "pooler-redis (default)",
+            Contender::DeadpoolRedis => "deadpool-redis (default: PING on reuse)",
+            Contender::Bb8Redis => "bb8-redis (default: `test_on_check_out`)",
+            Contender::Bb8RedisNoTest => "bb8-redis, `test_on_check_out(false)`",
+        }
+    }
+}
+
+/// Runs `TASKS` tasks doing `op` for `secs`; returns operations per second.
+async fn load<F, Fut>(secs: f64, op: F) -> f64
+where
+    F: Fn() -> Fut + Clone + Send + 'static,
+    Fut: Future<Output = ()> + Send,
+{
+    let done = Arc::new(AtomicU64::new(0));
+    let end = Instant::now() + Duration::from_secs_f64(secs);
+    let tasks: Vec<_> = (0..TASKS)
+        .map(|_| {
+            let (op, done) = (op.clone(), done.clone());
+            tokio::spawn(async move {
+                while Instant::now() < end {
+                    op().await;
+                    done.fetch_add(1, Ordering::Relaxed);
+                }
+            })
+        })
+        .collect();
+    let started = Instant::now();
+    for t in tasks {
+        t.await.expect("a load task ended in a panic");
+    }
+    done.load(Ordering::Relaxed) as f64 / started.elapsed().as_secs_f64()
+}
+
+async fn cell(who: Contender, size: usize, secs: f64) -> f64 {
+    let pg = std::env::var("POOLER_POSTGRES_URL").unwrap_or_else(|_| POSTGRES.into());
+    let redis_url = std::env::var("POOLER_REDIS_URL").unwrap_or_else(|_| REDIS.into());
+    let config = pooler::PoolConfig::builder("bench")
+        .init_count(size)
+        .max_count(size)
+        .queue_max(TASKS)
+        .build()
+        .expect("a valid config");
+    let max = u32::try_from(size).expect("a small pool");
+    match who {
+        Contender::PoolerPg | Contender::PoolerPgNothing => {
+            let recycle = if who == Contender::PoolerPg {
+                pooler_postgres::Recycle::Observed
+            } else {
+                pooler_postgres::Recycle::Nothing
+            };
+            let manager = pooler_postgres::PgManager::new(&pg)
+                .expect("a URL")
+                .recycle(recycle);
+            let pool = pooler::Pool::start(config, manager).await.expect("a pool");
+            let p = pool.clone();
+            let rate = load(secs, move || {
+                let p = p.clone();
+                async move {
+                    let conn = p.take().await.expect("a connection");
+                    conn.simple_query("SELECT 1").await.expect("an answer");
+                }
+            })
+            .await;
+            pool.close(pooler::Shutdown::Graceful).await;
+            rate
+        }
+        Contender::DeadpoolPg => {
+            let mut cfg = deadpool_postgres::Config::new();
+            cfg.url = Some(pg);
+            cfg.pool = Some(deadpool_postgres::PoolConfig::new(size));
+            let pool = cfg
+                .create_pool(
+                    Some(deadpool_postgres::Runtime::Tokio1),
+                    pooler_postgres::tokio_postgres::NoTls,
+                )
+                .expect("a pool");
+            let p = pool.clone();
+            let rate = load(secs, move || {
+                let p = p.clone();
+                async move {
+                    let conn = p.get().await.expect("a connection");
+                    conn.simple_query("SELECT 1").await.expect("an answer");
+                }
+            })
+            .await;
+            pool.close();
+            rate
+        }
+        Contender::Bb8Pg | Contender::Bb8PgNoTest => {
+            let manager = bb8_postgres::PostgresConnectionManager::new_from_stringlike(
+                pg,
+                pooler_postgres::tokio_postgres::NoTls,
+            )
+            .expect("a URL");
+            let pool = bb8::Pool::builder()
+                .max_size(max)
+                .test_on_check_out(who == Contender::Bb8Pg)
+                .build(manager)
+                .await
+                .expect("a pool");
+            load(secs, move || {
+                let p = pool.clone();
+                async move {
+                    let conn = p.get().await.expect("a connection");
+                    conn.simple_query("SELECT 1").await.expect("an answer");
+                }
+            })
+            .await
+        }
+        Contender::PoolerRedis => {
+            let manager = pooler_redis::RedisManager::new(redis_url.as_str()).expect("a URL");
+            let pool = pooler::Pool::start(config, manager).await.expect("a pool");
+            let p = pool.clone();
+            let rate = load(secs, move || {
+                let p = p.clone();
+                async move {
+                    let mut conn = p.take().await.expect("a connection");
+                    let pong: String = pooler_redis::redis::cmd("PING")
+                        .query_async(&mut *conn)
+                        .await
+                        .expect("an answer");
+                    assert_eq!(pong, "PONG");
+                }
+            })
+            .await;
+            pool.close(pooler::Shutdown::Graceful).await;
+            rate
+        }
+        Contender::DeadpoolRedis => {
+            let mut cfg = deadpool_redis::Config::from_url(redis_url);
+            cfg.pool = Some(deadpool_redis::PoolConfig::new(size));
+            let pool = cfg
+                .create_pool(Some(deadpool_redis::Runtime::Tokio1))
+                .expect("a pool");
+            let p = pool.clone();
+            let rate = load(secs, move || {
+                let p = p.clone();
+                async move {
+                    let mut conn = p.get().await.expect("a connection");
+                    let pong: String = deadpool_redis::redis::cmd("PING")
+                        .query_async(&mut conn)
+                        .await
+                        .expect("an answer");
+                    assert_eq!(pong, "PONG");
+                }
+            })
+            .await;
+            pool.close();
+            rate
+        }
+        Contender::Bb8Redis | Contender::Bb8RedisNoTest => {
+            let manager = bb8_redis::RedisConnectionManager::new(redis_url).expect("a URL");
+            let pool = bb8::Pool::builder()
+                .max_size(max)
+                .test_on_check_out(who == Contender::Bb8Redis)
+                .build(manager)
+                .await
+                .expect("a pool");
+            load(secs, move || {
+                let p = pool.clone();
+                async move {
+                    let mut conn = p.get().await.expect("a connection");
+                    let pong: String = bb8_redis::redis::cmd("PING")
+                        .query_async(&mut *conn)
+                        .await
+                        .expect("an answer");
+                    assert_eq!(pong, "PONG");
+                }
+            })
+            .await
+        }
+    }
+}
+
+/// Every contender's rates, per pool size, one per round.
+pub(crate) struct Rates(Vec<(Contender, usize, Vec<f64>)>);
+
+/// Runs `rounds` rounds of every cell, `secs` each, in turn.
+pub(crate) async fn run(secs: f64, rounds: usize) -> Rates {
+    let mut rates: Vec<(Contender, usize, Vec<f64>)> = Contender::ALL
+        .iter()
+        .flat_map(|&c| SIZES.map(|s| (c, s, Vec::new())))
+        .collect();
+    for round in 0..rounds {
+        for (who, size, got) in &mut rates {
+            let rate = cell(*who, *size, secs).await;
+            eprintln!(
+                "round {} {:<55} pool {size:>2}: {rate:>9.0}/s",
+                round + 1,
+                who.label()
+            );
+            got.push(rate);
+        }
+    }
+    Rates(rates)
+}
+
+fn median(v: &[f64]) -> f64 {
+    let mut v = v.to_vec();
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+impl Rates {
+    fn of(&self, who: Contender, size: usize) -> &[f64] {
+        self.0
+            .iter()
+            .find(|(c, s, _)| *c == who && *s == size)
+            .map(|(_, _, v)| v.as_slice())
+            .unwrap_or(&[])
+    }
+
+    /// The report, in Markdown.
+    pub(crate) fn markdown(&self, rounds: usize, secs: f64) -> String {
+        let mut out = String::new();
+        let _ = writeln!(
+            out,
+            "# Real backends\n\nWritten by `cargo run --release -p pooler-bench -- backends`. \
+             {TASKS} tasks, each taking a connection, running one command and giving it back, \
+             for {secs} s per cell; {rounds} rounds, every contender in turn in each round, in one \
+             process, against the local servers (PostgreSQL and Redis on 127.0.0.1). Each cell is \
+             the median rate of the rounds, with the lowest and highest in brackets; `÷` columns \
+             divide pooler's default by the contender's (above 1.00: pooler is faster)."
+        );
+        for backend in ["PostgreSQL `SELECT 1`", "Redis `PING`"] {
+            let (ours, header) = if backend.starts_with("Postgre") {
+                (Contender::PoolerPg, "simple_query(\"SELECT 1\")")
+            } else {
+                (Contender::PoolerRedis, "cmd(\"PING\")")
+            };
+            let _ = writeln!(out, "\n## {backend} (`{header}`)\n");
+            let _ = writeln!(
+                out,
+                "| pool | {} |",
+                SIZES
+                    .map(|s| format!("pool of {s}, queries/s | ÷"))
+                    .join(" | ")
+            );
+            let _ = writeln!(out, "|---|{}", "---:|---:|".repeat(SIZES.len()));
+            for who in Contender::ALL.iter().filter(|c| c.backend() == backend) {
+                let mut row = format!("| {} |", who.label());
+                for size in SIZES {
+                    let v = self.of(*who, size);
+                    if v.is_empty() {
+                        row.push_str(" n/a | |");
+                        continue;
+                    }
+                    let lo = v.iter().copied().fold(f64::INFINITY, f64::min);
+                    let hi = v.iter().copied().fold(0.0, f64::max);
+                    let ratio = median(self.of(ours, size)) / median(v);
+                    let _ = write!(
+                        row,
+                        " {:.0} ({:.0}–{:.0}) | {ratio:.2} |",
+                        median(v),
+                        lo,
+                        hi
+                    );
+                }
+                let _ = writeln!(out, "{row}");
+            }
+        }
+        out
+    }
+}
+
+/// Runs the suite and writes the report into `dir` (unless `smoke`).
+pub(crate) async fn main(dir: &Path, smoke: bool) {
+    let (secs, rounds) = if smoke { (0.2, 1) } else { (3.0, 3) };
+    let rates = run(secs, rounds).await;
+    let report = rates.markdown(rounds, secs);
+    if smoke {
+        println!("smoke run: every backend cell ran");
+    } else {
+        let path = dir.join("benchmarks-backends.md");
+        std::fs::write(&path, report).expect("the report is written");
+        println!("wrote {}", path.display());
+    }
+}
