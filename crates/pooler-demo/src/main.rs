@@ -31,6 +31,7 @@ use tracing_subscriber::util::SubscriberInitExt as _;
 
 use crate::sim::Sim;
 use crate::work::Work;
+use pooler_mysql::MysqlManager;
 use pooler_postgres::PgManager;
 use pooler_redis::RedisManager;
 
@@ -104,6 +105,7 @@ enum Kind {
     Sim,
     Postgres,
     Redis,
+    Mysql,
 }
 
 fn kind_of(pooler: &Pooler, name: &str) -> Kind {
@@ -111,6 +113,8 @@ fn kind_of(pooler: &Pooler, name: &str) -> Kind {
         Kind::Postgres
     } else if pooler.pool::<RedisManager>(name).is_ok() {
         Kind::Redis
+    } else if pooler.pool::<MysqlManager>(name).is_ok() {
+        Kind::Mysql
     } else {
         Kind::Sim
     }
@@ -181,6 +185,7 @@ fn spawn_consumer(
         Kind::Sim => tokio::spawn(consumer::<Sim>(pooler, target, end, tallies)),
         Kind::Postgres => tokio::spawn(consumer::<PgManager>(pooler, target, end, tallies)),
         Kind::Redis => tokio::spawn(consumer::<RedisManager>(pooler, target, end, tallies)),
+        Kind::Mysql => tokio::spawn(consumer::<MysqlManager>(pooler, target, end, tallies)),
     }
 }
 
@@ -305,6 +310,9 @@ async fn main() {
         .kind("postgres", |_, member: UrlMember| {
             PgManager::new(&member.url).map_err(|e| e.to_string())
         })
+        .kind("mysql", |_, member: UrlMember| {
+            MysqlManager::new(&member.url).map_err(|e| e.to_string())
+        })
         .kind("redis", |_, member: UrlMember| {
             RedisManager::new(member.url.as_str()).map_err(|e| e.to_string())
         });
@@ -328,12 +336,7 @@ async fn main() {
     let mut targets: Vec<(Kind, Target)> = Vec::new();
     for name in &names {
         let kind = kind_of(&pooler, name);
-        let group = match kind {
-            Kind::Sim => pooler.pool::<Sim>(name).map(|p| p.group()),
-            Kind::Postgres => pooler.pool::<PgManager>(name).map(|p| p.group()),
-            Kind::Redis => pooler.pool::<RedisManager>(name).map(|p| p.group()),
-        }
-        .expect("started from the file");
+        let group = group_of(&pooler, name);
         match group {
             Some(group)
                 if !targets
@@ -430,21 +433,21 @@ fn targets_groups(pooler: &Pooler, names: &[String]) -> BTreeMap<String, String>
 
 /// Every (pool, group) pair of the registry.
 fn pooler_groups(pooler: &Pooler) -> Vec<(String, String)> {
-    let mut pairs = Vec::new();
-    for name in pooler.pool_names() {
-        let group = match kind_of(pooler, &name) {
-            Kind::Sim => pooler.pool::<Sim>(&name).ok().and_then(|p| p.group()),
-            Kind::Postgres => pooler.pool::<PgManager>(&name).ok().and_then(|p| p.group()),
-            Kind::Redis => pooler
-                .pool::<RedisManager>(&name)
-                .ok()
-                .and_then(|p| p.group()),
-        };
-        if let Some(group) = group {
-            pairs.push((name, group));
-        }
+    pooler
+        .pool_names()
+        .into_iter()
+        .filter_map(|name| group_of(pooler, &name).map(|group| (name, group)))
+        .collect()
+}
+
+/// The group of the pool `name`, whatever its kind.
+fn group_of(pooler: &Pooler, name: &str) -> Option<String> {
+    match kind_of(pooler, name) {
+        Kind::Sim => pooler.pool::<Sim>(name).ok()?.group(),
+        Kind::Postgres => pooler.pool::<PgManager>(name).ok()?.group(),
+        Kind::Redis => pooler.pool::<RedisManager>(name).ok()?.group(),
+        Kind::Mysql => pooler.pool::<MysqlManager>(name).ok()?.group(),
     }
-    pairs
 }
 
 /// Whether `q`, Esc or Ctrl-C was pressed (the terminal is in raw mode, so Ctrl-C is a key).

@@ -47,3 +47,13 @@ pub(crate) struct UrlMember {
     /// The server's URL.
     pub(crate) url: String,
 }
+
+impl Work for pooler_mysql::MysqlManager {
+    async fn work(member: &mut Self::Member) -> Result<(), String> {
+        use pooler_mysql::mysql_async::prelude::Queryable as _;
+        member
+            .query_drop("SELECT 1")
+            .await
+            .map_err(|e| e.to_string())
+    }
+}

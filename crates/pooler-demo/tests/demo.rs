@@ -111,7 +111,7 @@ fn help_explains_the_options() {
 }
 
 #[tokio::test]
-async fn the_same_binary_drives_real_postgres_and_redis_pools() {
+async fn the_same_binary_drives_real_postgres_redis_and_mysql_pools() {
     use pooler_testkit::{host_port, service};
     let pg = service(
         "POOLER_POSTGRES_URL",
@@ -120,12 +120,19 @@ async fn the_same_binary_drives_real_postgres_and_redis_pools() {
     )
     .await;
     let redis = service("POOLER_REDIS_URL", "redis://127.0.0.1:6379", host_port).await;
-    let (Some(pg), Some(redis)) = (pg, redis) else {
+    let mysql = service(
+        "POOLER_MYSQL_URL",
+        "mysql://root@127.0.0.1:3306/test",
+        host_port,
+    )
+    .await;
+    let (Some(pg), Some(redis), Some(mysql)) = (pg, redis, mysql) else {
         return;
     };
     let file = include_str!("../pools-live.toml")
         .replace("postgres://postgres@127.0.0.1:5432/test", &pg)
-        .replace("redis://127.0.0.1:6379", &redis);
+        .replace("redis://127.0.0.1:6379", &redis)
+        .replace("mysql://root@127.0.0.1:3306/test", &mysql);
     let path = std::env::temp_dir().join(format!("pooler-demo-live-{}.toml", std::process::id()));
     std::fs::write(&path, file).unwrap();
     let stdout = run_ok(&[
@@ -139,7 +146,7 @@ async fn the_same_binary_drives_real_postgres_and_redis_pools() {
     ]);
     let _ = std::fs::remove_file(&path);
     let summary = summary(&stdout);
-    for target in ["pg", "cache"] {
+    for target in ["pg", "cache", "orders"] {
         assert!(takes(summary, target) > 0, "{summary}");
     }
 }
