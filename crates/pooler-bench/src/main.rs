@@ -19,6 +19,7 @@
 
 mod backends;
 mod baseline;
+mod driver;
 mod instructions;
 mod peers;
 mod report;
@@ -436,6 +437,21 @@ fn main() {
             .block_on(instructions::count(&rest));
         return;
     }
+    if mode == "driver-cost" || mode == "driver-fixed" {
+        // One thread: a round trip to the driver is two task switches, not two cross-thread
+        // wake-ups, so what differs is the CPU work of the spawn wrapper.
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("a runtime");
+        if mode == "driver-cost" {
+            runtime.block_on(driver::compare(15, 200_000));
+        } else {
+            let supervised = args.iter().any(|a| a == "supervised");
+            runtime.block_on(driver::fixed(supervised, 100_000));
+        }
+        return;
+    }
     if mode == "mass-timeout" {
         // Its own paused-clock runtime per measurement.
         for n in [25_000, 50_000, 100_000] {
@@ -515,7 +531,7 @@ fn main() {
             }
             other => {
                 eprintln!(
-                    "unknown mode `{other}`: run with no mode (or --smoke), or backends [--smoke], lifetime, fairness, \
+                    "unknown mode `{other}`: run with no mode (or --smoke), or backends [--smoke], driver-cost, lifetime, fairness, \
                      grid-sample, metrics, metrics-share, mass-timeout, churn-memory [--replacements=N], instructions, \
                      count WHO OP N, fixed-plain, fixed-lifetime"
                 );

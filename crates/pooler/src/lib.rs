@@ -7,6 +7,7 @@ mod clock;
 mod cold;
 mod config;
 mod demand;
+mod driver;
 mod error;
 #[cfg(feature = "file")]
 mod file;

@@ -5,10 +5,10 @@ use std::future::Future;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::{Arc, Weak};
 
-use futures_util::FutureExt;
 use tokio_util::sync::CancellationToken;
 
 use crate::cold::Key;
+use crate::driver::{Driver, Ended};
 use crate::supervisor::Supervisor;
 
 /// Starts, checks and stops the members of a pool.
@@ -173,9 +173,9 @@ impl MemberContext {
         let pool = self.pool.clone();
         // Should the runtime be gone, the task is dropped unpolled and its watch reports the
         // death at once; the pool learns that its runtime is gone from its own next spawn.
+        let driver = Driver::new(task, self.token.clone());
         let _ = self.supervisor.spawn(async move {
-            let task = AssertUnwindSafe(task).catch_unwind();
-            if let Some(Err(_)) = watch.token.run_until_cancelled(task).await {
+            if driver.await == Ended::Panicked {
                 tracing::error!(pool = %pool, member = watch.id, "member driver task panicked; the member is dead");
             }
             drop(watch);
