@@ -118,6 +118,7 @@ impl<F: Future<Output = ()>> Future for Driver<F> {
 }
 
 #[cfg(test)]
+#[allow(clippy::disallowed_methods)] // the tests run drivers as plain tasks
 mod tests {
     use super::*;
 
