@@ -1,6 +1,7 @@
 //! Real backends: PostgreSQL `SELECT 1` and Redis `PING` through pooler's adapters and
-//! deadpool's and bb8's, 64 tasks over pools of 8 and 16, every contender in its default
-//! mode and its cheapest, interleaved round by round in one process.
+//! deadpool's and bb8's, MariaDB `SELECT 1` through pooler-mysql and mysql_async's own pool;
+//! 64 tasks over pools of 8 and 16, every contender in its default mode and its cheapest,
+//! interleaved round by round in one process.
 //!
 //! `cargo run --release -p pooler-bench -- backends` writes `docs/benchmarks-backends.md`;
 //! with `--smoke` every cell runs for a moment and nothing is written.
@@ -13,6 +14,7 @@ use std::time::{Duration, Instant};
 
 const POSTGRES: &str = "postgres://postgres@127.0.0.1:5432/test";
 const REDIS: &str = "redis://127.0.0.1:6379";
+const MYSQL: &str = "mysql://root@127.0.0.1:3306/test";
 const TASKS: usize = 64;
 const SIZES: [usize; 2] = [8, 16];
 
@@ -28,10 +30,14 @@ enum Contender {
     DeadpoolRedis,
     Bb8Redis,
     Bb8RedisNoTest,
+    PoolerMysql,
+    PoolerMysqlNothing,
+    MysqlAsync,
+    MysqlAsyncNoReset,
 }
 
 impl Contender {
-    const ALL: [Contender; 9] = [
+    const ALL: [Contender; 13] = [
         Contender::PoolerPg,
         Contender::PoolerPgNothing,
         Contender::DeadpoolPg,
@@ -41,6 +47,10 @@ impl Contender {
         Contender::DeadpoolRedis,
         Contender::Bb8Redis,
         Contender::Bb8RedisNoTest,
+        Contender::PoolerMysql,
+        Contender::PoolerMysqlNothing,
+        Contender::MysqlAsync,
+        Contender::MysqlAsyncNoReset,
     ];
 
     fn backend(self) -> &'static str {
@@ -50,6 +60,10 @@ impl Contender {
             | Contender::DeadpoolPg
             | Contender::Bb8Pg
             | Contender::Bb8PgNoTest => "PostgreSQL `SELECT 1`",
+            Contender::PoolerMysql
+            | Contender::PoolerMysqlNothing
+            | Contender::MysqlAsync
+            | Contender::MysqlAsyncNoReset => "MariaDB `SELECT 1`",
             _ => "Redis `PING`",
         }
     }
@@ -65,6 +79,10 @@ impl Contender {
             Contender::DeadpoolRedis => "deadpool-redis (default: PING on reuse)",
             Contender::Bb8Redis => "bb8-redis (default: `test_on_check_out`)",
             Contender::Bb8RedisNoTest => "bb8-redis, `test_on_check_out(false)`",
+            Contender::PoolerMysql => "pooler-mysql (default: `Recycle::Rollback`)",
+            Contender::PoolerMysqlNothing => "pooler-mysql `Recycle::Nothing`",
+            Contender::MysqlAsync => "mysql_async's pool (default: reset on return)",
+            Contender::MysqlAsyncNoReset => "mysql_async's pool, `with_reset_connection(false)`",
         }
     }
 }
@@ -98,6 +116,7 @@ where
 async fn cell(who: Contender, size: usize, secs: f64) -> f64 {
     let pg = std::env::var("POOLER_POSTGRES_URL").unwrap_or_else(|_| POSTGRES.into());
     let redis_url = std::env::var("POOLER_REDIS_URL").unwrap_or_else(|_| REDIS.into());
+    let mysql_url = std::env::var("POOLER_MYSQL_URL").unwrap_or_else(|_| MYSQL.into());
     let config = pooler::PoolConfig::builder("bench")
         .init_count(size)
         .max_count(size)
@@ -212,6 +231,52 @@ async fn cell(who: Contender, size: usize, secs: f64) -> f64 {
             pool.close();
             rate
         }
+        Contender::PoolerMysql | Contender::PoolerMysqlNothing => {
+            let recycle = if who == Contender::PoolerMysql {
+                pooler_mysql::Recycle::Rollback
+            } else {
+                pooler_mysql::Recycle::Nothing
+            };
+            let manager = pooler_mysql::MysqlManager::new(&mysql_url)
+                .expect("a URL")
+                .recycle(recycle);
+            let pool = pooler::Pool::start(config, manager).await.expect("a pool");
+            let p = pool.clone();
+            let rate = load(secs, move || {
+                let p = p.clone();
+                async move {
+                    use pooler_mysql::mysql_async::prelude::Queryable as _;
+                    let mut conn = p.take().await.expect("a connection");
+                    conn.query_drop("SELECT 1").await.expect("an answer");
+                }
+            })
+            .await;
+            pool.close(pooler::Shutdown::Graceful).await;
+            rate
+        }
+        Contender::MysqlAsync | Contender::MysqlAsyncNoReset => {
+            use pooler_mysql::mysql_async::{self, prelude::Queryable as _};
+            let constraints = mysql_async::PoolConstraints::new(size, size).expect("min ≤ max");
+            let pool_opts = mysql_async::PoolOpts::default()
+                .with_constraints(constraints)
+                .with_reset_connection(who == Contender::MysqlAsync);
+            let opts = mysql_async::OptsBuilder::from_opts(
+                mysql_async::Opts::from_url(&mysql_url).expect("a URL"),
+            )
+            .pool_opts(pool_opts);
+            let pool = mysql_async::Pool::new(opts);
+            let p = pool.clone();
+            let rate = load(secs, move || {
+                let p = p.clone();
+                async move {
+                    let mut conn = p.get_conn().await.expect("a connection");
+                    conn.query_drop("SELECT 1").await.expect("an answer");
+                }
+            })
+            .await;
+            pool.disconnect().await.expect("the pool disconnects");
+            rate
+        }
         Contender::Bb8Redis | Contender::Bb8RedisNoTest => {
             let manager = bb8_redis::RedisConnectionManager::new(redis_url).expect("a URL");
             let pool = bb8::Pool::builder()
@@ -282,15 +347,21 @@ impl Rates {
             "# Real backends\n\nWritten by `cargo run --release -p pooler-bench -- backends`. \
              {TASKS} tasks, each taking a connection, running one command and giving it back, \
              for {secs} s per cell; {rounds} rounds, every contender in turn in each round, in one \
-             process, against the local servers (PostgreSQL and Redis on 127.0.0.1). Each cell is \
+             process, against the local servers (PostgreSQL, Redis and MariaDB on 127.0.0.1). Each cell is \
              the median rate of the rounds, with the lowest and highest in brackets; `÷` columns \
              divide pooler's default by the contender's (above 1.00: pooler is faster)."
         );
-        for backend in ["PostgreSQL `SELECT 1`", "Redis `PING`"] {
+        for backend in [
+            "PostgreSQL `SELECT 1`",
+            "Redis `PING`",
+            "MariaDB `SELECT 1`",
+        ] {
             let (ours, header) = if backend.starts_with("Postgre") {
                 (Contender::PoolerPg, "simple_query(\"SELECT 1\")")
-            } else {
+            } else if backend.starts_with("Redis") {
                 (Contender::PoolerRedis, "cmd(\"PING\")")
+            } else {
+                (Contender::PoolerMysql, "query_drop(\"SELECT 1\")")
             };
             let _ = writeln!(out, "\n## {backend} (`{header}`)\n");
             let _ = writeln!(

@@ -1,6 +1,9 @@
 #![doc = include_str!("../README.md")]
 
 mod connect;
+#[cfg(feature = "serde")]
+mod settings;
+mod statements;
 mod watch;
 
 use std::ops::{Deref, DerefMut};
@@ -8,12 +11,22 @@ use std::sync::Arc;
 
 use pooler::{Manager, MemberContext};
 use tokio_postgres::tls::{MakeTlsConnect, TlsConnect};
-use tokio_postgres::{Client, Config, NoTls, SimpleQueryMessage};
+use tokio_postgres::{Client, Config, NoTls, SimpleQueryMessage, Statement};
 
 pub use crate::connect::{PgError, PgSocket, WatchTls, WatchedSocket};
+#[cfg(feature = "serde")]
+#[cfg_attr(docsrs, doc(cfg(feature = "serde")))]
+pub use crate::settings::{PgSettings, SslModeName};
+pub use crate::statements::CacheStats;
 pub use crate::watch::{TxStatus, Watched};
 pub use pooler;
+#[cfg(feature = "rustls")]
+#[cfg_attr(docsrs, doc(cfg(feature = "rustls")))]
+pub use rustls;
 pub use tokio_postgres;
+#[cfg(feature = "rustls")]
+#[cfg_attr(docsrs, doc(cfg(feature = "rustls")))]
+pub use tokio_postgres_rustls;
 
 /// A pool of PostgreSQL connections (through `T`, `NoTls` by default).
 pub type Pool<T = NoTls> = pooler::Pool<PgManager<T>>;
@@ -26,9 +39,10 @@ pub type Member<T = NoTls> = pooler::Member<PgManager<T>>;
 pub enum Recycle {
     /// The transaction status the server stated last decides, with no round trip: idle →
     /// offered again at once; inside a transaction, or in a failed one → `ROLLBACK` first.
-    /// If an answer is still outstanding (a query whose future was dropped, a
-    /// `Transaction` dropped uncommitted, whose `ROLLBACK` is in flight), it falls back to
-    /// [`Recycle::Query`]. The default.
+    /// If an answer is still on its way (an extended query's future finishes a moment before
+    /// its ReadyForQuery is read; a `Transaction` dropped uncommitted has its `ROLLBACK` in
+    /// flight), the return waits for it, up to a second, then decides; past that it falls back
+    /// to [`Recycle::Query`]. The default.
     #[default]
     Observed,
     /// One round trip on every return asks whether the last user left an explicit transaction
@@ -46,7 +60,11 @@ pub struct PgManager<T = NoTls> {
     config: Config,
     tls: T,
     recycle: Recycle,
+    statement_cache: usize,
 }
+
+/// How many prepared statements each connection keeps by default.
+pub const STATEMENT_CACHE: usize = 256;
 
 impl PgManager<NoTls> {
     /// A manager for a connection string (`postgres://user@host:port/db` or key=value form),
@@ -59,6 +77,17 @@ impl PgManager<NoTls> {
         Ok(Self::from_config(url.parse().map_err(PgError::Postgres)?))
     }
 
+    /// A manager for settings read with serde (see [`PgSettings`]), without TLS.
+    ///
+    /// # Errors
+    ///
+    /// When the settings' `url` cannot be parsed.
+    #[cfg(feature = "serde")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "serde")))]
+    pub fn from_settings(settings: &PgSettings) -> Result<Self, PgError> {
+        Ok(Self::from_config(settings.to_config()?))
+    }
+
     /// A manager for a parsed [`Config`], without TLS.
     #[must_use]
     pub fn from_config(config: Config) -> Self {
@@ -66,6 +95,7 @@ impl PgManager<NoTls> {
             config,
             tls: NoTls,
             recycle: Recycle::default(),
+            statement_cache: STATEMENT_CACHE,
         }
     }
 }
@@ -78,13 +108,35 @@ impl<T> PgManager<T> {
             config: self.config,
             tls,
             recycle: self.recycle,
+            statement_cache: self.statement_cache,
         }
+    }
+
+    /// The same manager, connecting with TLS through rustls as `config` says (its crypto
+    /// provider, its roots, its verifier). The connection's `sslmode` still decides whether
+    /// TLS is required (`require`) or only preferred (the default).
+    #[cfg(feature = "rustls")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "rustls")))]
+    #[must_use]
+    pub fn with_rustls(
+        self,
+        config: rustls::ClientConfig,
+    ) -> PgManager<tokio_postgres_rustls::MakeRustlsConnect> {
+        self.with_tls(tokio_postgres_rustls::MakeRustlsConnect::new(config))
     }
 
     /// What to do with connections given back (default: [`Recycle::Observed`]).
     #[must_use]
     pub fn recycle(mut self, recycle: Recycle) -> Self {
         self.recycle = recycle;
+        self
+    }
+
+    /// How many prepared statements each connection keeps for
+    /// [`PgConnection::prepare_cached`] (default [`STATEMENT_CACHE`]; 0 keeps none).
+    #[must_use]
+    pub fn statement_cache(mut self, capacity: usize) -> Self {
+        self.statement_cache = capacity;
         self
     }
 
@@ -101,6 +153,7 @@ pub struct PgConnection {
     client: Client,
     /// What the connection's stream layer saw go by.
     seen: Arc<watch::Seen>,
+    statements: statements::Statements,
     /// Resolves when the connection's driver task has ended.
     ended: tokio::sync::oneshot::Receiver<()>,
 }
@@ -111,6 +164,33 @@ impl PgConnection {
     #[must_use]
     pub fn tx_status(&self) -> TxStatus {
         self.seen.status()
+    }
+
+    /// Prepares `query`, or returns the statement this connection prepared for it before.
+    /// The cache is bounded (the oldest statement is dropped to make room) and belongs to the
+    /// connection: a replaced connection starts with an empty one.
+    ///
+    /// # Errors
+    ///
+    /// What preparing on the server returns.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: a statement whose preparation was cancelled is not cached.
+    pub async fn prepare_cached(&self, query: &str) -> Result<Statement, tokio_postgres::Error> {
+        self.statements.prepare(&self.client, query).await
+    }
+
+    /// The statement cache's size, capacity, hits and misses.
+    #[must_use]
+    pub fn statement_cache(&self) -> CacheStats {
+        self.statements.stats()
+    }
+
+    /// Forgets every cached statement (after `DISCARD ALL`, or a schema change that
+    /// invalidates them).
+    pub fn clear_statement_cache(&self) {
+        self.statements.clear();
     }
 }
 
@@ -151,6 +231,7 @@ where
         Ok(PgConnection {
             client,
             seen,
+            statements: statements::Statements::new(self.statement_cache),
             ended,
         })
     }
@@ -180,16 +261,34 @@ where
     }
 
     async fn recycle(&self, conn: &mut PgConnection) -> Result<(), PgError> {
-        match (self.recycle, conn.tx_status()) {
-            (Recycle::Observed, TxStatus::Idle) | (Recycle::Nothing, _) => Ok(()),
-            (Recycle::Observed, TxStatus::InTransaction | TxStatus::Failed) => {
+        let status = match (self.recycle, conn.tx_status()) {
+            (Recycle::Nothing, _) => return Ok(()),
+            (Recycle::Query, _) => return rollback_if_open(conn).await,
+            // An answer is still on its way (an extended query's future finishes at
+            // CommandComplete, a moment before its ReadyForQuery is read; a dropped
+            // Transaction's ROLLBACK is in flight): wait for it rather than ask.
+            (Recycle::Observed, TxStatus::Unsettled) => {
+                match tokio::time::timeout(SETTLE, conn.seen.settled()).await {
+                    Ok(status) => status,
+                    Err(_) => return rollback_if_open(conn).await,
+                }
+            }
+            (Recycle::Observed, status) => status,
+        };
+        match status {
+            TxStatus::Idle => Ok(()),
+            TxStatus::InTransaction | TxStatus::Failed => {
                 conn.client.batch_execute("ROLLBACK").await?;
                 Ok(())
             }
-            _ => rollback_if_open(conn).await,
+            TxStatus::Unsettled => rollback_if_open(conn).await,
         }
     }
 }
+
+/// How long a returned connection waits for an outstanding answer before asking the server
+/// with a query instead.
+const SETTLE: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// One round trip asks whether a transaction is open, and a second rolls it back if so.
 async fn rollback_if_open(conn: &mut PgConnection) -> Result<(), PgError> {

@@ -47,6 +47,8 @@ pub enum TxStatus {
 /// What the connection's layers saw, shared with the pooled connection.
 #[derive(Debug, Default)]
 pub(crate) struct Seen {
+    /// Notified at every ReadyForQuery read (a permit when nobody waits: a few atomics).
+    answers: tokio::sync::Notify,
     /// The last ReadyForQuery status byte.
     status: AtomicU8,
     /// Requests written that the server answers with ReadyForQuery (the startup counts one).
@@ -62,6 +64,22 @@ impl Seen {
     pub(crate) fn resync(&self) {
         let answered = self.answered.load(Ordering::Acquire);
         self.expected.store(answered, Ordering::Release);
+    }
+
+    /// Waits until no answer is outstanding and returns the status then. An outstanding
+    /// answer always comes (the request was written), unless the connection dies: callers
+    /// bound the wait.
+    pub(crate) async fn settled(&self) -> TxStatus {
+        loop {
+            let answered = std::pin::pin!(self.answers.notified());
+            let mut answered = answered;
+            answered.as_mut().enable();
+            let status = self.status();
+            if status != TxStatus::Unsettled || self.expected.load(Ordering::Acquire) == 0 {
+                return status;
+            }
+            answered.await;
+        }
     }
 
     /// The session's transaction status now, if no answer is outstanding.
@@ -275,6 +293,7 @@ impl<S> Watched<S> {
             |status| {
                 seen.status.store(status, Ordering::Release);
                 seen.answered.fetch_add(1, Ordering::AcqRel);
+                seen.answers.notify_one();
             },
         );
     }

@@ -326,6 +326,9 @@ async fn observed_status_keeps_every_abandoned_transaction_from_the_next_user() 
             .await
             .unwrap();
     }
+    // A simple query's answer ends with its ReadyForQuery: after it nothing is outstanding,
+    // so the counts must agree (an extended query's future may finish a moment before).
+    conn.simple_query("").await.unwrap();
     assert_eq!(conn.tx_status(), TxStatus::Idle, "after COPY FROM STDIN");
     drop(conn);
 
@@ -437,5 +440,46 @@ async fn observed_status_keeps_every_abandoned_transaction_from_the_next_user() 
         committed, 0,
         "nothing done inside an abandoned transaction was committed"
     );
+    pool.close(Shutdown::Graceful).await;
+}
+
+/// `prepare_cached`: a second prepare of the same query is a hit, the cache holds at most its
+/// capacity, and a replaced connection starts with an empty cache.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn prepared_statements_are_cached_per_connection() {
+    let Some(url) = url().await else { return };
+    let pool = Pool::start(
+        PoolConfig::new("pg-statements", 1, 1),
+        manager(&url, "pooler-statements").statement_cache(2),
+    )
+    .await
+    .unwrap();
+    let conn = pool.take_member(Duration::from_secs(5)).await.unwrap();
+    for n in [1_i32, 2] {
+        let statement = conn.prepare_cached("SELECT $1::int4 + 1").await.unwrap();
+        let row = conn.query_one(&statement, &[&n]).await.unwrap();
+        assert_eq!(row.get::<_, i32>(0), n + 1);
+    }
+    let stats = conn.statement_cache();
+    assert_eq!((stats.size, stats.hits, stats.misses), (1, 1, 1));
+    conn.prepare_cached("SELECT 2").await.unwrap();
+    conn.prepare_cached("SELECT 3").await.unwrap();
+    let stats = conn.statement_cache();
+    assert_eq!(
+        (stats.size, stats.capacity, stats.misses),
+        (2, 2, 3),
+        "bounded"
+    );
+    conn.prepare_cached("SELECT $1::int4 + 1").await.unwrap();
+    assert_eq!(conn.statement_cache().misses, 4, "the oldest was dropped");
+    Member::fail(conn);
+    let conn = pool.take_member(Duration::from_secs(5)).await.unwrap();
+    let stats = conn.statement_cache();
+    assert_eq!(
+        (stats.size, stats.hits, stats.misses),
+        (0, 0, 0),
+        "a new connection"
+    );
+    drop(conn);
     pool.close(Shutdown::Graceful).await;
 }

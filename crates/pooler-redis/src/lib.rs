@@ -27,14 +27,29 @@ pub struct RedisManager {
 }
 
 impl RedisManager {
-    /// A manager for `redis://host:port/db` (or any other form redis-rs accepts).
+    /// A manager for `redis://host:port/db`, `redis+unix:///path/to/socket` or
+    /// `unix:///path/to/socket` (or any other form of those addresses redis-rs accepts).
     ///
     /// # Errors
     ///
-    /// When the address cannot be parsed.
+    /// When the address cannot be parsed, and for TLS addresses (`rediss://`), which
+    /// pooler-redis does not support: refused here, not at the first take.
     pub fn new(url: impl IntoConnectionInfo) -> RedisResult<Self> {
+        let info = url.into_connection_info()?;
+        match info.addr() {
+            ConnectionAddr::Tcp(..) => {}
+            #[cfg(unix)]
+            ConnectionAddr::Unix(_) => {}
+            other => {
+                return Err(RedisError::from((
+                    ErrorKind::InvalidClientConfig,
+                    "pooler-redis connects over TCP (redis://) and Unix sockets (redis+unix://, unix://) only; TLS (rediss://) is not supported",
+                    format!("{other:?}"),
+                )));
+            }
+        }
         Ok(RedisManager {
-            info: url.into_connection_info()?,
+            info,
             client_name: None,
         })
     }
@@ -115,25 +130,40 @@ impl Manager for RedisManager {
     async fn start(&self, ctx: &MemberContext) -> Result<RedisConnection, RedisError> {
         let settings = self.info.redis_settings();
         let ended = Arc::new(AtomicBool::new(false));
-        let (conn, driver) = match self.info.addr() {
-            ConnectionAddr::Tcp(host, port) => {
-                let socket = tokio::net::TcpStream::connect((host.as_str(), *port)).await?;
-                socket.set_nodelay(true)?;
-                MultiplexedConnection::new_with_config(
-                    settings,
-                    socket,
-                    AsyncConnectionConfig::default(),
-                )
-                .await?
-            }
-            other => {
-                return Err(RedisError::from((
-                    ErrorKind::InvalidClientConfig,
-                    "pooler-redis connects over plain TCP only",
-                    format!("{other:?}"),
-                )));
-            }
-        };
+        // The driver's type depends on the socket's: boxed, one allocation per connection.
+        let (conn, driver): (_, std::pin::Pin<Box<dyn Future<Output = ()> + Send>>) =
+            match self.info.addr() {
+                ConnectionAddr::Tcp(host, port) => {
+                    let socket = tokio::net::TcpStream::connect((host.as_str(), *port)).await?;
+                    socket.set_nodelay(true)?;
+                    let (conn, driver) = MultiplexedConnection::new_with_config(
+                        settings,
+                        socket,
+                        AsyncConnectionConfig::default(),
+                    )
+                    .await?;
+                    (conn, Box::pin(driver))
+                }
+                #[cfg(unix)]
+                ConnectionAddr::Unix(path) => {
+                    let socket = tokio::net::UnixStream::connect(path).await?;
+                    let (conn, driver) = MultiplexedConnection::new_with_config(
+                        settings,
+                        socket,
+                        AsyncConnectionConfig::default(),
+                    )
+                    .await?;
+                    (conn, Box::pin(driver))
+                }
+                other => {
+                    // `new` refuses every other address.
+                    return Err(RedisError::from((
+                        ErrorKind::InvalidClientConfig,
+                        "pooler-redis connects over TCP and Unix sockets only",
+                        format!("{other:?}"),
+                    )));
+                }
+            };
         let flag = Ended(ended.clone());
         ctx.spawn(async move {
             let _flag = flag;

@@ -184,3 +184,46 @@ async fn close_leaves_no_connection_open() {
     })
     .await;
 }
+
+/// A Unix-socket address works end to end: the test listens on a socket of its own and
+/// forwards to the server's TCP port (the local server has no socket configured).
+#[cfg(unix)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_unix_socket_address_works() {
+    let Some(url) = url().await else { return };
+    let dir = std::env::temp_dir().join(format!("pooler-redis-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("redis.sock");
+    let listener = tokio::net::UnixListener::bind(&path).unwrap();
+    let upstream = host_port(&url);
+    let forward = tokio::spawn(async move {
+        while let Ok((mut client, _)) = listener.accept().await {
+            let upstream = upstream.clone();
+            tokio::spawn(async move {
+                if let Ok(mut server) = tokio::net::TcpStream::connect(&upstream).await {
+                    let _ = tokio::io::copy_bidirectional(&mut client, &mut server).await;
+                }
+            });
+        }
+    });
+    let manager = RedisManager::new(format!("redis+unix://{}", path.display())).unwrap();
+    let pool = Pool::start(PoolConfig::new("redis-unix", 2, 2), manager)
+        .await
+        .unwrap();
+    let mut conn = pool.take_member(Duration::from_secs(5)).await.unwrap();
+    let pong: String = redis::cmd("PING").query_async(&mut *conn).await.unwrap();
+    assert_eq!(pong, "PONG");
+    drop(conn);
+    pool.close(Shutdown::Graceful).await;
+    forward.abort();
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn a_tls_address_is_refused_when_the_manager_is_made() {
+    let e = RedisManager::new("rediss://127.0.0.1:6380").unwrap_err();
+    assert!(
+        e.to_string().contains("TLS") || e.to_string().contains("tls"),
+        "{e}"
+    );
+}

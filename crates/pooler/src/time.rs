@@ -103,21 +103,35 @@ impl<'de> Visitor<'de> for TimeVisitor {
     }
 }
 
+/// Deserializes a required time value in any of the forms above:
+/// `#[serde(with = "pooler::time")]` on a `Duration` field of your own config reads it as a
+/// [`PoolConfig`](crate::PoolConfig) key does.
+///
+/// # Errors
+///
+/// A value in none of the forms, or above [`MAX_TIME`], with a message that says so.
 #[cfg(feature = "serde")]
-/// Deserializes a required time value (`#[serde(with = "crate::time")]`).
-pub(crate) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+#[cfg_attr(docsrs, doc(cfg(feature = "serde")))]
+pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
     d.deserialize_any(TimeVisitor)
 }
 
-#[cfg(feature = "serde")]
 /// Serializes a time value as a humantime string, which [`deserialize`] reads back.
-pub(crate) fn serialize<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+///
+/// # Errors
+///
+/// What the serializer returns.
+#[cfg(feature = "serde")]
+#[cfg_attr(docsrs, doc(cfg(feature = "serde")))]
+pub fn serialize<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
     s.serialize_str(&humantime::format_duration(*d).to_string())
 }
 
+/// The same for an `Option<Duration>` field, where absent means "off":
+/// `#[serde(default, with = "pooler::time::option")]`.
 #[cfg(feature = "serde")]
-/// The same for optional keys, where absent means "off".
-pub(crate) mod option {
+#[cfg_attr(docsrs, doc(cfg(feature = "serde")))]
+pub mod option {
     use super::*;
 
     struct Some_;
@@ -138,16 +152,21 @@ pub(crate) mod option {
         }
     }
 
-    pub(crate) fn deserialize<'de, D: Deserializer<'de>>(
-        d: D,
-    ) -> Result<Option<Duration>, D::Error> {
+    /// Deserializes an optional time value.
+    ///
+    /// # Errors
+    ///
+    /// As [`super::deserialize`].
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
         d.deserialize_option(Some_)
     }
 
-    pub(crate) fn serialize<S: serde::Serializer>(
-        d: &Option<Duration>,
-        s: S,
-    ) -> Result<S::Ok, S::Error> {
+    /// Serializes an optional time value (none as none).
+    ///
+    /// # Errors
+    ///
+    /// What the serializer returns.
+    pub fn serialize<S: serde::Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
         match d {
             Some(d) => super::serialize(d, s),
             None => s.serialize_none(),
