@@ -31,6 +31,7 @@ use tracing_subscriber::util::SubscriberInitExt as _;
 
 use crate::sim::Sim;
 use crate::work::Work;
+use pooler_lapin::AmqpManager;
 use pooler_mysql::MysqlManager;
 use pooler_postgres::PgManager;
 use pooler_redis::RedisManager;
@@ -106,6 +107,7 @@ enum Kind {
     Postgres,
     Redis,
     Mysql,
+    Amqp,
 }
 
 fn kind_of(pooler: &Pooler, name: &str) -> Kind {
@@ -115,6 +117,8 @@ fn kind_of(pooler: &Pooler, name: &str) -> Kind {
         Kind::Redis
     } else if pooler.pool::<MysqlManager>(name).is_ok() {
         Kind::Mysql
+    } else if pooler.pool::<AmqpManager>(name).is_ok() {
+        Kind::Amqp
     } else {
         Kind::Sim
     }
@@ -186,6 +190,7 @@ fn spawn_consumer(
         Kind::Postgres => tokio::spawn(consumer::<PgManager>(pooler, target, end, tallies)),
         Kind::Redis => tokio::spawn(consumer::<RedisManager>(pooler, target, end, tallies)),
         Kind::Mysql => tokio::spawn(consumer::<MysqlManager>(pooler, target, end, tallies)),
+        Kind::Amqp => tokio::spawn(consumer::<AmqpManager>(pooler, target, end, tallies)),
     }
 }
 
@@ -309,6 +314,9 @@ async fn main() {
         })
         .kind("postgres", |_, member: UrlMember| {
             PgManager::new(&member.url).map_err(|e| e.to_string())
+        })
+        .kind("amqp", |_, member: UrlMember| {
+            Ok::<_, String>(AmqpManager::new(member.url))
         })
         .kind("mysql", |_, member: UrlMember| {
             MysqlManager::new(&member.url).map_err(|e| e.to_string())
@@ -447,6 +455,7 @@ fn group_of(pooler: &Pooler, name: &str) -> Option<String> {
         Kind::Postgres => pooler.pool::<PgManager>(name).ok()?.group(),
         Kind::Redis => pooler.pool::<RedisManager>(name).ok()?.group(),
         Kind::Mysql => pooler.pool::<MysqlManager>(name).ok()?.group(),
+        Kind::Amqp => pooler.pool::<AmqpManager>(name).ok()?.group(),
     }
 }
 

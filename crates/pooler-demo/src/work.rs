@@ -57,3 +57,40 @@ impl Work for pooler_mysql::MysqlManager {
             .map_err(|e| e.to_string())
     }
 }
+
+impl Work for pooler_lapin::AmqpManager {
+    /// Publishes a message to the demo's queue and gets one back.
+    async fn work(member: &mut Self::Member) -> Result<(), String> {
+        use pooler_lapin::lapin::BasicProperties;
+        use pooler_lapin::lapin::options::{
+            BasicGetOptions, BasicPublishOptions, QueueDeclareOptions,
+        };
+        use pooler_lapin::lapin::types::FieldTable;
+        let queue = "pooler-demo";
+        let options = QueueDeclareOptions {
+            auto_delete: true,
+            ..QueueDeclareOptions::default()
+        };
+        member
+            .queue_declare(queue.into(), options, FieldTable::default())
+            .await
+            .map_err(|e| e.to_string())?;
+        member
+            .basic_publish(
+                "".into(),
+                queue.into(),
+                BasicPublishOptions::default(),
+                b"work",
+                BasicProperties::default(),
+            )
+            .await
+            .map_err(|e| e.to_string())?
+            .await
+            .map_err(|e| e.to_string())?;
+        member
+            .basic_get(queue.into(), BasicGetOptions { no_ack: true })
+            .await
+            .map(drop)
+            .map_err(|e| e.to_string())
+    }
+}

@@ -111,7 +111,7 @@ fn help_explains_the_options() {
 }
 
 #[tokio::test]
-async fn the_same_binary_drives_real_postgres_redis_and_mysql_pools() {
+async fn the_same_binary_drives_real_postgres_redis_mysql_and_amqp_pools() {
     use pooler_testkit::{host_port, service};
     let pg = service(
         "POOLER_POSTGRES_URL",
@@ -126,13 +126,20 @@ async fn the_same_binary_drives_real_postgres_redis_and_mysql_pools() {
         host_port,
     )
     .await;
-    let (Some(pg), Some(redis), Some(mysql)) = (pg, redis, mysql) else {
+    let amqp = service(
+        "POOLER_AMQP_URL",
+        "amqp://guest:guest@127.0.0.1:5672/%2f",
+        host_port,
+    )
+    .await;
+    let (Some(pg), Some(redis), Some(mysql), Some(amqp)) = (pg, redis, mysql, amqp) else {
         return;
     };
     let file = include_str!("../pools-live.toml")
         .replace("postgres://postgres@127.0.0.1:5432/test", &pg)
         .replace("redis://127.0.0.1:6379", &redis)
-        .replace("mysql://root@127.0.0.1:3306/test", &mysql);
+        .replace("mysql://root@127.0.0.1:3306/test", &mysql)
+        .replace("amqp://guest:guest@127.0.0.1:5672/%2f", &amqp);
     let path = std::env::temp_dir().join(format!("pooler-demo-live-{}.toml", std::process::id()));
     std::fs::write(&path, file).unwrap();
     let stdout = run_ok(&[
@@ -146,7 +153,7 @@ async fn the_same_binary_drives_real_postgres_redis_and_mysql_pools() {
     ]);
     let _ = std::fs::remove_file(&path);
     let summary = summary(&stdout);
-    for target in ["pg", "cache", "orders"] {
+    for target in ["pg", "cache", "orders", "events"] {
         assert!(takes(summary, target) > 0, "{summary}");
     }
 }

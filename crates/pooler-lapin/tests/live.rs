@@ -1,0 +1,187 @@
+//! Live tests against RabbitMQ (`POOLER_AMQP_URL`, default
+//! `amqp://guest:guest@127.0.0.1:5672/%2f`). Unreachable, they skip with a notice, or fail
+//! under `POOLER_REQUIRE_SERVICES=1`.
+#![allow(clippy::disallowed_methods)] // tests spawn their own consumers
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use lapin::BasicProperties;
+use lapin::options::{
+    BasicGetOptions, BasicPublishOptions, QueueDeclareOptions, QueueDeleteOptions,
+};
+use lapin::types::FieldTable;
+use pooler::{Member, Pool, PoolConfig, Shutdown, TakeError};
+use pooler_lapin::AmqpManager;
+use pooler_testkit::{Proxy, eventually, host_port, service};
+
+const DEFAULT: &str = "amqp://guest:guest@127.0.0.1:5672/%2f";
+
+async fn url() -> Option<String> {
+    service("POOLER_AMQP_URL", DEFAULT, host_port).await
+}
+
+/// The same URL through `proxy`.
+fn through(url: &str, proxy: &Proxy) -> String {
+    url.replace(&host_port(url), &proxy.addr().to_string())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sixty_four_tasks_publish_and_get_back_their_own_messages() {
+    let Some(url) = url().await else { return };
+    let config = PoolConfig::builder("amqp-64")
+        .init_count(8)
+        .max_count(8)
+        .queue_max(64)
+        .build()
+        .unwrap();
+    let pool = Pool::start(config, AmqpManager::new(url)).await.unwrap();
+    let tasks: Vec<_> = (0..64u32)
+        .map(|t| {
+            let pool = pool.clone();
+            tokio::spawn(async move {
+                let queue = format!("pooler-test-{}-{t}", std::process::id());
+                let mut channels = HashSet::new();
+                for n in 0..10u32 {
+                    let channel = pool.take_member(Duration::from_secs(10)).await.unwrap();
+                    channels.insert((Member::id(&channel), channel.id()));
+                    channel
+                        .queue_declare(
+                            queue.as_str().into(),
+                            QueueDeclareOptions {
+                                auto_delete: false,
+                                ..QueueDeclareOptions::default()
+                            },
+                            FieldTable::default(),
+                        )
+                        .await
+                        .unwrap();
+                    let body = format!("{t}:{n}");
+                    channel
+                        .basic_publish(
+                            "".into(),
+                            queue.as_str().into(),
+                            BasicPublishOptions::default(),
+                            body.as_bytes(),
+                            BasicProperties::default(),
+                        )
+                        .await
+                        .unwrap()
+                        .await
+                        .unwrap();
+                    let got = loop {
+                        let got = channel
+                            .basic_get(queue.as_str().into(), BasicGetOptions { no_ack: true })
+                            .await
+                            .unwrap();
+                        if let Some(got) = got {
+                            break got;
+                        }
+                        tokio::task::yield_now().await;
+                    };
+                    assert_eq!(got.delivery.data, body.as_bytes(), "my own message");
+                }
+                let channel = pool.take_member(Duration::from_secs(10)).await.unwrap();
+                channel
+                    .queue_delete(queue.as_str().into(), QueueDeleteOptions::default())
+                    .await
+                    .unwrap();
+                channels
+            })
+        })
+        .collect();
+    let mut members = HashSet::new();
+    for task in tasks {
+        members.extend(
+            task.await
+                .expect("a task failed")
+                .into_iter()
+                .map(|(m, _)| m),
+        );
+    }
+    assert!(
+        members.len() <= 8,
+        "{} members for a pool of 8",
+        members.len()
+    );
+    pool.close(Shutdown::Graceful).await;
+}
+
+/// The broker closes a channel (a passive declare of a queue that does not exist): that
+/// member is replaced, never handed out again, and the others keep working.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_channel_the_broker_closed_is_replaced() {
+    let Some(url) = url().await else { return };
+    let pool = Pool::start(PoolConfig::new("amqp-closed", 2, 2), AmqpManager::new(url))
+        .await
+        .unwrap();
+    let channel = pool.take_member(Duration::from_secs(5)).await.unwrap();
+    let id = Member::id(&channel);
+    let refused = channel
+        .queue_declare(
+            format!("pooler-missing-{}", std::process::id())
+                .as_str()
+                .into(),
+            QueueDeclareOptions {
+                passive: true,
+                ..QueueDeclareOptions::default()
+            },
+            FieldTable::default(),
+        )
+        .await;
+    assert!(refused.is_err(), "the broker refused the passive declare");
+    assert!(!channel.status().connected(), "and closed the channel");
+    drop(channel);
+    for _ in 0..5 {
+        let both = [
+            pool.take_member(Duration::from_secs(5)).await.unwrap(),
+            pool.take_member(Duration::from_secs(5)).await.unwrap(),
+        ];
+        for channel in &both {
+            assert_ne!(Member::id(channel), id, "the closed channel was handed out");
+            assert!(channel.status().connected());
+        }
+    }
+    pool.close(Shutdown::Graceful).await;
+}
+
+/// The connection is cut: takes fail fast while the broker is unreachable (once the broken
+/// channels are found), and the pool refills by itself when it is back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_connection_fails_fast_and_the_pool_refills() {
+    let Some(url) = url().await else { return };
+    let proxy = Proxy::start(&host_port(&url)).await;
+    let config = PoolConfig::builder("amqp-outage")
+        .init_count(2)
+        .max_count(4)
+        .member_start_timeout(Duration::from_secs(2))
+        .health_check_interval(Duration::from_millis(100))
+        .build()
+        .unwrap();
+    let manager = AmqpManager::new(through(&url, &proxy));
+    let pool = Pool::start(config, manager.clone()).await.unwrap();
+    assert_eq!(pool.utilization().free_count, 2);
+    assert!(manager.connected().await);
+
+    proxy.set_open(false);
+    proxy.cut();
+    // The health checks find the broken channels; their replacements cannot connect.
+    let failed = eventually("a take fails fast", async || {
+        matches!(pool.try_take_member(), Err(TakeError::Unavailable { .. }))
+    });
+    failed.await;
+
+    proxy.set_open(true);
+    eventually("the pool refills on a new connection", async || {
+        pool.utilization().free_count == 2 && pool.stats().iter().all(|s| s.id > 2)
+    })
+    .await;
+    let channel = pool.take_member(Duration::from_secs(5)).await.unwrap();
+    assert!(channel.status().connected());
+    drop(channel);
+    pool.close(Shutdown::Graceful).await;
+    assert!(
+        !manager.connected().await,
+        "a closed pool leaves no connection open"
+    );
+}
