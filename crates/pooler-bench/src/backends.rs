@@ -304,10 +304,12 @@ async fn cell(who: Contender, size: usize, secs: f64) -> f64 {
 /// Every contender's rates, per pool size, one per round.
 pub(crate) struct Rates(Vec<(Contender, usize, Vec<f64>)>);
 
-/// Runs `rounds` rounds of every cell, `secs` each, in turn.
-pub(crate) async fn run(secs: f64, rounds: usize) -> Rates {
+/// Runs `rounds` rounds of every cell whose backend starts with `only` (every cell for ""),
+/// `secs` each, in turn.
+pub(crate) async fn run(secs: f64, rounds: usize, only: &str) -> Rates {
     let mut rates: Vec<(Contender, usize, Vec<f64>)> = Contender::ALL
         .iter()
+        .filter(|c| c.backend().to_lowercase().starts_with(&only.to_lowercase()))
         .flat_map(|&c| SIZES.map(|s| (c, s, Vec::new())))
         .collect();
     for round in 0..rounds {
@@ -363,6 +365,9 @@ impl Rates {
             } else {
                 (Contender::PoolerMysql, "query_drop(\"SELECT 1\")")
             };
+            if !self.0.iter().any(|(c, _, _)| c.backend() == backend) {
+                continue;
+            }
             let _ = writeln!(out, "\n## {backend} (`{header}`)\n");
             let _ = writeln!(
                 out,
@@ -372,7 +377,10 @@ impl Rates {
                     .join(" | ")
             );
             let _ = writeln!(out, "|---|{}", "---:|---:|".repeat(SIZES.len()));
-            for who in Contender::ALL.iter().filter(|c| c.backend() == backend) {
+            for who in Contender::ALL
+                .iter()
+                .filter(|c| c.backend() == backend && !self.of(**c, SIZES[0]).is_empty())
+            {
                 let mut row = format!("| {} |", who.label());
                 for size in SIZES {
                     let v = self.of(*who, size);
@@ -398,12 +406,15 @@ impl Rates {
     }
 }
 
-/// Runs the suite and writes the report into `dir` (unless `smoke`).
-pub(crate) async fn main(dir: &Path, smoke: bool) {
-    let (secs, rounds) = if smoke { (0.2, 1) } else { (3.0, 3) };
-    let rates = run(secs, rounds).await;
+/// Runs the suite and writes the report into `dir` (unless `smoke`, or `only` picks some
+/// backends: then the report is printed).
+pub(crate) async fn main(dir: &Path, smoke: bool, rounds: usize, only: &str) {
+    let (secs, rounds) = if smoke { (0.2, 1) } else { (3.0, rounds) };
+    let rates = run(secs, rounds, only).await;
     let report = rates.markdown(rounds, secs);
-    if smoke {
+    if !only.is_empty() {
+        println!("{report}");
+    } else if smoke {
         println!("smoke run: every backend cell ran");
     } else {
         let path = dir.join("benchmarks-backends.md");

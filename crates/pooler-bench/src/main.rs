@@ -6,8 +6,10 @@
 //! `--out DIR` writes the report there instead of `docs/`. `--save-baseline NAME` saves every
 //! figure of the run as `docs/baselines/NAME.toml`; `--baseline NAME` compares the run with a
 //! saved one, figure by figure, and puts the comparison in the report.
-//! `backends` runs PostgreSQL and Redis through pooler's, deadpool's and bb8's adapters and
-//! writes `docs/benchmarks-backends.md` (see `backends.rs`).
+//! `backends` runs PostgreSQL and Redis through pooler's, deadpool's and bb8's adapters (and
+//! MariaDB through pooler-mysql and mysql_async's pool) and writes
+//! `docs/benchmarks-backends.md` (see `backends.rs`); `--rounds N` sets the rounds (3), and
+//! `--only postgresql|redis|mariadb` runs one backend and prints its table instead.
 //! `instructions` alone counts instructions per take+return with callgrind (see
 //! `instructions.rs`).
 //! `lifetime` alone measures the cost of `max_lifetime`; `churn-memory` prints the resident
@@ -388,7 +390,13 @@ fn main() {
             .cloned()
     };
     // The mode is the first argument that is neither a flag nor a flag's value.
-    let valued = ["--out", "--save-baseline", "--baseline"];
+    let valued = [
+        "--out",
+        "--save-baseline",
+        "--baseline",
+        "--rounds",
+        "--only",
+    ];
     let mode_at = (0..args.len()).find(|&i| {
         !args[i].starts_with("--") && (i == 0 || !valued.contains(&args[i - 1].as_str()))
     });
@@ -497,7 +505,13 @@ fn main() {
                     }
                 }
             }
-            "backends" => backends::main(&out, smoke).await,
+            "backends" => {
+                let rounds = value_of("--rounds")
+                    .and_then(|r| r.parse().ok())
+                    .unwrap_or(3);
+                let only = value_of("--only").unwrap_or_default();
+                backends::main(&out, smoke, rounds, &only).await;
+            }
             "metrics-share" => println!("{:?}", metrics_share()),
             "metrics" => {
                 let (none, prom) = metrics_cost(200_000).await;
@@ -531,7 +545,7 @@ fn main() {
             }
             other => {
                 eprintln!(
-                    "unknown mode `{other}`: run with no mode (or --smoke), or backends [--smoke], driver-cost, lifetime, fairness, \
+                    "unknown mode `{other}`: run with no mode (or --smoke), or backends [--smoke] [--rounds N] [--only BACKEND], driver-cost, lifetime, fairness, \
                      grid-sample, metrics, metrics-share, mass-timeout, churn-memory [--replacements=N], instructions, \
                      count WHO OP N, fixed-plain, fixed-lifetime"
                 );
