@@ -3,6 +3,8 @@
 
 use std::sync::Arc;
 
+use futures_util::StreamExt as _;
+use futures_util::future::{Either, select};
 use lapin::{Channel, Connection, ConnectionProperties};
 use pooler::{Manager, MemberContext};
 use tokio::sync::Mutex;
@@ -19,6 +21,8 @@ pub type Member = pooler::Member<AmqpManager>;
 #[derive(Default)]
 struct Shared {
     connection: Option<Connection>,
+    /// Raised when the current connection reports an error: every channel on it is dead.
+    lost: Arc<tokio::sync::watch::Sender<bool>>,
     /// Counts the connections opened: a channel remembers the one it was opened on.
     generation: u64,
     /// Channels open on the current connection.
@@ -126,7 +130,7 @@ impl Manager for AmqpManager {
     type Member = AmqpChannel;
     type Error = AmqpError;
 
-    async fn start(&self, _ctx: &MemberContext) -> Result<AmqpChannel, AmqpError> {
+    async fn start(&self, ctx: &MemberContext) -> Result<AmqpChannel, AmqpError> {
         // Held across the connect, so concurrent starts open one connection, not several.
         let mut shared = self.shared.lock().await;
         if !shared
@@ -136,6 +140,7 @@ impl Manager for AmqpManager {
         {
             let connection = Connection::connect(&self.uri, self.properties.clone()).await?;
             shared.connection = Some(connection);
+            shared.lost = Arc::new(tokio::sync::watch::Sender::new(false));
             shared.generation += 1;
             shared.channels = 0;
         }
@@ -143,6 +148,27 @@ impl Manager for AmqpManager {
             return Err(AmqpError::Closed);
         };
         let channel = connection.create_channel().await?;
+        // The member's driver: it ends when the connection is lost, so a lost connection is
+        // every channel's death at once, free ones included. lapin's event stream hands each
+        // event to one listener only, so the driver that receives the error raises `lost`
+        // for the others.
+        let lost = shared.lost.clone();
+        let mut events = Box::pin(connection.events_listener());
+        ctx.spawn(async move {
+            let mut seen = lost.subscribe();
+            loop {
+                let gone = std::pin::pin!(seen.wait_for(|lost| *lost));
+                match select(events.next(), gone).await {
+                    Either::Left((Some(lapin::Event::Error(e)), _)) => {
+                        tracing::debug!(error = %e, "the AMQP connection failed");
+                        lost.send_replace(true);
+                        break;
+                    }
+                    Either::Left((Some(_), _)) => {}
+                    Either::Left((None, _)) | Either::Right(_) => break,
+                }
+            }
+        });
         shared.channels += 1;
         Ok(AmqpChannel {
             channel,
