@@ -422,3 +422,49 @@ pub(crate) async fn main(dir: &Path, smoke: bool, rounds: usize, only: &str) {
         println!("wrote {}", path.display());
     }
 }
+
+/// A fixed amount of client-side work for callgrind: `n` `SELECT 1` from one task through
+/// `who` ("pooler", "pooler-nothing" or "deadpool"), pool of 1, on a current-thread runtime.
+/// The server's work is not counted (it is another process), so the instructions are what
+/// the pool and its adapter cost the client.
+pub(crate) async fn fixed_postgres(who: &str, n: u32) {
+    let pg = std::env::var("POOLER_POSTGRES_URL").unwrap_or_else(|_| POSTGRES.into());
+    match who {
+        "deadpool" => {
+            let mut cfg = deadpool_postgres::Config::new();
+            cfg.url = Some(pg);
+            cfg.pool = Some(deadpool_postgres::PoolConfig::new(1));
+            let pool = cfg
+                .create_pool(
+                    Some(deadpool_postgres::Runtime::Tokio1),
+                    pooler_postgres::tokio_postgres::NoTls,
+                )
+                .expect("a pool");
+            for _ in 0..n {
+                let conn = pool.get().await.expect("a connection");
+                conn.simple_query("SELECT 1").await.expect("an answer");
+            }
+        }
+        _ => {
+            let recycle = if who == "pooler" {
+                pooler_postgres::Recycle::Observed
+            } else {
+                pooler_postgres::Recycle::Nothing
+            };
+            let config = pooler::PoolConfig::builder("fixed")
+                .init_count(1)
+                .max_count(1)
+                .build()
+                .expect("a valid config");
+            let manager = pooler_postgres::PgManager::new(&pg)
+                .expect("a URL")
+                .recycle(recycle);
+            let pool = pooler::Pool::start(config, manager).await.expect("a pool");
+            for _ in 0..n {
+                let conn = pool.take().await.expect("a connection");
+                conn.simple_query("SELECT 1").await.expect("an answer");
+            }
+            pool.close(pooler::Shutdown::Graceful).await;
+        }
+    }
+}

@@ -10,6 +10,9 @@
 //! MariaDB through pooler-mysql and mysql_async's pool) and writes
 //! `docs/benchmarks-backends.md` (see `backends.rs`); `--rounds N` sets the rounds (3), and
 //! `--only postgresql|redis|mariadb` runs one backend and prints its table instead.
+//! `driver-cost` compares a supervised member driver with a plain spawn; `driver-fixed
+//! plain|supervised` and `postgres-fixed pooler|pooler-nothing|deadpool` do a fixed amount of
+//! work for counting instructions under callgrind.
 //! `instructions` alone counts instructions per take+return with callgrind (see
 //! `instructions.rs`).
 //! `lifetime` alone measures the cost of `max_lifetime`; `churn-memory` prints the resident
@@ -445,7 +448,7 @@ fn main() {
             .block_on(instructions::count(&rest));
         return;
     }
-    if mode == "driver-cost" || mode == "driver-fixed" {
+    if mode == "driver-cost" || mode == "driver-fixed" || mode == "postgres-fixed" {
         // One thread: a round trip to the driver is two task switches, not two cross-thread
         // wake-ups, so what differs is the CPU work of the spawn wrapper.
         let runtime = tokio::runtime::Builder::new_current_thread()
@@ -454,6 +457,12 @@ fn main() {
             .expect("a runtime");
         if mode == "driver-cost" {
             runtime.block_on(driver::compare(15, 200_000));
+        } else if mode == "postgres-fixed" {
+            let who = args
+                .iter()
+                .find(|a| ["pooler", "pooler-nothing", "deadpool"].contains(&a.as_str()))
+                .map_or("pooler", String::as_str);
+            runtime.block_on(backends::fixed_postgres(who, 20_000));
         } else {
             let supervised = args.iter().any(|a| a == "supervised");
             runtime.block_on(driver::fixed(supervised, 100_000));
@@ -545,7 +554,7 @@ fn main() {
             }
             other => {
                 eprintln!(
-                    "unknown mode `{other}`: run with no mode (or --smoke), or backends [--smoke] [--rounds N] [--only BACKEND], driver-cost, lifetime, fairness, \
+                    "unknown mode `{other}`: run with no mode (or --smoke), or backends [--smoke] [--rounds N] [--only BACKEND], driver-cost, driver-fixed, postgres-fixed, lifetime, fairness, \
                      grid-sample, metrics, metrics-share, mass-timeout, churn-memory [--replacements=N], instructions, \
                      count WHO OP N, fixed-plain, fixed-lifetime"
                 );
