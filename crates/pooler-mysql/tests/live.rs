@@ -55,6 +55,26 @@ async fn my_id(conn: &mut Conn) -> u64 {
         .unwrap()
 }
 
+/// Kills connection `id` and waits until the server no longer lists it (a KILL returns a
+/// moment before the killed connection is gone).
+async fn kill(admin: &mut Conn, id: u64) {
+    admin.query_drop(format!("KILL {id}")).await.unwrap();
+    eventually(
+        "the killed connection is gone from the server",
+        async || {
+            let n: Option<u64> = admin
+                .exec_first(
+                    "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID = ?",
+                    (id,),
+                )
+                .await
+                .unwrap();
+            n == Some(0)
+        },
+    )
+    .await;
+}
+
 async fn in_transaction(conn: &mut Conn) -> bool {
     let v: Option<u8> = conn.query_first("SELECT @@in_transaction").await.unwrap();
     v == Some(1)
@@ -98,7 +118,7 @@ async fn a_killed_connection_is_replaced_and_never_handed_out() {
 
     // Killed while free.
     let id = my_id(&mut pool.take_member(Duration::from_secs(5)).await.unwrap()).await;
-    admin.query_drop(format!("KILL {id}")).await.unwrap();
+    kill(&mut admin, id).await;
     for _ in 0..10 {
         let mut both = [
             pool.take_member(Duration::from_secs(5)).await.unwrap(),
@@ -113,7 +133,7 @@ async fn a_killed_connection_is_replaced_and_never_handed_out() {
     // comes back (by the holder's `fail`, or by the check of the next take).
     let mut conn = pool.take_member(Duration::from_secs(5)).await.unwrap();
     let id = my_id(&mut conn).await;
-    admin.query_drop(format!("KILL {id}")).await.unwrap();
+    kill(&mut admin, id).await;
     let holder: Result<Option<u8>, _> = conn.query_first("SELECT 1").await;
     assert!(holder.is_err(), "the holder sees the failure");
     drop(conn);

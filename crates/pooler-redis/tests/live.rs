@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use pooler::{Pool, PoolConfig, Shutdown};
+use pooler::{Manager as _, Pool, PoolConfig, Shutdown};
 use pooler_redis::RedisManager;
 use pooler_redis::redis::{self, AsyncCommands};
 use pooler_testkit::{Proxy, eventually, host_port, scenarios, service};
@@ -117,6 +117,12 @@ async fn a_killed_connection_is_replaced_and_never_handed_out() {
     kill(&mut admin, id).await;
     let holder: Result<String, _> = redis::cmd("PING").query_async(&mut *conn).await;
     assert!(holder.is_err(), "the holder sees the failure");
+    // The holder's error can come back a moment before the driver task has ended; once it
+    // has, the member is known dead and a return replaces it.
+    eventually("the holder's connection is known dead", async || {
+        pool.manager().is_broken(&conn)
+    })
+    .await;
     drop(conn);
     for _ in 0..5 {
         let mut conn = pool.take_member(Duration::from_secs(5)).await.unwrap();
