@@ -44,6 +44,10 @@ impl std::ops::Deref for AmqpChannel {
 }
 
 /// Opens channels on one connection per pool, (re)connecting when needed.
+///
+/// Clones share that connection (a clone kept outside the pool can ask
+/// [`connected`](AmqpManager::connected)); give each pool a manager of its own made with
+/// [`new`](AmqpManager::new).
 #[derive(Clone)]
 pub struct AmqpManager {
     uri: String,
