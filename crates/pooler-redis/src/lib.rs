@@ -124,6 +124,24 @@ impl Drop for Ended {
     }
 }
 
+/// A connection's driver, boxed: its type depends on the socket's (one allocation per
+/// connection).
+type Driver = std::pin::Pin<Box<dyn Future<Output = ()> + Send>>;
+
+/// A multiplexed connection over an open socket, and its driver.
+async fn over<S>(
+    settings: &redis::RedisConnectionInfo,
+    socket: S,
+) -> RedisResult<(MultiplexedConnection, Driver)>
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin + 'static,
+{
+    let (conn, driver) =
+        MultiplexedConnection::new_with_config(settings, socket, AsyncConnectionConfig::default())
+            .await?;
+    Ok((conn, Box::pin(driver)))
+}
+
 impl Manager for RedisManager {
     type Member = RedisConnection;
     type Error = RedisError;
@@ -131,40 +149,25 @@ impl Manager for RedisManager {
     async fn start(&self, ctx: &MemberContext) -> Result<RedisConnection, RedisError> {
         let settings = self.info.redis_settings();
         let ended = Arc::new(AtomicBool::new(false));
-        // The driver's type depends on the socket's: boxed, one allocation per connection.
-        let (conn, driver): (_, std::pin::Pin<Box<dyn Future<Output = ()> + Send>>) =
-            match self.info.addr() {
-                ConnectionAddr::Tcp(host, port) => {
-                    let socket = tokio::net::TcpStream::connect((host.as_str(), *port)).await?;
-                    socket.set_nodelay(true)?;
-                    let (conn, driver) = MultiplexedConnection::new_with_config(
-                        settings,
-                        socket,
-                        AsyncConnectionConfig::default(),
-                    )
-                    .await?;
-                    (conn, Box::pin(driver))
-                }
-                #[cfg(unix)]
-                ConnectionAddr::Unix(path) => {
-                    let socket = tokio::net::UnixStream::connect(path).await?;
-                    let (conn, driver) = MultiplexedConnection::new_with_config(
-                        settings,
-                        socket,
-                        AsyncConnectionConfig::default(),
-                    )
-                    .await?;
-                    (conn, Box::pin(driver))
-                }
-                other => {
-                    // `new` refuses every other address.
-                    return Err(RedisError::from((
-                        ErrorKind::InvalidClientConfig,
-                        "pooler-redis connects over TCP and Unix sockets only",
-                        format!("{other:?}"),
-                    )));
-                }
-            };
+        let (conn, driver) = match self.info.addr() {
+            ConnectionAddr::Tcp(host, port) => {
+                let socket = tokio::net::TcpStream::connect((host.as_str(), *port)).await?;
+                socket.set_nodelay(true)?;
+                over(settings, socket).await?
+            }
+            #[cfg(unix)]
+            ConnectionAddr::Unix(path) => {
+                over(settings, tokio::net::UnixStream::connect(path).await?).await?
+            }
+            other => {
+                // `new` refuses every other address.
+                return Err(RedisError::from((
+                    ErrorKind::InvalidClientConfig,
+                    "pooler-redis connects over TCP and Unix sockets only",
+                    format!("{other:?}"),
+                )));
+            }
+        };
         let flag = Ended(ended.clone());
         ctx.spawn(async move {
             let _flag = flag;
