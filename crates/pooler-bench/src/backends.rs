@@ -113,6 +113,24 @@ where
     done.load(Ordering::Relaxed) as f64 / started.elapsed().as_secs_f64()
 }
 
+/// A pool of `manager` under the load: `op` on a member taken with `take`, returned on drop.
+async fn pooler_rate<M, F, Fut>(config: pooler::PoolConfig, manager: M, secs: f64, op: F) -> f64
+where
+    M: pooler::Manager,
+    F: Fn(pooler::Member<M>) -> Fut + Clone + Send + Sync + 'static,
+    Fut: Future<Output = ()> + Send,
+{
+    let pool = pooler::Pool::start(config, manager).await.expect("a pool");
+    let p = pool.clone();
+    let rate = load(secs, move || {
+        let (p, op) = (p.clone(), op.clone());
+        async move { op(p.take().await.expect("a member")).await }
+    })
+    .await;
+    pool.close(pooler::Shutdown::Graceful).await;
+    rate
+}
+
 async fn cell(who: Contender, size: usize, secs: f64) -> f64 {
     let pg = std::env::var("POOLER_POSTGRES_URL").unwrap_or_else(|_| POSTGRES.into());
     let redis_url = std::env::var("POOLER_REDIS_URL").unwrap_or_else(|_| REDIS.into());
@@ -134,18 +152,10 @@ async fn cell(who: Contender, size: usize, secs: f64) -> f64 {
             let manager = pooler_postgres::PgManager::new(&pg)
                 .expect("a URL")
                 .recycle(recycle);
-            let pool = pooler::Pool::start(config, manager).await.expect("a pool");
-            let p = pool.clone();
-            let rate = load(secs, move || {
-                let p = p.clone();
-                async move {
-                    let conn = p.take().await.expect("a connection");
-                    conn.simple_query("SELECT 1").await.expect("an answer");
-                }
+            pooler_rate(config, manager, secs, |conn| async move {
+                conn.simple_query("SELECT 1").await.expect("an answer");
             })
-            .await;
-            pool.close(pooler::Shutdown::Graceful).await;
-            rate
+            .await
         }
         Contender::DeadpoolPg => {
             let mut cfg = deadpool_postgres::Config::new();
@@ -192,22 +202,14 @@ async fn cell(who: Contender, size: usize, secs: f64) -> f64 {
         }
         Contender::PoolerRedis => {
             let manager = pooler_redis::RedisManager::new(redis_url.as_str()).expect("a URL");
-            let pool = pooler::Pool::start(config, manager).await.expect("a pool");
-            let p = pool.clone();
-            let rate = load(secs, move || {
-                let p = p.clone();
-                async move {
-                    let mut conn = p.take().await.expect("a connection");
-                    let pong: String = pooler_redis::redis::cmd("PING")
-                        .query_async(&mut *conn)
-                        .await
-                        .expect("an answer");
-                    assert_eq!(pong, "PONG");
-                }
+            pooler_rate(config, manager, secs, |mut conn| async move {
+                let pong: String = pooler_redis::redis::cmd("PING")
+                    .query_async(&mut *conn)
+                    .await
+                    .expect("an answer");
+                assert_eq!(pong, "PONG");
             })
-            .await;
-            pool.close(pooler::Shutdown::Graceful).await;
-            rate
+            .await
         }
         Contender::DeadpoolRedis => {
             let mut cfg = deadpool_redis::Config::from_url(redis_url);
@@ -240,19 +242,11 @@ async fn cell(who: Contender, size: usize, secs: f64) -> f64 {
             let manager = pooler_mysql::MysqlManager::new(&mysql_url)
                 .expect("a URL")
                 .recycle(recycle);
-            let pool = pooler::Pool::start(config, manager).await.expect("a pool");
-            let p = pool.clone();
-            let rate = load(secs, move || {
-                let p = p.clone();
-                async move {
-                    use pooler_mysql::mysql_async::prelude::Queryable as _;
-                    let mut conn = p.take().await.expect("a connection");
-                    conn.query_drop("SELECT 1").await.expect("an answer");
-                }
+            pooler_rate(config, manager, secs, |mut conn| async move {
+                use pooler_mysql::mysql_async::prelude::Queryable as _;
+                conn.query_drop("SELECT 1").await.expect("an answer");
             })
-            .await;
-            pool.close(pooler::Shutdown::Graceful).await;
-            rate
+            .await
         }
         Contender::MysqlAsync | Contender::MysqlAsyncNoReset => {
             use pooler_mysql::mysql_async::{self, prelude::Queryable as _};
