@@ -71,8 +71,7 @@ impl Seen {
     /// bound the wait.
     pub(crate) async fn settled(&self) -> TxStatus {
         loop {
-            let answered = std::pin::pin!(self.answers.notified());
-            let mut answered = answered;
+            let mut answered = std::pin::pin!(self.answers.notified());
             answered.as_mut().enable();
             let status = self.status();
             if status != TxStatus::Unsettled || self.expected.load(Ordering::Acquire) == 0 {
