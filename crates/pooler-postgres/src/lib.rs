@@ -151,6 +151,14 @@ impl<T> PgManager<T> {
 /// A pooled connection: dereferences to [`Client`].
 #[derive(Debug)]
 pub struct PgConnection {
+    /// Boxed: the pool moves a member by value on every take and return, and a pointer moves
+    /// for less than the ~300 bytes of a client and its cache.
+    parts: Box<Parts>,
+}
+
+/// A connection's state.
+#[derive(Debug)]
+struct Parts {
     client: Client,
     /// What the connection's stream layer saw go by.
     seen: Arc<watch::Seen>,
@@ -164,7 +172,7 @@ impl PgConnection {
     /// trip; [`TxStatus::Unsettled`] while an answer is outstanding.
     #[must_use]
     pub fn tx_status(&self) -> TxStatus {
-        self.seen.status()
+        self.parts.seen.status()
     }
 
     /// Prepares `query`, or returns the statement this connection prepared for it before.
@@ -179,32 +187,35 @@ impl PgConnection {
     ///
     /// Cancel safe: a statement whose preparation was cancelled is not cached.
     pub async fn prepare_cached(&self, query: &str) -> Result<Statement, tokio_postgres::Error> {
-        self.statements.prepare(&self.client, query).await
+        self.parts
+            .statements
+            .prepare(&self.parts.client, query)
+            .await
     }
 
     /// The statement cache's size, capacity, hits and misses.
     #[must_use]
     pub fn statement_cache(&self) -> CacheStats {
-        self.statements.stats()
+        self.parts.statements.stats()
     }
 
     /// Forgets every cached statement (after `DISCARD ALL`, or a schema change that
     /// invalidates them).
     pub fn clear_statement_cache(&self) {
-        self.statements.clear();
+        self.parts.statements.clear();
     }
 }
 
 impl Deref for PgConnection {
     type Target = Client;
     fn deref(&self) -> &Client {
-        &self.client
+        &self.parts.client
     }
 }
 
 impl DerefMut for PgConnection {
     fn deref_mut(&mut self) -> &mut Client {
-        &mut self.client
+        &mut self.parts.client
     }
 }
 
@@ -230,24 +241,26 @@ where
             let _ = done.send(());
         });
         Ok(PgConnection {
-            client,
-            seen,
-            statements: statements::Statements::new(self.statement_cache),
-            ended,
+            parts: Box::new(Parts {
+                client,
+                seen,
+                statements: statements::Statements::new(self.statement_cache),
+                ended,
+            }),
         })
     }
 
     async fn check(&self, conn: &mut PgConnection) -> Result<(), PgError> {
-        conn.client.simple_query("").await?;
+        conn.parts.client.simple_query("").await?;
         Ok(())
     }
 
     fn is_broken(&self, conn: &PgConnection) -> bool {
-        conn.client.is_closed()
+        conn.parts.client.is_closed()
     }
 
     async fn stop(&self, conn: PgConnection) {
-        let PgConnection { client, ended, .. } = conn;
+        let Parts { client, ended, .. } = *conn.parts;
         // Dropping the client makes the connection send Terminate and finish.
         drop(client);
         let _ = ended.await;
@@ -269,7 +282,7 @@ where
             // CommandComplete, a moment before its ReadyForQuery is read; a dropped
             // Transaction's ROLLBACK is in flight): wait for it rather than ask.
             (Recycle::Observed, TxStatus::Unsettled) => {
-                match tokio::time::timeout(SETTLE, conn.seen.settled()).await {
+                match tokio::time::timeout(SETTLE, conn.parts.seen.settled()).await {
                     Ok(status) => status,
                     Err(_) => return rollback_if_open(conn).await,
                 }
@@ -279,7 +292,7 @@ where
         match status {
             TxStatus::Idle => Ok(()),
             TxStatus::InTransaction | TxStatus::Failed => {
-                conn.client.batch_execute("ROLLBACK").await?;
+                conn.parts.client.batch_execute("ROLLBACK").await?;
                 Ok(())
             }
             TxStatus::Unsettled => rollback_if_open(conn).await,
@@ -294,6 +307,7 @@ const SETTLE: std::time::Duration = std::time::Duration::from_secs(1);
 /// One round trip asks whether a transaction is open, and a second rolls it back if so.
 async fn rollback_if_open(conn: &mut PgConnection) -> Result<(), PgError> {
     let messages = conn
+        .parts
         .client
         .simple_query("SELECT now() = statement_timestamp()")
         .await?;
@@ -301,10 +315,10 @@ async fn rollback_if_open(conn: &mut PgConnection) -> Result<(), PgError> {
         .iter()
         .any(|m| matches!(m, SimpleQueryMessage::Row(row) if row.get(0) == Some("t")));
     if !outside {
-        conn.client.batch_execute("ROLLBACK").await?;
+        conn.parts.client.batch_execute("ROLLBACK").await?;
     }
     // Nobody else can use the connection now, and our answer came last: every request is
     // answered, whatever the layer counted (a protocol turn it does not follow is healed here).
-    conn.seen.resync();
+    conn.parts.seen.resync();
     Ok(())
 }
