@@ -144,6 +144,24 @@ impl Framing {
                 bytes = &bytes[skip..];
                 continue;
             }
+            if *untyped == 0 && self.have == 0 && bytes.len() >= 5 {
+                // The common case: a typed header whole in this read, parsed where it lies,
+                // and most often its whole message too, skipped at once.
+                let kind = bytes[0];
+                let len = u32::from_be_bytes([bytes[1], bytes[2], bytes[3], bytes[4]]);
+                let whole = usize::try_from(len).map_or(usize::MAX, |len| len.saturating_add(1));
+                if len >= 4 && bytes.len() >= whole {
+                    header(Header::Typed(kind));
+                    if kind == b'Z' && len > 4 {
+                        first(bytes[5]);
+                    }
+                    bytes = &bytes[whole..];
+                } else {
+                    self.typed(kind, len, &mut header);
+                    bytes = &bytes[5..];
+                }
+                continue;
+            }
             let size = if *untyped > 0 { 8 } else { 5 };
             let take = (size - self.have).min(bytes.len());
             self.header[self.have..self.have + take].copy_from_slice(&bytes[..take]);
@@ -165,15 +183,19 @@ impl Framing {
                 }
             } else {
                 let len = u32::from_be_bytes([h[1], h[2], h[3], h[4]]);
-                self.kind = h[0];
-                self.rest = u64::from(len.saturating_sub(4));
-                // `have` stays 5 for a `Z` until its first payload byte is seen.
-                if self.kind != b'Z' || self.rest == 0 {
-                    self.have = 0;
-                }
-                header(Header::Typed(h[0]));
+                self.typed(h[0], len, &mut header);
             }
         }
+    }
+
+    /// A typed message's header is complete: its kind, and its length (which counts itself).
+    #[inline]
+    fn typed(&mut self, kind: u8, len: u32, header: &mut impl FnMut(Header) -> bool) {
+        self.kind = kind;
+        self.rest = u64::from(len.saturating_sub(4));
+        // `have` is 5 for a `Z` until its first payload byte is seen, 0 otherwise.
+        self.have = if kind == b'Z' && self.rest > 0 { 5 } else { 0 };
+        header(Header::Typed(kind));
     }
 }
 
