@@ -298,16 +298,26 @@ async fn cell(who: Contender, size: usize, secs: f64) -> f64 {
 /// Every contender's rates, per pool size, one per round.
 pub(crate) struct Rates(Vec<(Contender, usize, Vec<f64>)>);
 
+/// The pause before each cell.
+const SETTLE: Duration = Duration::from_millis(500);
+
 /// Runs `rounds` rounds of every cell whose backend starts with `only` (every cell for ""),
-/// `secs` each, in turn.
+/// `secs` each, in turn, each round starting one cell further on.
 pub(crate) async fn run(secs: f64, rounds: usize, only: &str) -> Rates {
     let mut rates: Vec<(Contender, usize, Vec<f64>)> = Contender::ALL
         .iter()
         .filter(|c| c.backend().to_lowercase().starts_with(&only.to_lowercase()))
         .flat_map(|&c| SIZES.map(|s| (c, s, Vec::new())))
         .collect();
+    let cells = rates.len();
     for round in 0..rounds {
-        for (who, size, got) in &mut rates {
+        // Each round starts one cell further on, so no contender always runs first (on a cold
+        // process) or always right after the same neighbour.
+        for i in 0..cells {
+            let (who, size, got) = &mut rates[(round + i) % cells];
+            // The previous cell's connections end in the background (servers' processes
+            // exit): let that finish before measuring.
+            tokio::time::sleep(SETTLE).await;
             let rate = cell(*who, *size, secs).await;
             eprintln!(
                 "round {} {:<55} pool {size:>2}: {rate:>9.0}/s",
@@ -342,7 +352,8 @@ impl Rates {
             out,
             "# Real backends\n\nWritten by `cargo run --release -p pooler-bench -- backends`. \
              {TASKS} tasks, each taking a connection, running one command and giving it back, \
-             for {secs} s per cell; {rounds} rounds, every contender in turn in each round, in one \
+             for {secs} s per cell; {rounds} rounds, every contender in turn in each round (each round \
+             starting one cell further on, after a pause of half a second per cell), in one \
              process, against the local servers (PostgreSQL, Redis and MariaDB on 127.0.0.1). Each cell is \
              the median rate of the rounds, with the lowest and highest in brackets; `÷` columns \
              divide pooler's default by the contender's (above 1.00: pooler is faster)."
@@ -460,5 +471,85 @@ pub(crate) async fn fixed_postgres(who: &str, n: u32) {
             }
             pool.close(pooler::Shutdown::Graceful).await;
         }
+    }
+}
+
+/// Paired Postgres runs: pooler-postgres's default and deadpool-postgres's default, both pools
+/// open side by side, measured `secs` each in alternating order (pooler first in odd pairs,
+/// deadpool first in even ones), `pairs` times per pool size. Each pair's ratio compares two
+/// runs a few seconds apart, so slow drifts of the machine (the server shares its cores)
+/// cancel out of it. Prints each size's ratios: median, quartiles, lowest and highest.
+pub(crate) async fn paired_postgres(pairs: usize, secs: f64) {
+    let pg = std::env::var("POOLER_POSTGRES_URL").unwrap_or_else(|_| POSTGRES.into());
+    for size in SIZES {
+        let config = pooler::PoolConfig::builder("paired")
+            .init_count(size)
+            .max_count(size)
+            .queue_max(TASKS)
+            .build()
+            .expect("a valid config");
+        let manager = pooler_postgres::PgManager::new(&pg).expect("a URL");
+        let ours = pooler::Pool::start(config, manager).await.expect("a pool");
+        let mut cfg = deadpool_postgres::Config::new();
+        cfg.url = Some(pg.clone());
+        cfg.pool = Some(deadpool_postgres::PoolConfig::new(size));
+        let theirs = cfg
+            .create_pool(
+                Some(deadpool_postgres::Runtime::Tokio1),
+                pooler_postgres::tokio_postgres::NoTls,
+            )
+            .expect("a pool");
+        let run_ours = |secs| {
+            let p = ours.clone();
+            load(secs, move || {
+                let p = p.clone();
+                async move {
+                    let conn = p.take().await.expect("a connection");
+                    conn.simple_query("SELECT 1").await.expect("an answer");
+                }
+            })
+        };
+        let run_theirs = |secs| {
+            let p = theirs.clone();
+            load(secs, move || {
+                let p = p.clone();
+                async move {
+                    let conn = p.get().await.expect("a connection");
+                    conn.simple_query("SELECT 1").await.expect("an answer");
+                }
+            })
+        };
+        // Warm both: deadpool opens its connections on first use.
+        run_ours(0.5).await;
+        run_theirs(0.5).await;
+        let mut ratios = Vec::with_capacity(pairs);
+        for pair in 0..pairs {
+            let (a, b) = if pair % 2 == 0 {
+                let a = run_ours(secs).await;
+                (a, run_theirs(secs).await)
+            } else {
+                let b = run_theirs(secs).await;
+                (run_ours(secs).await, b)
+            };
+            eprintln!(
+                "pool {size:>2} pair {:>2}: pooler {a:>7.0}/s, deadpool {b:>7.0}/s, {:.3}",
+                pair + 1,
+                a / b
+            );
+            ratios.push(a / b);
+        }
+        ours.close(pooler::Shutdown::Graceful).await;
+        theirs.close();
+        ratios.sort_by(f64::total_cmp);
+        let q = |f: f64| ratios[((ratios.len() - 1) as f64 * f).round() as usize];
+        println!(
+            "pool of {size}: pooler-postgres default ÷ deadpool-postgres default over {pairs} pairs of {secs} s: \
+             median {:.3}, quartiles {:.3}–{:.3}, range {:.3}–{:.3}",
+            q(0.5),
+            q(0.25),
+            q(0.75),
+            ratios[0],
+            ratios[ratios.len() - 1]
+        );
     }
 }

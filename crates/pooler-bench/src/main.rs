@@ -10,6 +10,9 @@
 //! MariaDB through pooler-mysql and mysql_async's pool) and writes
 //! `docs/benchmarks-backends.md` (see `backends.rs`); `--rounds N` sets the rounds (3), and
 //! `--only postgresql|redis|mariadb` runs one backend and prints its table instead.
+//! `postgres-paired [--pairs N]` opens pooler-postgres's and deadpool-postgres's default pools
+//! side by side and measures them in alternating 1 s runs, N pairs (20) per pool size, and
+//! prints the spread of the pairs' ratios.
 //! `driver-cost` compares a supervised member driver with a plain spawn; `driver-fixed
 //! plain|supervised` and `postgres-fixed pooler|pooler-nothing|deadpool` do a fixed amount of
 //! work for counting instructions under callgrind.
@@ -521,6 +524,12 @@ fn main() {
                 let only = value_of("--only").unwrap_or_default();
                 backends::main(&out, smoke, rounds, &only).await;
             }
+            "postgres-paired" => {
+                let pairs = value_of("--pairs")
+                    .and_then(|r| r.parse().ok())
+                    .unwrap_or(20);
+                backends::paired_postgres(pairs, 1.0).await;
+            }
             "metrics-share" => println!("{:?}", metrics_share()),
             "metrics" => {
                 let (none, prom) = metrics_cost(200_000).await;
@@ -554,7 +563,7 @@ fn main() {
             }
             other => {
                 eprintln!(
-                    "unknown mode `{other}`: run with no mode (or --smoke), or backends [--smoke] [--rounds N] [--only BACKEND], driver-cost, driver-fixed, postgres-fixed, lifetime, fairness, \
+                    "unknown mode `{other}`: run with no mode (or --smoke), or backends [--smoke] [--rounds N] [--only BACKEND], postgres-paired [--pairs N], driver-cost, driver-fixed, postgres-fixed, lifetime, fairness, \
                      grid-sample, metrics, metrics-share, mass-timeout, churn-memory [--replacements=N], instructions, \
                      count WHO OP N, fixed-plain, fixed-lifetime"
                 );
