@@ -6,11 +6,11 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
-use lapin::BasicProperties;
 use lapin::options::{
     BasicGetOptions, BasicPublishOptions, QueueDeclareOptions, QueueDeleteOptions,
 };
 use lapin::types::FieldTable;
+use lapin::{BasicProperties, ConnectionProperties};
 use pooler::{Member, Pool, PoolConfig, Shutdown, TakeError};
 use pooler_lapin::AmqpManager;
 use pooler_testkit::{Proxy, eventually, host_port, service};
@@ -142,6 +142,100 @@ async fn a_channel_the_broker_closed_is_replaced() {
             assert!(channel.status().connected());
         }
     }
+    pool.close(Shutdown::Graceful).await;
+}
+
+/// Closes, through `rabbitmqctl`, the broker's connection whose client named itself `name`.
+/// False (with a notice) when `rabbitmqctl` cannot be run here, unless
+/// `POOLER_REQUIRE_SERVICES=1`: then that is a failure.
+fn broker_closes(name: &str) -> bool {
+    let ctl = |args: &[&str]| {
+        std::process::Command::new("rabbitmqctl")
+            .args(args)
+            .output()
+    };
+    let listed = match ctl(&["-q", "list_connections", "pid", "client_properties"]) {
+        Ok(out) if out.status.success() => String::from_utf8_lossy(&out.stdout).into_owned(),
+        other => {
+            if std::env::var("POOLER_REQUIRE_SERVICES").is_ok_and(|v| v == "1") {
+                panic!("rabbitmqctl cannot list connections: {other:?}");
+            }
+            eprintln!("skipped: rabbitmqctl cannot list connections here ({other:?})");
+            return false;
+        }
+    };
+    let ours: Vec<&str> = listed
+        .lines()
+        .filter(|line| line.contains(name))
+        .filter_map(|line| line.split('\t').next())
+        .collect();
+    assert_eq!(
+        ours.len(),
+        1,
+        "one broker connection named {name}: {listed}"
+    );
+    let closed = ctl(&["-q", "close_connection", ours[0], "closed by a pooler test"])
+        .expect("rabbitmqctl runs");
+    assert!(closed.status.success(), "close_connection: {closed:?}");
+    true
+}
+
+/// The broker closes the connection (`rabbitmqctl close_connection`, this test's connection
+/// only): the holder's channel is dead and never handed out again, the free channel goes
+/// without a take, and the pool refills on a new connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_the_broker_closed_ends_every_channel_and_the_pool_refills() {
+    let Some(url) = url().await else { return };
+    let name = format!("pooler-broker-close-{}", std::process::id());
+    let manager = AmqpManager::new(url)
+        .properties(ConnectionProperties::default().with_connection_name(name.as_str().into()));
+    let pool = Pool::start(PoolConfig::new("amqp-broker-close", 2, 4), manager.clone())
+        .await
+        .unwrap();
+    let held = pool.take_member(Duration::from_secs(5)).await.unwrap();
+    let before: HashSet<u64> = pool.stats().iter().map(|s| s.id).collect();
+    assert_eq!(before.len(), 2);
+
+    if !broker_closes(&name) {
+        return;
+    }
+    eventually("the holder's channel is closed", async || {
+        !held.status().connected()
+    })
+    .await;
+    drop(held);
+    eventually(
+        "both channels are replaced on a new connection",
+        async || {
+            let stats = pool.stats();
+            pool.utilization().free_count == 2 && stats.iter().all(|s| !before.contains(&s.id))
+        },
+    )
+    .await;
+    assert!(manager.connected().await, "a new connection is open");
+    let both = [
+        pool.take_member(Duration::from_secs(5)).await.unwrap(),
+        pool.take_member(Duration::from_secs(5)).await.unwrap(),
+    ];
+    for channel in &both {
+        assert!(
+            !before.contains(&Member::id(channel)),
+            "a dead channel was handed out"
+        );
+        channel
+            .queue_declare(
+                "".into(),
+                QueueDeclareOptions {
+                    exclusive: true,
+                    auto_delete: true,
+                    ..QueueDeclareOptions::default()
+                },
+                FieldTable::default(),
+            )
+            .await
+            .expect("the new channel works");
+    }
+    drop(both);
     pool.close(Shutdown::Graceful).await;
 }
 
