@@ -541,10 +541,16 @@ pub(crate) async fn paired_postgres(pairs: usize, secs: f64) {
         ours.close(pooler::Shutdown::Graceful).await;
         theirs.close();
         ratios.sort_by(f64::total_cmp);
-        let q = |f: f64| ratios[((ratios.len() - 1) as f64 * f).round() as usize];
+        // Quantiles by linear interpolation between the nearest ranks.
+        let q = |f: f64| {
+            let at = (ratios.len() - 1) as f64 * f;
+            let (lo, hi) = (at.floor() as usize, at.ceil() as usize);
+            ratios[lo] + (ratios[hi] - ratios[lo]) * (at - lo as f64)
+        };
+        let faster = ratios.iter().filter(|&&r| r > 1.0).count();
         println!(
             "pool of {size}: pooler-postgres default ÷ deadpool-postgres default over {pairs} pairs of {secs} s: \
-             median {:.3}, quartiles {:.3}–{:.3}, range {:.3}–{:.3}",
+             median {:.3}, quartiles {:.3}–{:.3}, range {:.3}–{:.3}; pooler faster in {faster}",
             q(0.5),
             q(0.25),
             q(0.75),

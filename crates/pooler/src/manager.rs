@@ -44,6 +44,9 @@ use crate::supervisor::Supervisor;
 /// must only not leave state *outside* the member behind (a registration, a lock).
 pub trait Manager: Send + Sync + 'static {
     /// The pooled value: a connection, a client handle, an actor's address.
+    ///
+    /// The pool moves it by value at every take and return. A member of a few hundred bytes
+    /// is cheaper boxed (pooler-postgres's connection is: 8 bytes moved instead of ~300).
     type Member: Send + 'static;
     /// The error of [`start`](Manager::start), [`initialize`](Manager::initialize) and
     /// [`check`](Manager::check); kept whole in [`StartError`](crate::StartError).
