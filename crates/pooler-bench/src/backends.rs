@@ -549,7 +549,7 @@ pub(crate) async fn paired_postgres(pairs: usize, secs: f64) {
         };
         let faster = ratios.iter().filter(|&&r| r > 1.0).count();
         println!(
-            "pool of {size}: pooler-postgres default ÷ deadpool-postgres default over {pairs} pairs of {secs} s: \
+            "pool of {size}: pooler-postgres default ÷ deadpool-postgres default, pairs of {secs} s: {pairs}; \
              median {:.3}, quartiles {:.3}–{:.3}, range {:.3}–{:.3}; pooler faster in {faster}",
             q(0.5),
             q(0.25),

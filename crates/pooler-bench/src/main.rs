@@ -12,7 +12,7 @@
 //! `--only postgresql|redis|mariadb` runs one backend and prints its table instead.
 //! `postgres-paired [--pairs N]` opens pooler-postgres's and deadpool-postgres's default pools
 //! side by side and measures them in alternating 1 s runs, N pairs (20) per pool size, and
-//! prints the spread of the pairs' ratios.
+//! prints the spread of the pairs' ratios (`--smoke`: one short pair).
 //! `driver-cost` compares a supervised member driver with a plain spawn; `driver-fixed
 //! plain|supervised` and `postgres-fixed pooler|pooler-nothing|deadpool` do a fixed amount of
 //! work for counting instructions under callgrind.
@@ -528,7 +528,11 @@ fn main() {
                 let pairs = value_of("--pairs")
                     .and_then(|r| r.parse().ok())
                     .unwrap_or(20);
-                backends::paired_postgres(pairs, 1.0).await;
+                if smoke {
+                    backends::paired_postgres(1, 0.2).await;
+                } else {
+                    backends::paired_postgres(pairs, 1.0).await;
+                }
             }
             "metrics-share" => println!("{:?}", metrics_share()),
             "metrics" => {
