@@ -437,6 +437,70 @@ mod tests {
         }
     }
 
+    /// What a framing reports for `bytes` fed in pieces of the sizes `sizes` yields, in turn:
+    /// every header's kind and every `Z`'s status byte.
+    fn framed(bytes: &[u8], mut sizes: impl FnMut() -> usize) -> Vec<(char, u8)> {
+        let mut framing = Framing::default();
+        let mut seen = Vec::new();
+        let mut rest = bytes;
+        while !rest.is_empty() {
+            let n = sizes().clamp(1, rest.len());
+            let (piece, after) = rest.split_at(n);
+            let got = std::cell::RefCell::new(&mut seen);
+            framing.feed(
+                piece,
+                &mut 0,
+                |header| {
+                    if let Header::Typed(kind) = header {
+                        got.borrow_mut().push(('h', kind));
+                    }
+                    false
+                },
+                |status| got.borrow_mut().push(('z', status)),
+            );
+            rest = after;
+        }
+        seen
+    }
+
+    #[test]
+    fn any_split_of_a_stream_reads_as_byte_by_byte() {
+        // A small xorshift: the same streams on every run.
+        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        for _ in 0..200 {
+            let mut stream = Vec::new();
+            for _ in 0..(next() % 20) {
+                let kind = [b'Z', b'D', b'C', b'T', b'N', b'Z'][(next() % 6) as usize];
+                let payload: Vec<u8> = if kind == b'Z' {
+                    vec![[b'I', b'T', b'E'][(next() % 3) as usize]]
+                } else {
+                    // Payloads that look like headers, to catch a parse out of step.
+                    (0..next() % 40)
+                        .map(|_| [b'Z', 0, 5, b'T'][(next() % 4) as usize])
+                        .collect()
+                };
+                stream.extend(message(kind, &payload));
+            }
+            let one_by_one = framed(&stream, || 1);
+            let whole = framed(&stream, || usize::MAX);
+            assert_eq!(whole, one_by_one);
+            for _ in 0..5 {
+                let mut sizes = next();
+                let pieces = framed(&stream, || {
+                    sizes = sizes.rotate_left(5);
+                    (sizes % 13) as usize
+                });
+                assert_eq!(pieces, one_by_one, "{stream:?}");
+            }
+        }
+    }
+
     #[test]
     fn syncs_sent_while_the_server_is_in_copy_in_mode_are_not_answered() {
         let mut w = Watched::new((), Arc::default());
