@@ -113,34 +113,88 @@ where
     done.load(Ordering::Relaxed) as f64 / started.elapsed().as_secs_f64()
 }
 
-/// A pool of `manager` under the load: `op` on a member taken with `take`, returned on drop.
-async fn pooler_rate<M, F, Fut>(config: pooler::PoolConfig, manager: M, secs: f64, op: F) -> f64
+/// The load on an open pooler pool: `op` on a member taken with `take`, returned on drop.
+async fn pooler_load<M, F, Fut>(pool: &pooler::Pool<M>, secs: f64, op: F) -> f64
 where
     M: pooler::Manager,
     F: Fn(pooler::Member<M>) -> Fut + Clone + Send + Sync + 'static,
     Fut: Future<Output = ()> + Send,
 {
-    let pool = pooler::Pool::start(config, manager).await.expect("a pool");
     let p = pool.clone();
-    let rate = load(secs, move || {
+    load(secs, move || {
         let (p, op) = (p.clone(), op.clone());
         async move { op(p.take().await.expect("a member")).await }
     })
-    .await;
+    .await
+}
+
+/// A pool of `manager` (`size` members, all started first) under the load, then closed.
+async fn pooler_rate<M, F, Fut>(size: usize, manager: M, secs: f64, op: F) -> f64
+where
+    M: pooler::Manager,
+    F: Fn(pooler::Member<M>) -> Fut + Clone + Send + Sync + 'static,
+    Fut: Future<Output = ()> + Send,
+{
+    let pool = pooler::Pool::start(config(size), manager)
+        .await
+        .expect("a pool");
+    let rate = pooler_load(&pool, secs, op).await;
     pool.close(pooler::Shutdown::Graceful).await;
     rate
 }
 
-async fn cell(who: Contender, size: usize, secs: f64) -> f64 {
-    let pg = std::env::var("POOLER_POSTGRES_URL").unwrap_or_else(|_| POSTGRES.into());
-    let redis_url = std::env::var("POOLER_REDIS_URL").unwrap_or_else(|_| REDIS.into());
-    let mysql_url = std::env::var("POOLER_MYSQL_URL").unwrap_or_else(|_| MYSQL.into());
-    let config = pooler::PoolConfig::builder("bench")
+/// pooler's config for `size` members, all started before the load, and room in the queue
+/// for every task.
+fn config(size: usize) -> pooler::PoolConfig {
+    pooler::PoolConfig::builder("bench")
         .init_count(size)
         .max_count(size)
         .queue_max(TASKS)
         .build()
-        .expect("a valid config");
+        .expect("a valid config")
+}
+
+fn postgres_url() -> String {
+    std::env::var("POOLER_POSTGRES_URL").unwrap_or_else(|_| POSTGRES.into())
+}
+
+/// pooler-postgres's pool manager, recycling as `recycle` says.
+fn pooler_pg(recycle: pooler_postgres::Recycle) -> pooler_postgres::PgManager {
+    pooler_postgres::PgManager::new(&postgres_url())
+        .expect("a URL")
+        .recycle(recycle)
+}
+
+/// deadpool-postgres's pool of `size`, in its default mode (connections open on first use).
+fn deadpool_pg(size: usize) -> deadpool_postgres::Pool {
+    let mut cfg = deadpool_postgres::Config::new();
+    cfg.url = Some(postgres_url());
+    cfg.pool = Some(deadpool_postgres::PoolConfig::new(size));
+    cfg.create_pool(
+        Some(deadpool_postgres::Runtime::Tokio1),
+        pooler_postgres::tokio_postgres::NoTls,
+    )
+    .expect("a pool")
+}
+
+/// The load on a deadpool-postgres pool: `SELECT 1` on a connection taken with `get`.
+async fn deadpool_pg_load(pool: &deadpool_postgres::Pool, secs: f64) -> f64 {
+    let p = pool.clone();
+    load(secs, move || {
+        let p = p.clone();
+        async move { select_one(&p.get().await.expect("a connection")).await }
+    })
+    .await
+}
+
+/// The Postgres command every contender runs.
+async fn select_one(client: &pooler_postgres::tokio_postgres::Client) {
+    client.simple_query("SELECT 1").await.expect("an answer");
+}
+
+async fn cell(who: Contender, size: usize, secs: f64) -> f64 {
+    let redis_url = std::env::var("POOLER_REDIS_URL").unwrap_or_else(|_| REDIS.into());
+    let mysql_url = std::env::var("POOLER_MYSQL_URL").unwrap_or_else(|_| MYSQL.into());
     let max = u32::try_from(size).expect("a small pool");
     match who {
         Contender::PoolerPg | Contender::PoolerPgNothing => {
@@ -149,39 +203,20 @@ async fn cell(who: Contender, size: usize, secs: f64) -> f64 {
             } else {
                 pooler_postgres::Recycle::Nothing
             };
-            let manager = pooler_postgres::PgManager::new(&pg)
-                .expect("a URL")
-                .recycle(recycle);
-            pooler_rate(config, manager, secs, |conn| async move {
-                conn.simple_query("SELECT 1").await.expect("an answer");
+            pooler_rate(size, pooler_pg(recycle), secs, |conn| async move {
+                select_one(&conn).await;
             })
             .await
         }
         Contender::DeadpoolPg => {
-            let mut cfg = deadpool_postgres::Config::new();
-            cfg.url = Some(pg);
-            cfg.pool = Some(deadpool_postgres::PoolConfig::new(size));
-            let pool = cfg
-                .create_pool(
-                    Some(deadpool_postgres::Runtime::Tokio1),
-                    pooler_postgres::tokio_postgres::NoTls,
-                )
-                .expect("a pool");
-            let p = pool.clone();
-            let rate = load(secs, move || {
-                let p = p.clone();
-                async move {
-                    let conn = p.get().await.expect("a connection");
-                    conn.simple_query("SELECT 1").await.expect("an answer");
-                }
-            })
-            .await;
+            let pool = deadpool_pg(size);
+            let rate = deadpool_pg_load(&pool, secs).await;
             pool.close();
             rate
         }
         Contender::Bb8Pg | Contender::Bb8PgNoTest => {
             let manager = bb8_postgres::PostgresConnectionManager::new_from_stringlike(
-                pg,
+                postgres_url(),
                 pooler_postgres::tokio_postgres::NoTls,
             )
             .expect("a URL");
@@ -193,16 +228,13 @@ async fn cell(who: Contender, size: usize, secs: f64) -> f64 {
                 .expect("a pool");
             load(secs, move || {
                 let p = pool.clone();
-                async move {
-                    let conn = p.get().await.expect("a connection");
-                    conn.simple_query("SELECT 1").await.expect("an answer");
-                }
+                async move { select_one(&p.get().await.expect("a connection")).await }
             })
             .await
         }
         Contender::PoolerRedis => {
             let manager = pooler_redis::RedisManager::new(redis_url.as_str()).expect("a URL");
-            pooler_rate(config, manager, secs, |mut conn| async move {
+            pooler_rate(size, manager, secs, |mut conn| async move {
                 let pong: String = pooler_redis::redis::cmd("PING")
                     .query_async(&mut *conn)
                     .await
@@ -242,7 +274,7 @@ async fn cell(who: Contender, size: usize, secs: f64) -> f64 {
             let manager = pooler_mysql::MysqlManager::new(&mysql_url)
                 .expect("a URL")
                 .recycle(recycle);
-            pooler_rate(config, manager, secs, |mut conn| async move {
+            pooler_rate(size, manager, secs, |mut conn| async move {
                 use pooler_mysql::mysql_async::prelude::Queryable as _;
                 conn.query_drop("SELECT 1").await.expect("an answer");
             })
@@ -433,45 +465,25 @@ pub(crate) async fn main(dir: &Path, smoke: bool, rounds: usize, only: &str) {
 /// The server's work is not counted (it is another process), so the instructions are what
 /// the pool and its adapter cost the client.
 pub(crate) async fn fixed_postgres(who: &str, n: u32) {
-    let pg = std::env::var("POOLER_POSTGRES_URL").unwrap_or_else(|_| POSTGRES.into());
-    match who {
-        "deadpool" => {
-            let mut cfg = deadpool_postgres::Config::new();
-            cfg.url = Some(pg);
-            cfg.pool = Some(deadpool_postgres::PoolConfig::new(1));
-            let pool = cfg
-                .create_pool(
-                    Some(deadpool_postgres::Runtime::Tokio1),
-                    pooler_postgres::tokio_postgres::NoTls,
-                )
-                .expect("a pool");
-            for _ in 0..n {
-                let conn = pool.get().await.expect("a connection");
-                conn.simple_query("SELECT 1").await.expect("an answer");
-            }
+    if who == "deadpool" {
+        let pool = deadpool_pg(1);
+        for _ in 0..n {
+            select_one(&pool.get().await.expect("a connection")).await;
         }
-        _ => {
-            let recycle = if who == "pooler" {
-                pooler_postgres::Recycle::Observed
-            } else {
-                pooler_postgres::Recycle::Nothing
-            };
-            let config = pooler::PoolConfig::builder("fixed")
-                .init_count(1)
-                .max_count(1)
-                .build()
-                .expect("a valid config");
-            let manager = pooler_postgres::PgManager::new(&pg)
-                .expect("a URL")
-                .recycle(recycle);
-            let pool = pooler::Pool::start(config, manager).await.expect("a pool");
-            for _ in 0..n {
-                let conn = pool.take().await.expect("a connection");
-                conn.simple_query("SELECT 1").await.expect("an answer");
-            }
-            pool.close(pooler::Shutdown::Graceful).await;
-        }
+        return;
     }
+    let recycle = if who == "pooler" {
+        pooler_postgres::Recycle::Observed
+    } else {
+        pooler_postgres::Recycle::Nothing
+    };
+    let pool = pooler::Pool::start(config(1), pooler_pg(recycle))
+        .await
+        .expect("a pool");
+    for _ in 0..n {
+        select_one(&pool.take().await.expect("a connection")).await;
+    }
+    pool.close(pooler::Shutdown::Graceful).await;
 }
 
 /// Paired Postgres runs: pooler-postgres's default and deadpool-postgres's default, both pools
@@ -480,45 +492,15 @@ pub(crate) async fn fixed_postgres(who: &str, n: u32) {
 /// runs a few seconds apart, so slow drifts of the machine (the server shares its cores)
 /// cancel out of it. Prints each size's ratios: median, quartiles, lowest and highest.
 pub(crate) async fn paired_postgres(pairs: usize, secs: f64) {
-    let pg = std::env::var("POOLER_POSTGRES_URL").unwrap_or_else(|_| POSTGRES.into());
     for size in SIZES {
-        let config = pooler::PoolConfig::builder("paired")
-            .init_count(size)
-            .max_count(size)
-            .queue_max(TASKS)
-            .build()
-            .expect("a valid config");
-        let manager = pooler_postgres::PgManager::new(&pg).expect("a URL");
-        let ours = pooler::Pool::start(config, manager).await.expect("a pool");
-        let mut cfg = deadpool_postgres::Config::new();
-        cfg.url = Some(pg.clone());
-        cfg.pool = Some(deadpool_postgres::PoolConfig::new(size));
-        let theirs = cfg
-            .create_pool(
-                Some(deadpool_postgres::Runtime::Tokio1),
-                pooler_postgres::tokio_postgres::NoTls,
-            )
-            .expect("a pool");
-        let run_ours = |secs| {
-            let p = ours.clone();
-            load(secs, move || {
-                let p = p.clone();
-                async move {
-                    let conn = p.take().await.expect("a connection");
-                    conn.simple_query("SELECT 1").await.expect("an answer");
-                }
-            })
-        };
-        let run_theirs = |secs| {
-            let p = theirs.clone();
-            load(secs, move || {
-                let p = p.clone();
-                async move {
-                    let conn = p.get().await.expect("a connection");
-                    conn.simple_query("SELECT 1").await.expect("an answer");
-                }
-            })
-        };
+        let ours =
+            pooler::Pool::start(config(size), pooler_pg(pooler_postgres::Recycle::default()))
+                .await
+                .expect("a pool");
+        let theirs = deadpool_pg(size);
+        let run_ours =
+            |secs| pooler_load(&ours, secs, |conn| async move { select_one(&conn).await });
+        let run_theirs = |secs| deadpool_pg_load(&theirs, secs);
         // Warm both: deadpool opens its connections on first use.
         run_ours(0.5).await;
         run_theirs(0.5).await;
