@@ -13,7 +13,7 @@ use lapin::types::FieldTable;
 use lapin::{BasicProperties, ConnectionProperties};
 use pooler::{Member, Pool, PoolConfig, Shutdown, TakeError};
 use pooler_lapin::AmqpManager;
-use pooler_testkit::{Proxy, eventually, host_port, service};
+use pooler_testkit::{Proxy, eventually, host_port, scenarios, service};
 
 const DEFAULT: &str = "amqp://guest:guest@127.0.0.1:5672/%2f";
 
@@ -245,12 +245,7 @@ async fn a_connection_the_broker_closed_ends_every_channel_and_the_pool_refills(
 async fn a_lost_connection_fails_fast_and_the_pool_refills() {
     let Some(url) = url().await else { return };
     let proxy = Proxy::start(&host_port(&url)).await;
-    let config = PoolConfig::builder("amqp-outage")
-        .init_count(2)
-        .max_count(4)
-        .member_start_timeout(Duration::from_secs(2))
-        .build()
-        .unwrap();
+    let config = scenarios::outage_config("amqp-outage");
     let manager = AmqpManager::new(through(&url, &proxy));
     let pool = Pool::start(config, manager.clone()).await.unwrap();
     assert_eq!(pool.utilization().free_count, 2);

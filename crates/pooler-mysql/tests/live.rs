@@ -157,12 +157,7 @@ async fn an_outage_fails_fast_backs_off_and_refills_by_itself() {
     let opts = OptsBuilder::from_opts(Opts::from_url(&url).unwrap())
         .ip_or_hostname("127.0.0.1")
         .tcp_port(proxy.addr().port());
-    let config = PoolConfig::builder("mysql-outage")
-        .init_count(2)
-        .max_count(4)
-        .member_start_timeout(Duration::from_secs(2))
-        .build()
-        .unwrap();
+    let config = scenarios::outage_config("mysql-outage");
     let pool = Pool::start(config, MysqlManager::from_opts(opts.into()))
         .await
         .unwrap();

@@ -171,11 +171,7 @@ async fn an_outage_fails_fast_backs_off_and_refills_by_itself() {
         config.dbname(db);
     }
     let pool = Pool::start(
-        PoolConfig::new("pg-outage", 2, 4)
-            .to_builder()
-            .member_start_timeout(Duration::from_secs(2))
-            .build()
-            .unwrap(),
+        scenarios::outage_config("pg-outage"),
         PgManager::from_config(config),
     )
     .await

@@ -141,11 +141,7 @@ async fn an_outage_fails_fast_backs_off_and_refills_by_itself() {
     let proxy = Proxy::start(&host_port(&url)).await;
     proxy.set_open(false);
     let manager = RedisManager::new(format!("redis://{}", proxy.addr())).unwrap();
-    let config = PoolConfig::new("redis-outage", 2, 4)
-        .to_builder()
-        .member_start_timeout(Duration::from_secs(2))
-        .build()
-        .unwrap();
+    let config = scenarios::outage_config("redis-outage");
     let pool = Pool::start(config, manager).await.unwrap();
     scenarios::outage_and_recovery(&pool, &proxy, async |conn| {
         redis::cmd("PING")

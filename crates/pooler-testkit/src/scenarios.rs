@@ -4,7 +4,7 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
-use pooler::{Manager, Member, Pool, Shutdown, TakeError};
+use pooler::{Manager, Member, Pool, PoolConfig, Shutdown, TakeError};
 use tokio::time::Instant;
 
 use crate::{Proxy, eventually};
@@ -44,7 +44,20 @@ where
     pool.close(Shutdown::Graceful).await;
 }
 
-/// An outage and the recovery from it. `pool` has `init_count` 2 and was started through
+/// The config [`outage_and_recovery`] expects of its pool (2 members at first, 4 at most,
+/// a start given up after 2 s), named `name`; for a pool of the same shape in other outage
+/// tests too.
+#[must_use]
+pub fn outage_config(name: &str) -> PoolConfig {
+    PoolConfig::builder(name)
+        .init_count(2)
+        .max_count(4)
+        .member_start_timeout(Duration::from_secs(2))
+        .build()
+        .expect("a valid config")
+}
+
+/// An outage and the recovery from it. `pool` has the [`outage_config`] and was started through
 /// `proxy` while the proxy refused connections. Checks that a take that cannot wait fails
 /// fast with the start error, that one that waits through the outage times out naming that
 /// error, that starts are spaced by the backoff (at most 12 attempts in 3 s, not a storm; with full
