@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use tokio_postgres::Config;
-use tokio_postgres::config::SslMode;
+use tokio_postgres::config::{Host, SslMode};
 
 /// Connection settings, read with serde: every field is optional, as in a connection string.
 ///
@@ -19,7 +19,8 @@ use tokio_postgres::config::SslMode;
 /// connect_timeout = "5s"
 /// ```
 ///
-/// `url` may stand in for the other fields, or give a base they override.
+/// `url` may stand in for the other fields, or give a base they override (`host` and `port`
+/// replace the URL's hosts and ports; its other settings stay).
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 #[non_exhaustive]
@@ -65,16 +66,45 @@ impl PgSettings {
     ///
     /// When `url` cannot be parsed.
     pub fn to_config(&self) -> Result<Config, tokio_postgres::Error> {
-        let mut config = match &self.url {
+        let base: Config = match &self.url {
             Some(url) => url.parse()?,
             None => Config::new(),
         };
-        if let Some(host) = &self.host {
-            config.host(host);
-        }
-        if let Some(port) = self.port {
-            config.port(port);
-        }
+        // tokio-postgres only adds to a config's hosts and ports: to replace the URL's, start
+        // again from its other settings.
+        let mut config = if self.host.is_none() && self.port.is_none() {
+            base
+        } else {
+            let mut config = without_addresses(&base);
+            match &self.host {
+                Some(host) => {
+                    config.host(host);
+                }
+                None => {
+                    for host in base.get_hosts() {
+                        match host {
+                            Host::Tcp(name) => config.host(name),
+                            #[cfg(unix)]
+                            Host::Unix(dir) => config.host_path(dir),
+                        };
+                    }
+                    for &addr in base.get_hostaddrs() {
+                        config.hostaddr(addr);
+                    }
+                }
+            }
+            match self.port {
+                Some(port) => {
+                    config.port(port);
+                }
+                None => {
+                    for &port in base.get_ports() {
+                        config.port(port);
+                    }
+                }
+            }
+            config
+        };
         if let Some(dbname) = &self.dbname {
             config.dbname(dbname);
         }
@@ -99,6 +129,47 @@ impl PgSettings {
         }
         Ok(config)
     }
+}
+
+/// Every setting of `base` but its hosts, host addresses and ports.
+fn without_addresses(base: &Config) -> Config {
+    let mut config = Config::new();
+    if let Some(user) = base.get_user() {
+        config.user(user);
+    }
+    if let Some(password) = base.get_password() {
+        config.password(password);
+    }
+    if let Some(dbname) = base.get_dbname() {
+        config.dbname(dbname);
+    }
+    if let Some(options) = base.get_options() {
+        config.options(options);
+    }
+    if let Some(name) = base.get_application_name() {
+        config.application_name(name);
+    }
+    if let Some(&timeout) = base.get_connect_timeout() {
+        config.connect_timeout(timeout);
+    }
+    if let Some(&timeout) = base.get_tcp_user_timeout() {
+        config.tcp_user_timeout(timeout);
+    }
+    if let Some(interval) = base.get_keepalives_interval() {
+        config.keepalives_interval(interval);
+    }
+    if let Some(retries) = base.get_keepalives_retries() {
+        config.keepalives_retries(retries);
+    }
+    config
+        .ssl_mode(base.get_ssl_mode())
+        .ssl_negotiation(base.get_ssl_negotiation())
+        .keepalives(base.get_keepalives())
+        .keepalives_idle(base.get_keepalives_idle())
+        .target_session_attrs(base.get_target_session_attrs())
+        .channel_binding(base.get_channel_binding())
+        .load_balance_hosts(base.get_load_balance_hosts());
+    config
 }
 
 #[cfg(test)]
@@ -143,6 +214,33 @@ mod tests {
             (config.get_user(), config.get_dbname(), config.get_ports()),
             (Some("a"), Some("y"), &[5433][..])
         );
+    }
+
+    #[test]
+    fn host_and_port_replace_the_urls_and_keep_its_other_settings() {
+        let url = "postgres://a:pw@h1:5433/x?application_name=z&sslmode=require\
+                   &connect_timeout=3&keepalives_idle=30&target_session_attrs=read-write\
+                   &options=-c%20search_path%3Ds";
+        let read = |extra: &str| {
+            toml::from_str::<PgSettings>(&format!("url = \"{url}\"\n{extra}"))
+                .unwrap()
+                .to_config()
+                .unwrap()
+        };
+        let base: Config = url.parse().unwrap();
+        // The same host and port given again: nothing else may change or be lost.
+        assert_eq!(
+            format!("{:?}", read("host = \"h1\"\nport = 5433")),
+            format!("{base:?}")
+        );
+        let host = read("host = \"h2\"");
+        assert_eq!(host.get_hosts(), [Host::Tcp("h2".into())]);
+        assert_eq!(host.get_ports(), [5433]);
+        assert_eq!(host.get_application_name(), Some("z"));
+        let port = read("port = 6000");
+        assert_eq!(port.get_hosts(), [Host::Tcp("h1".into())]);
+        assert_eq!(port.get_ports(), [6000]);
+        assert_eq!(port.get_user(), Some("a"));
     }
 
     #[test]
