@@ -1,9 +1,13 @@
 //! Opening a connection with the [`Watched`] layer in place: the socket is opened here (TCP or
-//! Unix, each host and port of the config in turn, as tokio-postgres does), watched, and
-//! handed to tokio-postgres's `connect_raw`; if TLS is negotiated, the layer moves above it.
+//! Unix, each host and port of the config in turn, with the socket options and session check
+//! tokio-postgres's own `connect` applies), watched, and handed to tokio-postgres's
+//! `connect_raw`; if TLS is negotiated, the layer moves above it. tokio-postgres records the
+//! server's address for `CancelToken::cancel_query` only when it opens the socket itself, so
+//! cancelling goes through [`Cancel`], made here.
 
 use std::any::TypeId;
 use std::io;
+use std::net::IpAddr;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -13,9 +17,9 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 #[cfg(unix)]
 use tokio::net::UnixStream;
-use tokio_postgres::config::Host;
+use tokio_postgres::config::{Host, LoadBalanceHosts, TargetSessionAttrs};
 use tokio_postgres::tls::{MakeTlsConnect, TlsConnect};
-use tokio_postgres::{Client, Config, NoTls};
+use tokio_postgres::{CancelToken, Client, Config, NoTls};
 
 use crate::watch::{Seen, Watched};
 
@@ -90,62 +94,196 @@ where
     }
 }
 
-/// A started connection: the client, the connection's driver, and what its layers see.
-pub(crate) type Opened = (
-    Client,
-    Pin<Box<dyn Future<Output = Result<(), tokio_postgres::Error>> + Send>>,
-    Arc<Seen>,
-);
+/// Sends a cancel request for a connection's running query, over a new socket to the same
+/// server, through the same TLS connector.
+pub(crate) struct Cancel(Box<dyn Fn(CancelToken) -> Sent + Send + Sync>);
 
-/// Connects as `config` says, through `tls`, with the transaction status watched.
-pub(crate) async fn connect<T>(config: &Config, tls: &mut T) -> Result<Opened, PgError>
+/// A cancel request on its way.
+type Sent = Pin<Box<dyn Future<Output = Result<(), PgError>> + Send>>;
+
+impl Cancel {
+    /// Cancels what the connection `token` belongs to is running.
+    pub(crate) fn send(&self, token: CancelToken) -> Sent {
+        (self.0)(token)
+    }
+}
+
+impl std::fmt::Debug for Cancel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Cancel")
+    }
+}
+
+/// A started connection: the client, the connection's driver, what its layers see, and how
+/// to cancel its running query.
+pub(crate) struct Opened {
+    pub(crate) client: Client,
+    pub(crate) connection: Driver,
+    pub(crate) seen: Arc<Seen>,
+    pub(crate) cancel: Cancel,
+}
+
+/// A connection's driver future.
+pub(crate) type Driver = Pin<Box<dyn Future<Output = Result<(), tokio_postgres::Error>> + Send>>;
+
+/// Where one attempt connects.
+#[derive(Clone)]
+struct Target {
+    /// The host as configured, if any (an IP address may stand alone).
+    host: Option<Host>,
+    /// The address to use instead of resolving the host.
+    addr: Option<IpAddr>,
+    port: u16,
+}
+
+impl Target {
+    /// The host name TLS verifies ("" for a socket directory or a bare address).
+    fn tls_name(&self) -> &str {
+        match &self.host {
+            Some(Host::Tcp(name)) => name,
+            _ => "",
+        }
+    }
+
+    /// The host as errors name it.
+    fn shown(&self) -> String {
+        match (&self.host, self.addr) {
+            (_, Some(ip)) => ip.to_string(),
+            (Some(Host::Tcp(name)), None) => name.clone(),
+            #[cfg(unix)]
+            (Some(Host::Unix(dir)), None) => dir.display().to_string(),
+            (None, None) => String::new(),
+        }
+    }
+}
+
+/// Connects as `config` says, through `tls`, with the transaction status watched: each host
+/// in turn (shuffled when `load_balance_hosts=random`), the first that connects and is the
+/// kind of session `target_session_attrs` asks for wins, as with tokio-postgres's `connect`.
+pub(crate) async fn connect<T>(config: &Config, tls: &T) -> Result<Opened, PgError>
 where
-    T: MakeTlsConnect<WatchedSocket> + 'static,
+    T: MakeTlsConnect<WatchedSocket> + Clone + Send + Sync + 'static,
     T::TlsConnect: Send + 'static,
     <T::TlsConnect as TlsConnect<WatchedSocket>>::Future: Send + 'static,
     <T::TlsConnect as TlsConnect<WatchedSocket>>::Stream: Send + Unpin + 'static,
 {
+    let (hosts, addrs) = (config.get_hosts(), config.get_hostaddrs());
+    let mut order: Vec<usize> = (0..hosts.len().max(addrs.len())).collect();
+    if config.get_load_balance_hosts() == LoadBalanceHosts::Random {
+        fastrand::shuffle(&mut order);
+    }
     let mut last = None;
-    let hosts = config.get_hosts();
-    let ports = config.get_ports();
-    for (i, host) in hosts.iter().enumerate() {
-        let port = ports.get(i).or(ports.first()).copied().unwrap_or(5432);
-        let addr = config.get_hostaddrs().get(i).copied();
-        let socket = match open(config, host, addr, port).await {
-            Ok(socket) => socket,
-            Err(source) => {
-                last = Some(PgError::Connect {
-                    host: match host {
-                        Host::Tcp(name) => name.clone(),
-                        #[cfg(unix)]
-                        Host::Unix(dir) => dir.display().to_string(),
-                    },
-                    port,
-                    source,
-                });
-                continue;
-            }
+    for i in order {
+        let ports = config.get_ports();
+        let target = Target {
+            host: hosts.get(i).cloned(),
+            addr: addrs.get(i).copied(),
+            port: ports.get(i).or(ports.first()).copied().unwrap_or(5432),
         };
-        let seen = Arc::new(Seen::default());
-        let watched = Watched::new(socket, seen.clone());
-        // tokio-postgres asks a connector whether it can do TLS at all through a hook that
-        // cannot be forwarded; `NoTls` says no, so it is passed as it is.
-        if TypeId::of::<T>() == TypeId::of::<NoTls>() {
-            let (client, connection) = config.connect_raw(watched, NoTls).await?;
-            return Ok((client, Box::pin(connection), seen));
+        match connect_to(config, tls, target).await {
+            Ok(opened) => return Ok(opened),
+            Err(e) => last = Some(e),
         }
-        let name = match host {
-            Host::Tcp(name) => name.as_str(),
-            #[cfg(unix)]
-            Host::Unix(_) => "",
-        };
-        let tls = tls
-            .make_tls_connect(name)
-            .map_err(|e| PgError::Tls(e.into()))?;
-        let (client, connection) = config.connect_raw(watched, WatchTls(tls)).await?;
-        return Ok((client, Box::pin(connection), seen));
     }
     Err(last.unwrap_or(PgError::NoHost))
+}
+
+/// One attempt, at `target`.
+async fn connect_to<T>(config: &Config, tls: &T, target: Target) -> Result<Opened, PgError>
+where
+    T: MakeTlsConnect<WatchedSocket> + Clone + Send + Sync + 'static,
+    T::TlsConnect: Send + 'static,
+    <T::TlsConnect as TlsConnect<WatchedSocket>>::Future: Send + 'static,
+    <T::TlsConnect as TlsConnect<WatchedSocket>>::Stream: Send + Unpin + 'static,
+{
+    let socket = open(config, &target).await?;
+    let seen = Arc::new(Seen::default());
+    let watched = Watched::new(socket, seen.clone());
+    // tokio-postgres asks a connector whether it can do TLS at all through a hook that
+    // cannot be forwarded; `NoTls` says no, so it is passed as it is.
+    let (client, connection): (Client, Driver) = if TypeId::of::<T>() == TypeId::of::<NoTls>() {
+        let (client, connection) = config.connect_raw(watched, NoTls).await?;
+        (client, Box::pin(connection))
+    } else {
+        let connector = tls
+            .clone()
+            .make_tls_connect(target.tls_name())
+            .map_err(|e| PgError::Tls(e.into()))?;
+        let (client, connection) = config.connect_raw(watched, WatchTls(connector)).await?;
+        (client, Box::pin(connection))
+    };
+    let mut opened = Opened {
+        client,
+        connection,
+        seen,
+        cancel: canceller(config.clone(), tls.clone(), target.clone()),
+    };
+    check_session(&mut opened, config.get_target_session_attrs(), &target).await?;
+    Ok(opened)
+}
+
+/// Refuses a session that is not of the kind `want` names (read-write or read-only), asking
+/// the server while driving the connection.
+async fn check_session(
+    opened: &mut Opened,
+    want: TargetSessionAttrs,
+    target: &Target,
+) -> Result<(), PgError> {
+    if want == TargetSessionAttrs::Any {
+        return Ok(());
+    }
+    let mut query = std::pin::pin!(opened.client.simple_query("SHOW transaction_read_only"));
+    let connection = &mut opened.connection;
+    let mut ended = false;
+    let answer = std::future::poll_fn(|cx| {
+        if !ended && connection.as_mut().poll(cx).is_ready() {
+            // The connection is gone: the query's answer can only be an error now.
+            ended = true;
+        }
+        match query.as_mut().poll(cx) {
+            Poll::Pending if ended => Poll::Ready(None),
+            Poll::Pending => Poll::Pending,
+            Poll::Ready(answer) => Poll::Ready(Some(answer)),
+        }
+    })
+    .await
+    .ok_or_else(|| PgError::Connect {
+        host: target.shown(),
+        port: target.port,
+        source: io::Error::new(io::ErrorKind::ConnectionAborted, "the connection ended"),
+    })??;
+    let read_only = answer.iter().any(
+        |m| matches!(m, tokio_postgres::SimpleQueryMessage::Row(row) if row.get(0) == Some("on")),
+    );
+    if read_only == (want == TargetSessionAttrs::ReadWrite) {
+        return Err(PgError::WrongSession {
+            host: target.shown(),
+            port: target.port,
+            read_only,
+        });
+    }
+    Ok(())
+}
+
+/// How to cancel the running query of a connection made to `target`.
+fn canceller<T>(config: Config, tls: T, target: Target) -> Cancel
+where
+    T: MakeTlsConnect<WatchedSocket> + Clone + Send + Sync + 'static,
+    T::TlsConnect: Send + 'static,
+    <T::TlsConnect as TlsConnect<WatchedSocket>>::Future: Send + 'static,
+    <T::TlsConnect as TlsConnect<WatchedSocket>>::Stream: Send + Unpin + 'static,
+{
+    Cancel(Box::new(move |token: CancelToken| {
+        let (config, mut tls, target) = (config.clone(), tls.clone(), target.clone());
+        Box::pin(async move {
+            let socket = Watched::new(open(&config, &target).await?, Arc::default());
+            let connector = tls
+                .make_tls_connect(target.tls_name())
+                .map_err(|e| PgError::Tls(e.into()))?;
+            token.cancel_query_raw(socket, connector).await?;
+            Ok(())
+        })
+    }))
 }
 
 /// Why a connection could not be made.
@@ -167,6 +305,15 @@ pub enum PgError {
     Tls(Box<dyn std::error::Error + Send + Sync>),
     /// The server or the protocol refused (authentication, a query, a closed connection).
     Postgres(tokio_postgres::Error),
+    /// The session is not the kind `target_session_attrs` asks for.
+    WrongSession {
+        /// The host.
+        host: String,
+        /// The port.
+        port: u16,
+        /// Whether the session is read-only (`transaction_read_only` is on).
+        read_only: bool,
+    },
 }
 
 impl std::fmt::Display for PgError {
@@ -178,6 +325,21 @@ impl std::fmt::Display for PgError {
             PgError::NoHost => f.write_str("the connection config names no host"),
             PgError::Tls(e) => write!(f, "cannot set up TLS: {e}"),
             PgError::Postgres(e) => write!(f, "{e}"),
+            PgError::WrongSession {
+                host,
+                port,
+                read_only,
+            } => {
+                let (is, wanted) = if *read_only {
+                    ("read-only", "read-write")
+                } else {
+                    ("read-write", "read-only")
+                };
+                write!(
+                    f,
+                    "the session at {host}:{port} is {is}, and target_session_attrs asks for {wanted}"
+                )
+            }
         }
     }
 }
@@ -189,6 +351,7 @@ impl std::error::Error for PgError {
             PgError::NoHost => None,
             PgError::Tls(e) => Some(&**e),
             PgError::Postgres(e) => Some(e),
+            PgError::WrongSession { .. } => None,
         }
     }
 }
@@ -199,34 +362,56 @@ impl From<tokio_postgres::Error> for PgError {
     }
 }
 
-/// Opens the socket to one host.
-async fn open(
-    config: &Config,
-    host: &Host,
-    addr: Option<std::net::IpAddr>,
-    port: u16,
-) -> io::Result<PgSocket> {
+/// Opens the socket to one host, with the socket options `config` names.
+async fn open(config: &Config, target: &Target) -> Result<PgSocket, PgError> {
+    let failed = |source| PgError::Connect {
+        host: target.shown(),
+        port: target.port,
+        source,
+    };
+    let port = target.port;
     let connect = async {
-        match host {
-            Host::Tcp(name) => {
-                let stream = match addr {
-                    Some(ip) => TcpStream::connect((ip, port)).await?,
-                    None => TcpStream::connect((name.as_str(), port)).await?,
-                };
-                stream.set_nodelay(true)?;
-                if config.get_keepalives() {
-                    let keepalive =
-                        socket2::TcpKeepalive::new().with_time(config.get_keepalives_idle());
-                    socket2::SockRef::from(&stream).set_tcp_keepalive(&keepalive)?;
-                }
-                Ok(PgSocket::Tcp(stream))
-            }
+        let stream = match (&target.host, target.addr) {
+            (_, Some(ip)) => TcpStream::connect((ip, port)).await?,
+            (Some(Host::Tcp(name)), None) => TcpStream::connect((name.as_str(), port)).await?,
             #[cfg(unix)]
-            Host::Unix(dir) => {
+            (Some(Host::Unix(dir)), None) => {
                 let path = dir.join(format!(".s.PGSQL.{port}"));
-                Ok(PgSocket::Unix(UnixStream::connect(path).await?))
+                return Ok(PgSocket::Unix(UnixStream::connect(path).await?));
             }
+            (None, None) => return Err(io::Error::other("no host")),
+        };
+        stream.set_nodelay(true)?;
+        let socket = socket2::SockRef::from(&stream);
+        #[cfg(target_os = "linux")]
+        if let Some(&timeout) = config.get_tcp_user_timeout() {
+            socket.set_tcp_user_timeout(Some(timeout))?;
         }
+        if config.get_keepalives() {
+            let mut keepalive =
+                socket2::TcpKeepalive::new().with_time(config.get_keepalives_idle());
+            #[cfg(not(any(
+                target_os = "aix",
+                target_os = "openbsd",
+                target_os = "redox",
+                target_os = "solaris"
+            )))]
+            if let Some(interval) = config.get_keepalives_interval() {
+                keepalive = keepalive.with_interval(interval);
+            }
+            #[cfg(not(any(
+                target_os = "aix",
+                target_os = "openbsd",
+                target_os = "redox",
+                target_os = "solaris",
+                target_os = "windows"
+            )))]
+            if let Some(retries) = config.get_keepalives_retries() {
+                keepalive = keepalive.with_retries(retries);
+            }
+            socket.set_tcp_keepalive(&keepalive)?;
+        }
+        Ok(PgSocket::Tcp(stream))
     };
     match config.get_connect_timeout() {
         None => connect.await,
@@ -234,4 +419,5 @@ async fn open(
             .await
             .unwrap_or_else(|_| Err(io::Error::new(io::ErrorKind::TimedOut, "connect timed out"))),
     }
+    .map_err(failed)
 }

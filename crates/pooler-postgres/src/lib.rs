@@ -165,6 +165,8 @@ struct Parts {
     statements: statements::Statements,
     /// Resolves when the connection's driver task has ended.
     ended: tokio::sync::oneshot::Receiver<()>,
+    /// Cancels the running query.
+    cancel: connect::Cancel,
 }
 
 impl PgConnection {
@@ -190,6 +192,30 @@ impl PgConnection {
         self.parts
             .statements
             .prepare(&self.parts.client, query)
+            .await
+    }
+
+    /// Asks the server to cancel the query this connection is running, if any: its caller
+    /// gets an error (SQLSTATE 57014, `query_canceled`). The request goes over a new socket
+    /// to the same server, through the manager's TLS connector.
+    ///
+    /// Use this rather than `Client::cancel_token().cancel_query(..)`: that one needs the
+    /// server's address, which tokio-postgres records only for sockets it opens itself (this
+    /// connection's socket is opened by pooler-postgres, to watch the transaction status).
+    /// A token's `cancel_query_raw` works as it is.
+    ///
+    /// # Errors
+    ///
+    /// When the server cannot be reached, or TLS cannot be set up.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: dropped before the request is written, nothing is cancelled; after, the
+    /// server cancels the query all the same.
+    pub async fn cancel_query(&self) -> Result<(), PgError> {
+        self.parts
+            .cancel
+            .send(self.parts.client.cancel_token())
             .await
     }
 
@@ -230,8 +256,12 @@ where
     type Error = PgError;
 
     async fn start(&self, ctx: &MemberContext) -> Result<PgConnection, PgError> {
-        let mut tls = self.tls.clone();
-        let (client, connection, seen) = connect::connect(&self.config, &mut tls).await?;
+        let connect::Opened {
+            client,
+            connection,
+            seen,
+            cancel,
+        } = connect::connect(&self.config, &self.tls).await?;
         let (done, ended) = tokio::sync::oneshot::channel();
         let (pool, id) = (ctx.pool_name().to_owned(), ctx.member_id());
         ctx.spawn(async move {
@@ -246,6 +276,7 @@ where
                 seen,
                 statements: statements::Statements::new(self.statement_cache),
                 ended,
+                cancel,
             }),
         })
     }

@@ -485,3 +485,118 @@ async fn prepared_statements_are_cached_per_connection() {
     drop(conn);
     pool.close(Shutdown::Graceful).await;
 }
+
+/// `PgConnection::cancel_query` stops the running query (its caller sees `query_canceled`)
+/// and leaves the connection usable; tokio-postgres's own `cancel_query` cannot, on a socket
+/// it did not open.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_running_query_is_cancelled() {
+    let Some(url) = url().await else { return };
+    let pool = Pool::start(
+        PoolConfig::new("pg-cancel", 1, 1),
+        manager(&url, "pooler-cancel"),
+    )
+    .await
+    .unwrap();
+    let conn = pool.take_member(Duration::from_secs(5)).await.unwrap();
+    let sleeping = conn.batch_execute("SELECT pg_sleep(60)");
+    let cancelling = async {
+        // Once the server runs it: its session is active on pg_sleep.
+        let admin = admin(&url).await;
+        eventually("the query runs", async || {
+            admin
+                .query_one(
+                    "SELECT count(*) FROM pg_stat_activity \
+                     WHERE application_name = 'pooler-cancel' AND query LIKE 'SELECT pg_sleep%' \
+                     AND state = 'active'",
+                    &[],
+                )
+                .await
+                .unwrap()
+                .get::<_, i64>(0)
+                == 1
+        })
+        .await;
+        conn.cancel_query()
+            .await
+            .expect("the cancel request is sent");
+    };
+    // A bound far above the round trips involved, far below the sleep: failing it means the
+    // query was not cancelled.
+    let (slept, ()) = tokio::time::timeout(Duration::from_secs(30), async {
+        tokio::join!(sleeping, cancelling)
+    })
+    .await
+    .expect("the query was cancelled, not slept through");
+    let e = slept.expect_err("the query was cancelled");
+    assert_eq!(
+        e.code(),
+        Some(&tokio_postgres::error::SqlState::QUERY_CANCELED),
+        "{e}"
+    );
+    assert_eq!(conn.simple_query("SELECT 1").await.unwrap().len(), 3);
+    assert_eq!(conn.tx_status(), TxStatus::Idle);
+    drop(conn);
+    pool.close(Shutdown::Graceful).await;
+}
+
+/// `target_session_attrs` is honoured as tokio-postgres's `connect` honours it: the local
+/// server is read-write, so `read-only` refuses it, naming why, and `read-write` takes it.
+/// Hosts are tried in turn: the first (a closed port) fails and the second connects.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_session_kind_and_every_host_are_honoured() {
+    let Some(url) = url().await else { return };
+    let base: tokio_postgres::Config = url.parse().unwrap();
+    let config = |attrs| {
+        let mut config = tokio_postgres::Config::new();
+        // A port nothing listens on first, then the server.
+        let closed = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let port = base.get_ports().first().copied().unwrap_or(5432);
+        config
+            .host("127.0.0.1")
+            .port(closed)
+            .host("127.0.0.1")
+            .port(port)
+            .user(base.get_user().unwrap_or("postgres"))
+            .dbname(base.get_dbname().unwrap_or("test"))
+            .target_session_attrs(attrs);
+        PgManager::from_config(config)
+    };
+    let pool = Pool::start(
+        PoolConfig::new("pg-read-only", 0, 1),
+        config(tokio_postgres::config::TargetSessionAttrs::ReadOnly),
+    )
+    .await
+    .unwrap();
+    let e = pool
+        .take_member(Duration::from_secs(2))
+        .await
+        .map(drop)
+        .unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("is read-write, and target_session_attrs asks for read-only"),
+        "{e}"
+    );
+    pool.close(Shutdown::Graceful).await;
+
+    let pool = Pool::start(
+        PoolConfig::new("pg-read-write", 1, 1),
+        config(tokio_postgres::config::TargetSessionAttrs::ReadWrite),
+    )
+    .await
+    .unwrap();
+    let conn = pool.take_member(Duration::from_secs(5)).await.unwrap();
+    assert_eq!(conn.simple_query("SELECT 1").await.unwrap().len(), 3);
+    assert_eq!(
+        conn.tx_status(),
+        TxStatus::Idle,
+        "the session check's answer is counted"
+    );
+    drop(conn);
+    pool.close(Shutdown::Graceful).await;
+}
