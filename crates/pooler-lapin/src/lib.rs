@@ -86,7 +86,12 @@ impl AmqpManager {
         self
     }
 
-    /// Whether the pool's connection is open now.
+    /// Whether the pool's connection is open now. Waits for a channel's start that is
+    /// opening the connection.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it only reads.
     pub async fn connected(&self) -> bool {
         let shared = self.shared.lock().await;
         shared
