@@ -87,7 +87,7 @@ pub(crate) fn write(r: &Results, dir: &Path) -> Result<(), Box<dyn std::error::E
     )?;
     writeln!(
         md,
-        "- Real backends (PostgreSQL, Redis) through pooler's, deadpool's and bb8's adapters: \
+        "- Real backends (PostgreSQL, Redis, MariaDB) through pooler's adapters and deadpool's, bb8's and mysql_async's pools: \
          [benchmarks-backends.md](benchmarks-backends.md), written by `pooler-bench backends`.\n"
     )?;
 
