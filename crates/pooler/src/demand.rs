@@ -2,7 +2,7 @@
 //! the last `max_age`.
 //!
 //! Each cull tick records the highest in-use count since the previous tick, stamped with when
-//! it was last seen (SPEC §6). The records sit in a monotone queue, so a tick costs O(1)
+//! it was last seen (docs/design.md, "The demand window"). The records sit in a monotone queue, so a tick costs O(1)
 //! amortized and the front is always the window's peak.
 //!
 //! # Invariants
@@ -39,6 +39,12 @@ impl Demand {
         seen: Instant,
         in_use: usize,
     ) -> usize {
+        if max_age.is_zero() {
+            // The window holds nothing: not even a peak seen at this very instant (see
+            // docs/design.md, "The demand window").
+            self.peaks.clear();
+            return in_use;
+        }
         while self.peaks.back().is_some_and(|&(_, p)| p <= peak) {
             self.peaks.pop_back();
         }
@@ -73,6 +79,17 @@ mod tests {
         assert_eq!(d.tick(at(30), age, 8, at(29), 0), 8);
         assert_eq!(d.tick(at(40), age, 2, at(40), 2), 8);
         assert_eq!(d.tick(at(45), age, 2, at(45), 2), 2);
+    }
+
+    #[test]
+    fn with_max_age_zero_the_window_holds_nothing() {
+        let mut d = Demand::default();
+        let t0 = Instant::now();
+        // A peak seen at the very instant of the tick does not count: only the count now.
+        assert_eq!(d.tick(t0, Duration::ZERO, 8, t0, 0), 0);
+        assert_eq!(d.tick(t0, Duration::ZERO, 8, t0, 3), 3);
+        let later = t0 + Duration::from_secs(1);
+        assert_eq!(d.tick(later, Duration::ZERO, 5, later, 1), 1);
     }
 
     #[test]

@@ -622,9 +622,7 @@ impl<M: Manager> Shared<M> {
     fn stop_after_close(&self, held: Held<M::Member>) {
         let mut cold = self.cold();
         if cold.shut {
-            drop(cold);
-            held.meta.token.cancel();
-            return;
+            return self.drop_after_shut(cold, held);
         }
         self.hot.lock().release(self.clock.coarse());
         held.meta.set_since(self.clock.coarse());
@@ -632,6 +630,16 @@ impl<M: Manager> Shared<M> {
         drop(cold);
         self.notify_if_closing();
         self.spawn_stop(held);
+    }
+
+    /// A member in use comes back after the close has finished (an immediate close does not
+    /// wait for it): it leaves the in-use count, so a graceful close still waiting for it
+    /// returns, and is dropped in place, its driver tasks ended (no task may outlive the close).
+    fn drop_after_shut(&self, cold: MutexGuard<'_, ColdState>, held: Held<M::Member>) {
+        self.hot.lock().release(self.clock.coarse());
+        drop(cold);
+        held.meta.token.cancel();
+        self.notify_if_closing();
     }
 
     /// Recycles a returned member in a supervised task; it stays in use meanwhile, held by a
@@ -658,9 +666,7 @@ impl<M: Manager> Shared<M> {
         let stamp = self.clock.stamp(now);
         let mut cold = self.cold();
         if cold.shut {
-            drop(cold);
-            held.meta.token.cancel();
-            return;
+            return self.drop_after_shut(cold, held);
         }
         let mut hot = self.hot.lock();
         hot.release(stamp);

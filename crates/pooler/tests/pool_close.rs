@@ -119,3 +119,39 @@ async fn closing_twice_is_harmless() {
         Err(TakeError::Closed { .. })
     ));
 }
+
+/// A graceful close waiting for a member in use, then an immediate close that finishes, then
+/// the late return: the member leaves the in-use count and the graceful close returns.
+#[tokio::test(start_paused = true)]
+async fn a_late_return_after_an_immediate_close_ends_a_waiting_graceful_close() {
+    for fate in ["good order", "failed"] {
+        let before = alive_tasks();
+        let (pool, probe) = pool(2, 2).await;
+        let held = pool.try_take_member().unwrap();
+        let p = pool.clone();
+        let graceful = tokio::spawn(async move { p.close(Shutdown::Graceful).await });
+        settle().await;
+        assert!(
+            !graceful.is_finished(),
+            "{fate}: waits for the member in use"
+        );
+        pool.close(Shutdown::Immediate).await;
+        if fate == "failed" {
+            pooler::Member::fail(held);
+        } else {
+            drop(held);
+        }
+        assert_eq!(
+            counts(&pool),
+            (0, 0, 0, 0, 0),
+            "{fate}: nothing counts in use"
+        );
+        tokio::time::timeout(ms(1_000), graceful)
+            .await
+            .unwrap_or_else(|_| panic!("{fate}: the graceful close never returned"))
+            .unwrap();
+        assert_eq!(probe.alive(), 0, "{fate}");
+        settle().await;
+        assert_eq!(alive_tasks(), before, "{fate}");
+    }
+}
