@@ -27,7 +27,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             .queue_max(64)
             .build()
             .unwrap();
-        let pool = Pool::start(config, PgManager::new(&url)?.recycle(recycle)).await?;
+        let pool = Pool::start(config, PgManager::new(&url)?.recycle(recycle.clone())).await?;
         let done = Arc::new(AtomicU64::new(0));
         let end = Instant::now() + Duration::from_secs(5);
         let tasks: Vec<_> = (0..64)

@@ -96,7 +96,10 @@ where
 
 /// Sends a cancel request for a connection's running query, over a new socket to the same
 /// server, through the same TLS connector.
-pub(crate) struct Cancel(Box<dyn Fn(CancelToken) -> Sent + Send + Sync>);
+pub(crate) struct Cancel {
+    send: Box<dyn Fn(CancelToken) -> Sent + Send + Sync>,
+    route: Arc<Route>,
+}
 
 /// A cancel request on its way.
 type Sent = Pin<Box<dyn Future<Output = Result<(), PgError>> + Send>>;
@@ -104,7 +107,35 @@ type Sent = Pin<Box<dyn Future<Output = Result<(), PgError>> + Send>>;
 impl Cancel {
     /// Cancels what the connection `token` belongs to is running.
     pub(crate) fn send(&self, token: CancelToken) -> Sent {
-        (self.0)(token)
+        (self.send)(token)
+    }
+
+    /// Where the connection was made, for a cancel request through another connector.
+    pub(crate) fn route(&self) -> Arc<Route> {
+        self.route.clone()
+    }
+}
+
+/// Where a connection was made: enough to open another socket to the same server.
+#[derive(Clone)]
+pub(crate) struct Route {
+    config: Config,
+    target: Target,
+}
+
+impl Route {
+    /// Sends `token`'s cancel request over a new socket to this server, through `tls`.
+    pub(crate) async fn cancel<T>(&self, token: &CancelToken, mut tls: T) -> Result<(), PgError>
+    where
+        T: MakeTlsConnect<WatchedSocket>,
+        T::TlsConnect: Send,
+    {
+        let socket = Watched::new(open(&self.config, &self.target).await?, Arc::default());
+        let connector = tls
+            .make_tls_connect(self.target.tls_name())
+            .map_err(|e| PgError::Tls(e.into()))?;
+        token.cancel_query_raw(socket, connector).await?;
+        Ok(())
     }
 }
 
@@ -273,17 +304,15 @@ where
     <T::TlsConnect as TlsConnect<WatchedSocket>>::Future: Send + 'static,
     <T::TlsConnect as TlsConnect<WatchedSocket>>::Stream: Send + Unpin + 'static,
 {
-    Cancel(Box::new(move |token: CancelToken| {
-        let (config, mut tls, target) = (config.clone(), tls.clone(), target.clone());
-        Box::pin(async move {
-            let socket = Watched::new(open(&config, &target).await?, Arc::default());
-            let connector = tls
-                .make_tls_connect(target.tls_name())
-                .map_err(|e| PgError::Tls(e.into()))?;
-            token.cancel_query_raw(socket, connector).await?;
-            Ok(())
-        })
-    }))
+    let route = Arc::new(Route { config, target });
+    let to = route.clone();
+    Cancel {
+        send: Box::new(move |token: CancelToken| {
+            let (route, tls) = (to.clone(), tls.clone());
+            Box::pin(async move { route.cancel(&token, tls).await })
+        }),
+        route,
+    }
 }
 
 /// Why a connection could not be made.
@@ -305,6 +334,17 @@ pub enum PgError {
     Tls(Box<dyn std::error::Error + Send + Sync>),
     /// The server or the protocol refused (authentication, a query, a closed connection).
     Postgres(tokio_postgres::Error),
+    /// A custom reset query ([`Recycle::custom`](crate::Recycle::custom)) that cannot serve.
+    ResetQuery {
+        /// The query.
+        query: String,
+        /// Why not.
+        why: &'static str,
+    },
+    /// A connection given back could not be made clean for its next user (it is replaced).
+    Unclean(&'static str),
+    /// A hook of the manager's ([`Hooks`](pooler::Hooks)) failed.
+    Hook(Box<dyn std::error::Error + Send + Sync>),
     /// The session is not the kind `target_session_attrs` asks for.
     WrongSession {
         /// The host.
@@ -325,6 +365,11 @@ impl std::fmt::Display for PgError {
             PgError::NoHost => f.write_str("the connection config names no host"),
             PgError::Tls(e) => write!(f, "cannot set up TLS: {e}"),
             PgError::Postgres(e) => write!(f, "{e}"),
+            PgError::ResetQuery { query, why } => {
+                write!(f, "the reset query `{query}` cannot serve: {why}")
+            }
+            PgError::Unclean(why) => write!(f, "the connection cannot be made clean: {why}"),
+            PgError::Hook(e) => write!(f, "a hook failed: {e}"),
             PgError::WrongSession {
                 host,
                 port,
@@ -349,9 +394,9 @@ impl std::error::Error for PgError {
         match self {
             PgError::Connect { source, .. } => Some(source),
             PgError::NoHost => None,
-            PgError::Tls(e) => Some(&**e),
+            PgError::Tls(e) | PgError::Hook(e) => Some(&**e),
             PgError::Postgres(e) => Some(e),
-            PgError::WrongSession { .. } => None,
+            PgError::ResetQuery { .. } | PgError::Unclean(_) | PgError::WrongSession { .. } => None,
         }
     }
 }

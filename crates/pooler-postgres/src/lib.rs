@@ -2,6 +2,7 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod connect;
+mod session;
 #[cfg(feature = "serde")]
 mod settings;
 mod statements;
@@ -10,9 +11,10 @@ mod watch;
 use std::ops::{Deref, DerefMut};
 use std::sync::Arc;
 
-use pooler::{Manager, MemberContext};
+use pooler::{Hooks, Manager, MemberContext};
 use tokio_postgres::tls::{MakeTlsConnect, TlsConnect};
-use tokio_postgres::{Client, Config, NoTls, SimpleQueryMessage, Statement};
+use tokio_postgres::types::Type;
+use tokio_postgres::{CancelToken, Client, Config, NoTls, SimpleQueryMessage, Statement};
 
 pub use crate::connect::{PgError, PgSocket, WatchTls, WatchedSocket};
 #[cfg(feature = "serde")]
@@ -34,25 +36,81 @@ pub type Pool<T = NoTls> = pooler::Pool<PgManager<T>>;
 /// A PostgreSQL connection taken from a [`Pool`]: dereferences to [`Client`].
 pub type Member<T = NoTls> = pooler::Member<PgManager<T>>;
 
-/// What happens to a connection when it is given back.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+/// What happens to a connection when it is given back. The README's table says what each
+/// mode clears.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum Recycle {
-    /// The transaction status the server stated last decides, with no round trip: idle →
-    /// offered again at once; inside a transaction, or in a failed one → `ROLLBACK` first.
-    /// If an answer is still on its way (an extended query's future finishes a moment before
-    /// its ReadyForQuery is read; a `Transaction` dropped uncommitted has its `ROLLBACK` in
-    /// flight), the return waits for it, up to a second, then decides; past that it falls back
-    /// to [`Recycle::Query`]. The default.
+    /// Clean at zero cost when clean: what the connection's stream layer saw decides, with
+    /// no round trip when the last user left nothing. A transaction left open or failed is
+    /// rolled back; session state a statement may have left (`SET` without `LOCAL`,
+    /// `SET ROLE`, `set_config(…, false)`, `PREPARE`, `LISTEN`, temporary tables, cursors
+    /// `WITH HOLD`, session advisory locks, or a parameter the server reports changed) is
+    /// reset — both in one round trip. A request still on its way (a query future dropped
+    /// a moment after it was first polled, a `Transaction` dropped uncommitted) is waited
+    /// for, up to a second, then decided on; past that, the transaction is asked for as
+    /// [`Recycle::Query`] does. A connection left in `COPY FROM STDIN`, or whose
+    /// statements dropped what cannot be restored (`LOAD`, `DISCARD ALL`, `DEALLOCATE ALL`),
+    /// is replaced. The default.
     #[default]
     Observed,
+    /// As [`Recycle::Observed`] for transactions, but the session's state is left as the
+    /// last user left it (for applications that set session state on purpose and share it).
+    Transaction,
+    /// The whole session reset on every return, in one round trip after a rollback if one is
+    /// needed: cursors closed, session authorization and every setting reset, `UNLISTEN *`,
+    /// advisory locks released, temporary tables and sequence state discarded, statements
+    /// prepared in SQL deallocated (tokio-postgres's own are kept, and so is the statement
+    /// cache).
+    Always,
+    /// This query on every return (after a rollback if one is needed), in place of
+    /// [`Recycle::Always`]'s; made by [`Recycle::custom`].
+    Custom(ResetQuery),
     /// One round trip on every return asks whether the last user left an explicit transaction
     /// open (`now() = statement_timestamp()` is false only inside one); if so it is rolled
-    /// back. A connection whose transaction failed cannot answer and is replaced.
+    /// back. The session's state is left as it is.
     Query,
     /// Nothing: the connection goes back as it is (for code that only uses
-    /// `Client::transaction`, whose guard rolls back on drop).
+    /// `Client::transaction`, whose guard rolls back on drop, and never cancels a query).
     Nothing,
+}
+
+/// A reset query for [`Recycle::Custom`].
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct ResetQuery(Arc<str>);
+
+impl ResetQuery {
+    /// The query.
+    #[must_use]
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl Recycle {
+    /// [`Recycle::Custom`] with `query`, run on every return.
+    ///
+    /// # Errors
+    ///
+    /// [`PgError::ResetQuery`] for an empty query, and for one that drops the statements
+    /// tokio-postgres prepared for itself (`DISCARD ALL`, `DEALLOCATE ALL`): the connection's
+    /// next user would find them gone. [`Recycle::Always`] resets as much while keeping them.
+    pub fn custom(query: impl Into<String>) -> Result<Recycle, PgError> {
+        let query = query.into();
+        let why = if query.trim().is_empty() {
+            Some("it is empty")
+        } else if session::scan(&query).has(session::Dirt::LASTING) {
+            Some(
+                "it drops the statements tokio-postgres prepared for itself (DISCARD ALL, DEALLOCATE ALL) or loads a library; Recycle::Always resets the session and keeps them",
+            )
+        } else {
+            None
+        };
+        match why {
+            Some(why) => Err(PgError::ResetQuery { query, why }),
+            None => Ok(Recycle::Custom(ResetQuery(query.into()))),
+        }
+    }
 }
 
 /// Starts PostgreSQL connections.
@@ -62,6 +120,7 @@ pub struct PgManager<T = NoTls> {
     tls: T,
     recycle: Recycle,
     statement_cache: usize,
+    hooks: Hooks<PgConnection>,
 }
 
 /// How many prepared statements each connection keeps by default.
@@ -97,6 +156,7 @@ impl PgManager<NoTls> {
             tls: NoTls,
             recycle: Recycle::default(),
             statement_cache: STATEMENT_CACHE,
+            hooks: Hooks::default(),
         }
     }
 }
@@ -110,6 +170,7 @@ impl<T> PgManager<T> {
             tls,
             recycle: self.recycle,
             statement_cache: self.statement_cache,
+            hooks: self.hooks,
         }
     }
 
@@ -138,6 +199,17 @@ impl<T> PgManager<T> {
     #[must_use]
     pub fn statement_cache(mut self, capacity: usize) -> Self {
         self.statement_cache = capacity;
+        self
+    }
+
+    /// Runs `hooks` on every connection: `after_connect` once it is open, `after_return`
+    /// once a returned connection is clean (see [`Hooks`]). Add per-connection setup here
+    /// rather than by wrapping the manager: a wrapper must forward every hook of
+    /// [`Manager`], and one that forgets `needs_recycle` or `recycle` hands the next user
+    /// the last user's transaction.
+    #[must_use]
+    pub fn hooks(mut self, hooks: Hooks<PgConnection>) -> Self {
+        self.hooks = hooks;
         self
     }
 
@@ -171,14 +243,27 @@ struct Parts {
 
 impl PgConnection {
     /// The session's transaction status as the server last stated it, read without a round
-    /// trip; [`TxStatus::Unsettled`] while an answer is outstanding.
+    /// trip; [`TxStatus::Unsettled`] while an answer is outstanding, or while the connection's
+    /// driver may hold a request not yet written (it has been woken and has not run since).
     #[must_use]
     pub fn tx_status(&self) -> TxStatus {
         self.parts.seen.status()
     }
 
+    /// Waits until the connection's driver has written every request made so far and every
+    /// answer is read, then returns the transaction status. Bound it with a timeout: a
+    /// request that never ends (a query running for ever, a `COPY` whose sink is kept)
+    /// keeps it waiting.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it only watches.
+    pub async fn settled(&self) -> TxStatus {
+        self.parts.seen.settled().await
+    }
+
     /// Prepares `query`, or returns the statement this connection prepared for it before.
-    /// The cache is bounded (the oldest statement is dropped to make room) and belongs to the
+    /// The cache is bounded (the statement used least recently makes room) and belongs to the
     /// connection: a replaced connection starts with an empty one.
     ///
     /// # Errors
@@ -191,8 +276,64 @@ impl PgConnection {
     pub async fn prepare_cached(&self, query: &str) -> Result<Statement, tokio_postgres::Error> {
         self.parts
             .statements
-            .prepare(&self.parts.client, query)
+            .prepare(&self.parts.client, query, &[])
             .await
+    }
+
+    /// [`prepare_cached`](PgConnection::prepare_cached) with the parameters' types given
+    /// (as `Client::prepare_typed`); cached by query and types together.
+    ///
+    /// # Errors
+    ///
+    /// What preparing on the server returns.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: a statement whose preparation was cancelled is not cached.
+    pub async fn prepare_typed_cached(
+        &self,
+        query: &str,
+        types: &[Type],
+    ) -> Result<Statement, tokio_postgres::Error> {
+        self.parts
+            .statements
+            .prepare(&self.parts.client, query, types)
+            .await
+    }
+
+    /// Begins a transaction, as `Client::transaction` does, on a guard that also reaches
+    /// this connection's statement cache ([`PgTransaction::prepare_cached`]). Dropped
+    /// uncommitted, it rolls back (and a connection given back meanwhile waits for that).
+    ///
+    /// # Errors
+    ///
+    /// What `BEGIN` returns.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: a `BEGIN` dropped before its answer may still run; the connection's
+    /// return then sees the transaction open and rolls it back (with [`Recycle::Observed`],
+    /// [`Recycle::Transaction`], [`Recycle::Always`] and [`Recycle::Query`]).
+    pub async fn transaction(&mut self) -> Result<PgTransaction<'_>, tokio_postgres::Error> {
+        let Parts {
+            client, statements, ..
+        } = &mut *self.parts;
+        Ok(PgTransaction {
+            inner: client.transaction().await?,
+            statements,
+        })
+    }
+
+    /// A token that cancels the query this connection is running, from anywhere (another
+    /// task, a timeout): `conn.cancel_token().cancel_query(NoTls)` as with tokio-postgres.
+    /// It stands in for `Client::cancel_token`, whose `cancel_query` cannot reach the server
+    /// of a socket pooler-postgres opened.
+    #[must_use]
+    pub fn cancel_token(&self) -> PgCancelToken {
+        PgCancelToken {
+            token: self.parts.client.cancel_token(),
+            route: self.parts.cancel.route(),
+        }
     }
 
     /// Asks the server to cancel the query this connection is running, if any: its caller
@@ -232,6 +373,141 @@ impl PgConnection {
     }
 }
 
+/// A transaction on a pooled connection: dereferences to tokio-postgres's
+/// [`Transaction`](tokio_postgres::Transaction), and reaches the connection's statement cache.
+pub struct PgTransaction<'a> {
+    inner: tokio_postgres::Transaction<'a>,
+    statements: &'a statements::Statements,
+}
+
+impl std::fmt::Debug for PgTransaction<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PgTransaction").finish_non_exhaustive()
+    }
+}
+
+impl<'a> PgTransaction<'a> {
+    /// [`PgConnection::prepare_cached`], inside the transaction: the cache is the
+    /// connection's, and a statement prepared here serves after the transaction too.
+    ///
+    /// # Errors
+    ///
+    /// What preparing on the server returns.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: a statement whose preparation was cancelled is not cached.
+    pub async fn prepare_cached(&self, query: &str) -> Result<Statement, tokio_postgres::Error> {
+        self.statements.prepare(&self.inner, query, &[]).await
+    }
+
+    /// [`PgConnection::prepare_typed_cached`], inside the transaction.
+    ///
+    /// # Errors
+    ///
+    /// What preparing on the server returns.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: a statement whose preparation was cancelled is not cached.
+    pub async fn prepare_typed_cached(
+        &self,
+        query: &str,
+        types: &[Type],
+    ) -> Result<Statement, tokio_postgres::Error> {
+        self.statements.prepare(&self.inner, query, types).await
+    }
+
+    /// Commits the transaction.
+    ///
+    /// # Errors
+    ///
+    /// What `COMMIT` returns.
+    ///
+    /// # Cancel safety
+    ///
+    /// As `Transaction::commit`: dropped, the transaction is rolled back unless the `COMMIT`
+    /// was already on its way.
+    pub async fn commit(self) -> Result<(), tokio_postgres::Error> {
+        self.inner.commit().await
+    }
+
+    /// Rolls the transaction back.
+    ///
+    /// # Errors
+    ///
+    /// What `ROLLBACK` returns.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: dropped, the transaction is rolled back all the same.
+    pub async fn rollback(self) -> Result<(), tokio_postgres::Error> {
+        self.inner.rollback().await
+    }
+
+    /// tokio-postgres's transaction itself.
+    #[must_use]
+    pub fn into_inner(self) -> tokio_postgres::Transaction<'a> {
+        self.inner
+    }
+}
+
+impl<'a> Deref for PgTransaction<'a> {
+    type Target = tokio_postgres::Transaction<'a>;
+    fn deref(&self) -> &tokio_postgres::Transaction<'a> {
+        &self.inner
+    }
+}
+
+impl DerefMut for PgTransaction<'_> {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.inner
+    }
+}
+
+/// Cancels the query a pooled connection is running ([`PgConnection::cancel_token`]).
+/// Cheap to clone, and `Send`: hand it to another task.
+#[derive(Clone)]
+pub struct PgCancelToken {
+    token: CancelToken,
+    route: Arc<connect::Route>,
+}
+
+impl std::fmt::Debug for PgCancelToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PgCancelToken").finish_non_exhaustive()
+    }
+}
+
+impl PgCancelToken {
+    /// Asks the server to cancel the connection's running query, over a new socket to the
+    /// same server through `tls` (`NoTls`, or a connector such as the one the manager uses).
+    /// The query's caller gets SQLSTATE 57014 (`query_canceled`); a connection running
+    /// nothing is not affected.
+    ///
+    /// # Errors
+    ///
+    /// When the server cannot be reached, or TLS cannot be set up.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: dropped before the request is written, nothing is cancelled; after, the
+    /// server cancels the query all the same.
+    pub async fn cancel_query<T>(&self, tls: T) -> Result<(), PgError>
+    where
+        T: MakeTlsConnect<WatchedSocket>,
+        T::TlsConnect: Send,
+    {
+        self.route.cancel(&self.token, tls).await
+    }
+
+    /// tokio-postgres's token, for `cancel_query_raw` over a stream of your own.
+    #[must_use]
+    pub fn raw(&self) -> &CancelToken {
+        &self.token
+    }
+}
+
 impl Deref for PgConnection {
     type Target = Client;
     fn deref(&self) -> &Client {
@@ -264,6 +540,7 @@ where
         } = connect::connect(&self.config, &self.tls).await?;
         let (done, ended) = tokio::sync::oneshot::channel();
         let (pool, id) = (ctx.pool_name().to_owned(), ctx.member_id());
+        let connection = watch::Driven::new(connection, seen.clone());
         ctx.spawn(async move {
             if let Err(e) = connection.await {
                 tracing::debug!(pool = %pool, member = id, error = %e, "postgres connection ended");
@@ -281,59 +558,170 @@ where
         })
     }
 
+    async fn initialize(&self, conn: &mut PgConnection) -> Result<(), PgError> {
+        self.hooks
+            .run_after_connect(conn)
+            .await
+            .map_err(PgError::Hook)?;
+        // What the hook set is the session every user starts from.
+        conn.parts.seen.settled().await;
+        conn.parts.seen.resync();
+        Ok(())
+    }
+
     async fn check(&self, conn: &mut PgConnection) -> Result<(), PgError> {
         conn.parts.client.simple_query("").await?;
         Ok(())
     }
 
     fn is_broken(&self, conn: &PgConnection) -> bool {
-        conn.parts.client.is_closed()
+        // A connection whose server is in copy-in mode cannot serve anyone else: its COPY's
+        // sink is still alive (or forgotten), and only the sink can end it.
+        conn.parts.client.is_closed() || conn.parts.seen.in_copy()
     }
 
     async fn stop(&self, conn: PgConnection) {
-        let Parts { client, ended, .. } = *conn.parts;
-        // Dropping the client makes the connection send Terminate and finish.
+        let Parts {
+            client,
+            ended,
+            seen,
+            ..
+        } = *conn.parts;
+        // Dropping the client makes the connection send Terminate and finish — unless its
+        // driver waits on a COPY that will never end: then the pool ends the driver.
         drop(client);
-        let _ = ended.await;
+        if !seen.in_copy() {
+            let _ = ended.await;
+        }
     }
 
     fn needs_recycle(&self, conn: &PgConnection) -> bool {
-        match self.recycle {
-            Recycle::Observed => conn.tx_status() != TxStatus::Idle,
-            Recycle::Query => true,
+        let seen = &conn.parts.seen;
+        let due = match self.recycle {
+            Recycle::Observed => seen.status() != TxStatus::Idle || !seen.dirt().is_clean(),
+            Recycle::Transaction => seen.status() != TxStatus::Idle,
+            Recycle::Always | Recycle::Custom(_) | Recycle::Query => true,
             Recycle::Nothing => false,
-        }
+        };
+        due || self.hooks.has_after_return()
     }
 
     async fn recycle(&self, conn: &mut PgConnection) -> Result<(), PgError> {
-        let status = match (self.recycle, conn.tx_status()) {
-            (Recycle::Nothing, _) => return Ok(()),
-            (Recycle::Query, _) => return rollback_if_open(conn).await,
-            // An answer is still on its way (an extended query's future finishes at
-            // CommandComplete, a moment before its ReadyForQuery is read; a dropped
-            // Transaction's ROLLBACK is in flight): wait for it rather than ask.
-            (Recycle::Observed, TxStatus::Unsettled) => {
-                match tokio::time::timeout(SETTLE, conn.parts.seen.settled()).await {
-                    Ok(status) => status,
-                    Err(_) => return rollback_if_open(conn).await,
-                }
-            }
-            (Recycle::Observed, status) => status,
-        };
-        match status {
-            TxStatus::Idle => Ok(()),
-            TxStatus::InTransaction | TxStatus::Failed => {
-                conn.parts.client.batch_execute("ROLLBACK").await?;
-                Ok(())
-            }
-            TxStatus::Unsettled => rollback_if_open(conn).await,
+        let reset = clean(&self.recycle, conn).await?;
+        if reset {
+            // The reset took the session back to its start, before `after_connect`: a new
+            // connection has been through the hook, so this one goes through it again.
+            self.hooks
+                .run_after_connect(conn)
+                .await
+                .map_err(PgError::Hook)?;
         }
+        self.hooks
+            .run_after_return(conn)
+            .await
+            .map_err(PgError::Hook)?;
+        // The hooks' own statements are part of the clean session they leave.
+        conn.parts.seen.settled().await;
+        conn.parts.seen.resync();
+        Ok(())
     }
 }
 
 /// How long a returned connection waits for an outstanding answer before asking the server
 /// with a query instead.
 const SETTLE: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// What resets every piece of session state a statement can leave (as `DISCARD ALL` does,
+/// except that the statements tokio-postgres prepared at the protocol level are kept:
+/// tokio-postgres and the statement cache still hold them).
+const RESET_ALL: &str = "CLOSE ALL; SET SESSION AUTHORIZATION DEFAULT; RESET ALL; UNLISTEN *; \
+SELECT pg_advisory_unlock_all(); DISCARD TEMP; DISCARD SEQUENCES; ";
+
+/// Deallocates the statements prepared with SQL `PREPARE` (and only those).
+const DEALLOCATE_SQL: &str = "DO $pooler$DECLARE n text; BEGIN FOR n IN SELECT name FROM \
+pg_prepared_statements WHERE from_sql LOOP EXECUTE 'DEALLOCATE ' || quote_ident(n); END LOOP; \
+END$pooler$; ";
+
+/// Makes a returned connection clean as `recycle` says; `true` if the session was reset to
+/// its start (settings included).
+async fn clean(recycle: &Recycle, conn: &mut PgConnection) -> Result<bool, PgError> {
+    use session::Dirt;
+    let status = match recycle {
+        Recycle::Nothing => return Ok(false),
+        Recycle::Query => return rollback_if_open(conn).await.map(|()| false),
+        _ => match tokio::time::timeout(SETTLE, conn.parts.seen.settled()).await {
+            Ok(status) => status,
+            Err(_) => TxStatus::Unsettled,
+        },
+    };
+    if conn.parts.seen.in_copy() {
+        return Err(PgError::Unclean("it was given back in COPY FROM STDIN"));
+    }
+    if status == TxStatus::Unsettled {
+        // An answer still outstanding past the wait (a long query whose future was
+        // dropped): ask, behind it.
+        rollback_if_open(conn).await?;
+    }
+    let dirt = conn.parts.seen.dirt();
+    if !matches!(recycle, Recycle::Transaction) && dirt.has(Dirt::LASTING) {
+        return Err(PgError::Unclean(
+            "a statement dropped what no reset restores (LOAD, DISCARD ALL, DEALLOCATE ALL)",
+        ));
+    }
+    let mut sql = String::new();
+    if matches!(status, TxStatus::InTransaction | TxStatus::Failed) {
+        sql.push_str("ROLLBACK; ");
+    }
+    match recycle {
+        Recycle::Observed => {
+            for (bit, reset) in [
+                (Dirt::HOLD, "CLOSE ALL; "),
+                (
+                    Dirt::SETTING,
+                    "SET SESSION AUTHORIZATION DEFAULT; RESET ALL; ",
+                ),
+                (Dirt::LISTEN, "UNLISTEN *; "),
+                (Dirt::ADVISORY, "SELECT pg_advisory_unlock_all(); "),
+                (Dirt::TEMP, "DISCARD TEMP; "),
+                (Dirt::PREPARED, DEALLOCATE_SQL),
+            ] {
+                if dirt.has(bit) {
+                    sql.push_str(reset);
+                }
+            }
+        }
+        Recycle::Always => {
+            sql.push_str(RESET_ALL);
+            sql.push_str(DEALLOCATE_SQL);
+        }
+        Recycle::Custom(query) => {
+            // Its own message: a custom query may hold a statement that refuses to run in
+            // the implicit transaction of a multi-statement query. Both go out at once.
+            let custom = conn.parts.client.batch_execute(query.as_str());
+            if sql.is_empty() {
+                custom.await?;
+            } else {
+                let rollback = conn.parts.client.batch_execute("ROLLBACK");
+                let (rolled, reset) = futures_util::future::join(rollback, custom).await;
+                rolled?;
+                reset?;
+            }
+            conn.parts.seen.resync();
+            return Ok(true);
+        }
+        Recycle::Transaction | Recycle::Query | Recycle::Nothing => {}
+    }
+    if !sql.is_empty() {
+        conn.parts.client.batch_execute(&sql).await?;
+    }
+    // Nobody else can use the connection now, and the last answer was to the pool's own
+    // query (or nothing was outstanding): every request is answered and the session clean.
+    conn.parts.seen.resync();
+    Ok(match recycle {
+        Recycle::Observed => dirt.has(Dirt::SETTING),
+        _ => matches!(recycle, Recycle::Always),
+    })
+}
 
 /// One round trip asks whether a transaction is open, and a second rolls it back if so.
 async fn rollback_if_open(conn: &mut PgConnection) -> Result<(), PgError> {
@@ -348,8 +736,5 @@ async fn rollback_if_open(conn: &mut PgConnection) -> Result<(), PgError> {
     if !outside {
         conn.parts.client.batch_execute("ROLLBACK").await?;
     }
-    // Nobody else can use the connection now, and our answer came last: every request is
-    // answered, whatever the layer counted (a protocol turn it does not follow is healed here).
-    conn.parts.seen.resync();
     Ok(())
 }

@@ -9,27 +9,48 @@
 //! will be answered and the answers read; when the two are equal the last status read is the
 //! session's status now, and a connection given back idle needs no query at all.
 //!
+//! A request is counted when it is *written*; one that tokio-postgres has queued but its driver
+//! has not yet written (a query future dropped a moment after it was first polled) is not. So
+//! the driver runs inside [`Driven`], which says when it is *quiet*: not being polled, not
+//! woken since its last poll, and with no write left waiting on the socket. tokio-postgres's
+//! driver takes every queued request and writes it in each poll until the socket pushes back,
+//! and a request queued while the driver sleeps wakes it; so a quiet driver has written
+//! everything queued before the check, and only then are the counts the whole story.
+//!
+//! The writing side also scans the SQL of every Query and Parse for statements that leave
+//! state on the session ([`crate::session`]); the reading side marks the session dirty when the
+//! server reports a changed parameter after the startup.
+//!
 //! # Invariants
 //!
 //! 1. `answered ≤ expected` at every moment a reader can see (a request is counted when it is
 //!    written, before the server can answer it).
-//! 2. The status is only read as the session's status when `answered == expected`.
+//! 2. The status is only read as the session's status when `answered == expected` and the
+//!    driver is quiet.
 //! 3. A layer below TLS stops looking at bytes once TLS begins ([`Watched::below_tls`]): what
 //!    it would see is ciphertext.
+//! 4. `in_copy` is set only between a CopyInResponse read and the CopyDone or CopyFail written.
 
 use std::io;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
-use std::task::{Context, Poll};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, AtomicUsize, Ordering};
+use std::task::{Context, Poll, Wake, Waker};
 
+use futures_util::task::AtomicWaker;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio_postgres::tls::{ChannelBinding, TlsStream};
+
+use crate::session::{Dirt, Scan};
 
 /// The code of SSLRequest (and GSSENCRequest one above it): the server answers it with a
 /// single unframed byte.
 const SSL_REQUEST: u32 = 80_877_103;
 const GSSENC_REQUEST: u32 = 80_877_104;
+
+/// How many times [`Seen::quiet`] looks again at a driver being polled before it says "not
+/// quiet".
+const BUSY_SPINS: u32 = 256;
 
 /// A session's transaction status, as the server last stated it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -47,42 +68,88 @@ pub enum TxStatus {
 /// What the connection's layers saw, shared with the pooled connection.
 #[derive(Debug, Default)]
 pub(crate) struct Seen {
-    /// Notified at every ReadyForQuery read (a permit when nobody waits: a few atomics).
-    answers: tokio::sync::Notify,
+    /// Notified after each poll of the driver while someone waits ([`Seen::settled`]).
+    changed: tokio::sync::Notify,
+    /// Tasks in [`Seen::settled`].
+    watchers: AtomicUsize,
     /// The last ReadyForQuery status byte.
     status: AtomicU8,
     /// Requests written that the server answers with ReadyForQuery (the startup counts one).
     expected: AtomicU64,
     /// ReadyForQuery messages read.
     answered: AtomicU64,
+    /// The driver is being polled.
+    busy: AtomicBool,
+    /// The driver was woken after its last poll began.
+    woken: AtomicBool,
+    /// A write is waiting on the socket (bytes tokio-postgres has framed but not yet handed
+    /// down).
+    blocked: AtomicBool,
+    /// The server is in copy-in mode, and the client has not ended it.
+    in_copy: AtomicBool,
+    /// Session state left by the statements written, as [`Dirt`] bits.
+    dirt: AtomicU8,
 }
 
 impl Seen {
-    /// Marks every request written as answered. Only for a moment when that is known: after a
-    /// query of the pool's own has been answered while nobody else could use the connection
-    /// (answers come in order, so everything before it was answered too).
+    /// Marks every request written as answered and the session clean. Only for a moment when
+    /// both are known: after a query of the pool's own has been answered while nobody else
+    /// could use the connection (answers come in order, so everything before it was answered
+    /// too), and that query reset the session if it was dirty.
     pub(crate) fn resync(&self) {
         let answered = self.answered.load(Ordering::Acquire);
         self.expected.store(answered, Ordering::Release);
+        self.dirt.store(0, Ordering::Release);
     }
 
-    /// Waits until no answer is outstanding and returns the status then. An outstanding
-    /// answer always comes (the request was written), unless the connection dies: callers
-    /// bound the wait.
+    /// Whether the driver has written everything queued so far: not being polled, not woken
+    /// since its last poll, nothing waiting on the socket.
+    ///
+    /// A poll in progress on another thread is most often finishing the poll that delivered
+    /// the answer its caller has just read, a few microseconds from its end: a short, bounded
+    /// spin waits it out rather than send the connection down the slow return path.
+    fn quiet(&self) -> bool {
+        for _ in 0..BUSY_SPINS {
+            if !self.busy.load(Ordering::SeqCst) {
+                break;
+            }
+            std::hint::spin_loop();
+        }
+        !self.busy.load(Ordering::SeqCst)
+            && !self.woken.load(Ordering::SeqCst)
+            && !self.blocked.load(Ordering::SeqCst)
+    }
+
+    /// Waits until the driver is quiet and, unless the server is in copy-in mode (whose end
+    /// only the client can send), no answer is outstanding; returns the status then. An
+    /// outstanding answer always comes (the request was written), unless the connection dies:
+    /// callers bound the wait.
     pub(crate) async fn settled(&self) -> TxStatus {
         loop {
-            let mut answered = std::pin::pin!(self.answers.notified());
-            answered.as_mut().enable();
+            let mut changed = std::pin::pin!(self.changed.notified());
+            changed.as_mut().enable();
+            // Counted after `enable`: a poll that ends after this count is seen notifies us.
+            self.watchers.fetch_add(1, Ordering::SeqCst);
             let status = self.status();
-            if status != TxStatus::Unsettled || self.expected.load(Ordering::Acquire) == 0 {
+            let done = status != TxStatus::Unsettled
+                || (self.quiet() && self.in_copy.load(Ordering::Acquire))
+                || self.expected.load(Ordering::Acquire) == 0;
+            if !done {
+                changed.await;
+            }
+            self.watchers.fetch_sub(1, Ordering::SeqCst);
+            if done {
                 return status;
             }
-            answered.await;
         }
     }
 
-    /// The session's transaction status now, if no answer is outstanding.
+    /// The session's transaction status now, if no answer is outstanding and the driver is
+    /// quiet.
     pub(crate) fn status(&self) -> TxStatus {
+        if !self.quiet() {
+            return TxStatus::Unsettled;
+        }
         // `answered` first: a request written after this load only makes `expected` larger,
         // which reads as unsettled, never as a stale settled status.
         let answered = self.answered.load(Ordering::Acquire);
@@ -97,6 +164,77 @@ impl Seen {
             b'E' => TxStatus::Failed,
             _ => TxStatus::Unsettled,
         }
+    }
+
+    /// Session state the statements written so far may have left.
+    pub(crate) fn dirt(&self) -> Dirt {
+        Dirt(self.dirt.load(Ordering::Acquire))
+    }
+
+    /// Whether the server is in copy-in mode that the client has not ended (a `CopyInSink`
+    /// still alive, or forgotten).
+    pub(crate) fn in_copy(&self) -> bool {
+        self.in_copy.load(Ordering::Acquire)
+    }
+}
+
+/// Drives a connection's future and tells [`Seen`] when it is quiet (see the module's docs).
+pub(crate) struct Driven<F> {
+    inner: F,
+    seen: Arc<Seen>,
+    wake: Arc<Wakeup>,
+    waker: Waker,
+}
+
+/// The waker handed to the connection's future: it notes the wake-up, then wakes the task.
+struct Wakeup {
+    seen: std::sync::Weak<Seen>,
+    task: AtomicWaker,
+}
+
+impl Wake for Wakeup {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        if let Some(seen) = self.seen.upgrade() {
+            seen.woken.store(true, Ordering::SeqCst);
+        }
+        self.task.wake();
+    }
+}
+
+impl<F> Driven<F> {
+    pub(crate) fn new(inner: F, seen: Arc<Seen>) -> Self {
+        let wake = Arc::new(Wakeup {
+            seen: Arc::downgrade(&seen),
+            task: AtomicWaker::new(),
+        });
+        let waker = Waker::from(wake.clone());
+        Driven {
+            inner,
+            seen,
+            wake,
+            waker,
+        }
+    }
+}
+
+impl<F: Future + Unpin> Future for Driven<F> {
+    type Output = F::Output;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        let this = &mut *self;
+        this.wake.task.register(cx.waker());
+        this.seen.busy.store(true, Ordering::SeqCst);
+        this.seen.woken.store(false, Ordering::SeqCst);
+        let polled = Pin::new(&mut this.inner).poll(&mut Context::from_waker(&this.waker));
+        this.seen.busy.store(false, Ordering::SeqCst);
+        if this.seen.watchers.load(Ordering::SeqCst) > 0 {
+            this.seen.changed.notify_waiters();
+        }
+        polled
     }
 }
 
@@ -115,49 +253,52 @@ struct Framing {
 
 /// What a finished header says.
 enum Header {
-    /// A typed message of this kind; its first payload byte is wanted for `Z`.
+    /// A typed message of this kind.
     Typed(u8),
     /// An untyped message with this code (startup version, SSLRequest...).
     Untyped(u32),
 }
 
+/// What a direction does with the messages going by.
+trait Visit {
+    /// A message's header is complete; for an untyped one, `true` says another untyped
+    /// message follows.
+    fn header(&mut self, header: Header) -> bool;
+    /// The next piece of a typed message's payload, in order.
+    fn body(&mut self, kind: u8, payload: &[u8]);
+}
+
 impl Framing {
-    /// Feeds `bytes`; `untyped` says whether the next message has no type byte. Calls
-    /// `header` when a message's header is complete and `first` with a `Z` payload's byte.
-    fn feed(
-        &mut self,
-        mut bytes: &[u8],
-        untyped: &mut u8,
-        mut header: impl FnMut(Header) -> bool,
-        mut first: impl FnMut(u8),
-    ) {
+    /// Feeds `bytes`; `untyped` says whether the next message has no type byte. Tells `visit`
+    /// of each header completed and each piece of payload.
+    #[inline]
+    fn feed(&mut self, mut bytes: &[u8], untyped: &mut u8, visit: &mut impl Visit) {
         while !bytes.is_empty() {
             if self.rest > 0 {
-                if self.kind == b'Z' && self.have == 5 {
-                    first(bytes[0]);
-                    self.have = 0;
-                }
                 let skip = usize::try_from(self.rest)
                     .unwrap_or(usize::MAX)
                     .min(bytes.len());
+                if self.kind != 0 {
+                    visit.body(self.kind, &bytes[..skip]);
+                }
                 self.rest -= skip as u64;
                 bytes = &bytes[skip..];
                 continue;
             }
             if *untyped == 0 && self.have == 0 && bytes.len() >= 5 {
                 // The common case: a typed header whole in this read, parsed where it lies,
-                // and most often its whole message too, skipped at once.
+                // and most often its whole message too, passed on at once.
                 let kind = bytes[0];
                 let len = u32::from_be_bytes([bytes[1], bytes[2], bytes[3], bytes[4]]);
                 let whole = usize::try_from(len).map_or(usize::MAX, |len| len.saturating_add(1));
                 if len >= 4 && bytes.len() >= whole {
-                    header(Header::Typed(kind));
-                    if kind == b'Z' && len > 4 {
-                        first(bytes[5]);
+                    visit.header(Header::Typed(kind));
+                    if whole > 5 {
+                        visit.body(kind, &bytes[5..whole]);
                     }
                     bytes = &bytes[whole..];
                 } else {
-                    self.typed(kind, len, &mut header);
+                    self.typed(kind, len, visit);
                     bytes = &bytes[5..];
                 }
                 continue;
@@ -171,31 +312,29 @@ impl Framing {
                 continue;
             }
             let h = self.header;
+            self.have = 0;
             if size == 8 {
                 *untyped -= 1;
                 let len = u32::from_be_bytes([h[0], h[1], h[2], h[3]]);
                 let code = u32::from_be_bytes([h[4], h[5], h[6], h[7]]);
                 self.kind = 0;
                 self.rest = u64::from(len.saturating_sub(8));
-                self.have = 0;
-                if header(Header::Untyped(code)) {
+                if visit.header(Header::Untyped(code)) {
                     *untyped += 1;
                 }
             } else {
                 let len = u32::from_be_bytes([h[1], h[2], h[3], h[4]]);
-                self.typed(h[0], len, &mut header);
+                self.typed(h[0], len, visit);
             }
         }
     }
 
     /// A typed message's header is complete: its kind, and its length (which counts itself).
     #[inline]
-    fn typed(&mut self, kind: u8, len: u32, header: &mut impl FnMut(Header) -> bool) {
+    fn typed(&mut self, kind: u8, len: u32, visit: &mut impl Visit) {
         self.kind = kind;
         self.rest = u64::from(len.saturating_sub(4));
-        // `have` is 5 for a `Z` until its first payload byte is seen, 0 otherwise.
-        self.have = if kind == b'Z' && self.rest > 0 { 5 } else { 0 };
-        header(Header::Typed(kind));
+        visit.header(Header::Typed(kind));
     }
 }
 
@@ -217,6 +356,14 @@ pub struct Watched<S> {
     /// Syncs written since the last Execute or Query: if a copy-in began, the server ignores
     /// those it receives in copy-in mode, and they are answered by no ReadyForQuery.
     syncs_since_execute: u64,
+    /// Syncs written between an Execute and a CopyDone or CopyFail written before the
+    /// server's answer to the Execute was read: ignored if that answer is a CopyInResponse,
+    /// answered if it is an error.
+    doubtful_syncs: u64,
+    /// The SQL of the Query or Parse being written.
+    scan: Scan,
+    /// The last write waited on the socket (mirrors `Seen::blocked`, stored only on change).
+    blocked: bool,
 }
 
 impl<S> Watched<S> {
@@ -231,6 +378,9 @@ impl<S> Watched<S> {
             off: false,
             copy_in: false,
             syncs_since_execute: 0,
+            doubtful_syncs: 0,
+            scan: Scan::default(),
+            blocked: false,
         }
     }
 
@@ -247,48 +397,15 @@ impl<S> Watched<S> {
         if self.off {
             return;
         }
-        let seen = &self.seen;
-        let unframed = &mut self.unframed;
-        let copy_in = &mut self.copy_in;
-        let syncs = &mut self.syncs_since_execute;
-        self.writing.feed(
-            bytes,
-            &mut self.untyped,
-            |header| match header {
-                Header::Untyped(SSL_REQUEST | GSSENC_REQUEST) => {
-                    *unframed = 1;
-                    true // the startup follows, untyped
-                }
-                Header::Untyped(_) => {
-                    // The startup: answered by the first ReadyForQuery.
-                    seen.expected.fetch_add(1, Ordering::AcqRel);
-                    false
-                }
-                Header::Typed(kind) => {
-                    match kind {
-                        b'Q' | b'F' => {
-                            *syncs = 0;
-                            seen.expected.fetch_add(1, Ordering::AcqRel);
-                        }
-                        b'E' => *syncs = 0,
-                        b'S' => {
-                            *syncs += 1;
-                            seen.expected.fetch_add(1, Ordering::AcqRel);
-                        }
-                        // CopyDone or CopyFail: the Syncs sent while the server was in
-                        // copy-in mode were ignored.
-                        b'c' | b'f' if *copy_in => {
-                            *copy_in = false;
-                            seen.expected.fetch_sub(*syncs, Ordering::AcqRel);
-                            *syncs = 0;
-                        }
-                        _ => {}
-                    }
-                    false
-                }
-            },
-            |_| {},
-        );
+        let mut writer = Writer {
+            seen: &self.seen,
+            unframed: &mut self.unframed,
+            copy_in: &mut self.copy_in,
+            syncs: &mut self.syncs_since_execute,
+            doubtful: &mut self.doubtful_syncs,
+            scan: &mut self.scan,
+        };
+        self.writing.feed(bytes, &mut self.untyped, &mut writer);
     }
 
     fn read(&mut self, mut bytes: &[u8]) {
@@ -299,24 +416,125 @@ impl<S> Watched<S> {
             self.unframed -= 1;
             bytes = &bytes[1..];
         }
-        let seen = &self.seen;
-        let copy_in = &mut self.copy_in;
-        let mut no_untyped = 0;
-        self.reading.feed(
-            bytes,
-            &mut no_untyped,
-            |header| {
-                if let Header::Typed(b'G') = header {
-                    *copy_in = true;
+        let mut reader = Reader {
+            seen: &self.seen,
+            copy_in: &mut self.copy_in,
+            doubtful: &mut self.doubtful_syncs,
+        };
+        self.reading.feed(bytes, &mut 0, &mut reader);
+    }
+}
+
+/// The client's side: requests counted, SQL scanned.
+struct Writer<'a> {
+    seen: &'a Seen,
+    unframed: &'a mut u8,
+    copy_in: &'a mut bool,
+    syncs: &'a mut u64,
+    doubtful: &'a mut u64,
+    scan: &'a mut Scan,
+}
+
+impl Visit for Writer<'_> {
+    fn header(&mut self, header: Header) -> bool {
+        let seen = self.seen;
+        match header {
+            Header::Untyped(SSL_REQUEST | GSSENC_REQUEST) => {
+                *self.unframed = 1;
+                true // the startup follows, untyped
+            }
+            Header::Untyped(_) => {
+                // The startup: answered by the first ReadyForQuery.
+                seen.expected.fetch_add(1, Ordering::AcqRel);
+                false
+            }
+            Header::Typed(kind) => {
+                match kind {
+                    b'Q' | b'F' => {
+                        *self.syncs = 0;
+                        seen.expected.fetch_add(1, Ordering::AcqRel);
+                        if kind == b'Q' {
+                            self.scan.begin(false);
+                        }
+                    }
+                    b'P' => self.scan.begin(true),
+                    b'E' => *self.syncs = 0,
+                    b'S' => {
+                        *self.syncs += 1;
+                        seen.expected.fetch_add(1, Ordering::AcqRel);
+                    }
+                    // CopyDone or CopyFail: the Syncs sent while the server was in copy-in
+                    // mode were ignored.
+                    b'c' | b'f' if *self.copy_in => {
+                        *self.copy_in = false;
+                        seen.in_copy.store(false, Ordering::Release);
+                        seen.expected.fetch_sub(*self.syncs, Ordering::AcqRel);
+                        *self.syncs = 0;
+                    }
+                    // Ended before the server's answer to the Execute was read (a `copy_in`
+                    // future dropped early): that answer decides.
+                    b'c' | b'f' => *self.doubtful += std::mem::take(self.syncs),
+                    _ => {}
                 }
                 false
-            },
-            |status| {
-                seen.status.store(status, Ordering::Release);
-                seen.answered.fetch_add(1, Ordering::AcqRel);
-                seen.answers.notify_one();
-            },
-        );
+            }
+        }
+    }
+
+    #[inline]
+    fn body(&mut self, kind: u8, payload: &[u8]) {
+        if kind == b'Q' || kind == b'P' {
+            let before = self.scan.dirt();
+            self.scan.feed(payload);
+            let after = self.scan.dirt();
+            if after != before {
+                self.seen.dirt.fetch_or(after.0, Ordering::AcqRel);
+            }
+        }
+    }
+}
+
+/// The server's side: answers counted, copy-in mode and reported parameters noted.
+struct Reader<'a> {
+    seen: &'a Seen,
+    copy_in: &'a mut bool,
+    doubtful: &'a mut u64,
+}
+
+impl Visit for Reader<'_> {
+    fn header(&mut self, header: Header) -> bool {
+        let seen = self.seen;
+        match header {
+            Header::Typed(b'G') if *self.doubtful > 0 => {
+                // The copy began, and the client has ended it already: the Syncs it sent in
+                // between were ignored.
+                seen.expected
+                    .fetch_sub(std::mem::take(self.doubtful), Ordering::AcqRel);
+            }
+            Header::Typed(b'G') => {
+                *self.copy_in = true;
+                seen.in_copy.store(true, Ordering::Release);
+            }
+            // A parameter the server reports changed after the startup (the startup's own
+            // reports come before its ReadyForQuery).
+            Header::Typed(b'S') if seen.answered.load(Ordering::Relaxed) > 0 => {
+                seen.dirt.fetch_or(Dirt::SETTING, Ordering::AcqRel);
+            }
+            _ => {}
+        }
+        false
+    }
+
+    #[inline]
+    fn body(&mut self, kind: u8, payload: &[u8]) {
+        if kind == b'Z'
+            && let Some(&status) = payload.first()
+        {
+            // The answer to a COPY that failed before copy-in mode: its Syncs count.
+            *self.doubtful = 0;
+            self.seen.status.store(status, Ordering::Release);
+            self.seen.answered.fetch_add(1, Ordering::AcqRel);
+        }
     }
 }
 
@@ -342,8 +560,19 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Watched<S> {
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
         let polled = Pin::new(&mut self.inner).poll_write(cx, buf);
-        if let Poll::Ready(Ok(n)) = polled {
-            self.wrote(&buf[..n]);
+        match polled {
+            Poll::Ready(Ok(n)) => {
+                if self.blocked {
+                    self.blocked = false;
+                    self.seen.blocked.store(false, Ordering::SeqCst);
+                }
+                self.wrote(&buf[..n]);
+            }
+            Poll::Pending if !self.off && !self.blocked => {
+                self.blocked = true;
+                self.seen.blocked.store(true, Ordering::SeqCst);
+            }
+            _ => {}
         }
         polled
     }
@@ -446,18 +675,21 @@ mod tests {
         while !rest.is_empty() {
             let n = sizes().clamp(1, rest.len());
             let (piece, after) = rest.split_at(n);
-            let got = std::cell::RefCell::new(&mut seen);
-            framing.feed(
-                piece,
-                &mut 0,
-                |header| {
+            struct Got<'a>(&'a mut Vec<(char, u8)>);
+            impl Visit for Got<'_> {
+                fn header(&mut self, header: Header) -> bool {
                     if let Header::Typed(kind) = header {
-                        got.borrow_mut().push(('h', kind));
+                        self.0.push(('h', kind));
                     }
                     false
-                },
-                |status| got.borrow_mut().push(('z', status)),
-            );
+                }
+                fn body(&mut self, kind: u8, payload: &[u8]) {
+                    if kind == b'Z' {
+                        self.0.extend(payload.iter().map(|&b| ('z', b)));
+                    }
+                }
+            }
+            framing.feed(piece, &mut 0, &mut Got(&mut seen));
             rest = after;
         }
         seen

@@ -10,6 +10,14 @@ use pooler::{Member, Pool, PoolConfig, Shutdown};
 use pooler_postgres::{PgManager, Recycle, TxStatus};
 use pooler_testkit::{Proxy, eventually, host_port, scenarios, service};
 
+/// The connection's transaction status once its driver has written everything and every
+/// answer is read (bounded: a test that finds it never settles fails).
+async fn settled(conn: &pooler_postgres::PgConnection) -> TxStatus {
+    tokio::time::timeout(Duration::from_secs(5), conn.settled())
+        .await
+        .expect("the connection settles")
+}
+
 const DEFAULT: &str = "postgres://postgres@127.0.0.1:5432/test";
 
 async fn url() -> Option<String> {
@@ -312,7 +320,7 @@ async fn observed_status_keeps_every_abandoned_transaction_from_the_next_user() 
     let conn = take().await;
     let id = Member::id(&conn);
     conn.simple_query("SELECT 1").await.unwrap();
-    assert_eq!(conn.tx_status(), TxStatus::Idle);
+    assert_eq!(settled(&conn).await, TxStatus::Idle);
     assert!(!pool.manager().needs_recycle(&conn), "idle needs no query");
     // COPY FROM STDIN outside a transaction: still followed exactly.
     {
@@ -331,7 +339,11 @@ async fn observed_status_keeps_every_abandoned_transaction_from_the_next_user() 
     // A simple query's answer ends with its ReadyForQuery: after it nothing is outstanding,
     // so the counts must agree (an extended query's future may finish a moment before).
     conn.simple_query("").await.unwrap();
-    assert_eq!(conn.tx_status(), TxStatus::Idle, "after COPY FROM STDIN");
+    assert_eq!(
+        settled(&conn).await,
+        TxStatus::Idle,
+        "after COPY FROM STDIN"
+    );
     drop(conn);
 
     type Leave = for<'a> fn(
@@ -415,7 +427,7 @@ async fn observed_status_keeps_every_abandoned_transaction_from_the_next_user() 
             !in_transaction(&conn).await,
             "{way}: the next user is outside"
         );
-        assert_eq!(conn.tx_status(), TxStatus::Idle, "{way}");
+        assert_eq!(settled(&conn).await, TxStatus::Idle, "{way}");
         drop(conn);
     }
 
@@ -535,7 +547,7 @@ async fn a_running_query_is_cancelled() {
         "{e}"
     );
     assert_eq!(conn.simple_query("SELECT 1").await.unwrap().len(), 3);
-    assert_eq!(conn.tx_status(), TxStatus::Idle);
+    assert_eq!(settled(&conn).await, TxStatus::Idle);
     drop(conn);
     pool.close(Shutdown::Graceful).await;
 }
@@ -593,7 +605,7 @@ async fn the_session_kind_and_every_host_are_honoured() {
     let conn = pool.take_member(Duration::from_secs(5)).await.unwrap();
     assert_eq!(conn.simple_query("SELECT 1").await.unwrap().len(), 3);
     assert_eq!(
-        conn.tx_status(),
+        settled(&conn).await,
         TxStatus::Idle,
         "the session check's answer is counted"
     );

@@ -13,6 +13,7 @@ mod error;
 mod file;
 mod health;
 mod held;
+mod hooks;
 mod hot;
 mod leak;
 mod lifecycle;
@@ -34,6 +35,7 @@ pub use crate::config::{MAX_COUNT, MemberOrder, PoolConfig, PoolConfigBuilder};
 pub use crate::error::{ConfigError, StartError, TakeError};
 #[cfg(feature = "file")]
 pub use crate::file::Kinds;
+pub use crate::hooks::{HookFuture, HookResult, Hooks};
 pub use crate::manager::{Manager, MemberContext};
 pub use crate::member::Member;
 pub use crate::pool::{MemberStats, MemberStatus, Pool, Shutdown, Utilization};

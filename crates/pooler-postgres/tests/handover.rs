@@ -1,0 +1,542 @@
+//! The hand-over: whatever one user leaves on a connection — a request cancelled before it
+//! was written, a COPY left open, session state — never reaches the next user, who sees a
+//! session like a new connection's. Live against PostgreSQL (`POOLER_POSTGRES_URL`).
+#![allow(clippy::disallowed_methods)] // tests spawn their own consumers
+
+use std::future::Future;
+use std::pin::Pin;
+use std::time::Duration;
+
+use pooler::{Member, Pool, PoolConfig, Shutdown};
+use pooler_postgres::{PgConnection, PgManager, Recycle, TxStatus};
+use pooler_testkit::{host_port, service};
+use tokio_postgres::SimpleQueryMessage;
+
+const DEFAULT: &str = "postgres://postgres@127.0.0.1:5432/test";
+
+async fn url() -> Option<String> {
+    service("POOLER_POSTGRES_URL", DEFAULT, host_port).await
+}
+
+fn manager(url: &str, tag: &str, recycle: Recycle) -> PgManager {
+    let mut config: tokio_postgres::Config = url.parse().expect("a valid URL");
+    config.application_name(tag);
+    PgManager::from_config(config).recycle(recycle)
+}
+
+async fn admin(url: &str) -> tokio_postgres::Client {
+    let (client, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+        .await
+        .expect("admin connection");
+    tokio::spawn(conn);
+    client
+}
+
+async fn one_of_one(url: &str, tag: &str, recycle: Recycle) -> pooler_postgres::Pool {
+    Pool::start(PoolConfig::new(tag, 1, 1), manager(url, tag, recycle))
+        .await
+        .expect("pool starts")
+}
+
+async fn take(pool: &pooler_postgres::Pool) -> pooler_postgres::Member {
+    pool.take_member(Duration::from_secs(5))
+        .await
+        .expect("a connection")
+}
+
+/// Polls `future` exactly once and drops it: a request handed to tokio-postgres, cancelled
+/// before its driver could write it (a timeout, a `select!`).
+async fn poll_once_and_drop<F: Future>(future: F) {
+    let mut future = std::pin::pin!(future);
+    std::future::poll_fn(|cx| {
+        let _ = future.as_mut().poll(cx);
+        std::task::Poll::Ready(())
+    })
+    .await;
+}
+
+async fn count(admin: &tokio_postgres::Client, table: &str) -> i64 {
+    admin
+        .query_one(&format!("SELECT count(*) FROM {table}"), &[])
+        .await
+        .expect("count")
+        .get(0)
+}
+
+/// A `BEGIN` cancelled before the driver wrote it reads as idle at the return unless the
+/// pool looks at the driver: the next user's INSERT then runs inside it and is rolled back
+/// at their return — a lost write. On a current-thread runtime the driver cannot run between
+/// the poll and the drop, so this happens every time without the fix.
+#[tokio::test(flavor = "current_thread")]
+async fn a_begin_cancelled_before_it_was_written_never_swallows_the_next_users_write() {
+    let Some(url) = url().await else { return };
+    let admin = admin(&url).await;
+    admin
+        .batch_execute("CREATE TABLE IF NOT EXISTS pooler_lost (v INT); DELETE FROM pooler_lost")
+        .await
+        .unwrap();
+    for recycle in [Recycle::Observed, Recycle::Transaction, Recycle::Always] {
+        let pool = one_of_one(&url, "pg-lost", recycle.clone()).await;
+        for round in 0..5 {
+            {
+                let conn = take(&pool).await;
+                poll_once_and_drop(conn.batch_execute("BEGIN")).await;
+            }
+            {
+                let conn = take(&pool).await;
+                conn.batch_execute("INSERT INTO pooler_lost VALUES (1)")
+                    .await
+                    .unwrap();
+            }
+            // The next take waits for the return to finish; then the write must be there.
+            drop(take(&pool).await);
+            assert_eq!(
+                count(&admin, "pooler_lost").await,
+                round + 1,
+                "{recycle:?}, round {round}: the next user's write was lost"
+            );
+        }
+        pool.close(Shutdown::Graceful).await;
+        admin
+            .batch_execute("DELETE FROM pooler_lost")
+            .await
+            .unwrap();
+    }
+}
+
+/// The same on a multi-thread runtime, with real microsecond timeouts (around the query, and
+/// inside a `with_member` closure): whatever the timing, no write is lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn timeouts_around_a_begin_never_lose_the_next_users_write() {
+    let Some(url) = url().await else { return };
+    let admin = admin(&url).await;
+    admin
+        .batch_execute(
+            "CREATE TABLE IF NOT EXISTS pooler_lost_mt (v INT); DELETE FROM pooler_lost_mt",
+        )
+        .await
+        .unwrap();
+    let pool = one_of_one(&url, "pg-lost-mt", Recycle::default()).await;
+    let rounds = 200;
+    for round in 0..rounds {
+        let limit = Duration::from_micros(round % 40);
+        if round % 2 == 0 {
+            let conn = take(&pool).await;
+            let _ = tokio::time::timeout(limit, conn.batch_execute("BEGIN")).await;
+        } else {
+            pool.with_member(Duration::from_secs(5), async |conn: &mut PgConnection| {
+                let _ = tokio::time::timeout(limit, conn.execute("BEGIN", &[])).await;
+            })
+            .await
+            .unwrap();
+        }
+        let conn = take(&pool).await;
+        conn.batch_execute("INSERT INTO pooler_lost_mt VALUES (1)")
+            .await
+            .unwrap();
+    }
+    drop(take(&pool).await);
+    assert_eq!(
+        count(&admin, "pooler_lost_mt").await,
+        i64::try_from(rounds).unwrap(),
+        "every write after a cancelled BEGIN committed"
+    );
+    pool.close(Shutdown::Graceful).await;
+}
+
+/// A `copy_in` cancelled before the server's answer was read is followed to its end: the
+/// layer settles idle by itself (no "unsettled" left to cost the next taker a second and a
+/// query).
+#[tokio::test(flavor = "current_thread")]
+async fn a_copy_in_cancelled_early_settles_by_itself() {
+    let Some(url) = url().await else { return };
+    let admin = admin(&url).await;
+    admin
+        .batch_execute("CREATE TABLE IF NOT EXISTS pooler_copy (v INT)")
+        .await
+        .unwrap();
+    let pool = one_of_one(&url, "pg-copy-early", Recycle::default()).await;
+    let conn = take(&pool).await;
+    for _ in 0..3 {
+        poll_once_and_drop(conn.copy_in::<_, bytes::Bytes>("COPY pooler_copy FROM STDIN")).await;
+        conn.simple_query("").await.unwrap();
+        let status = tokio::time::timeout(Duration::from_secs(2), conn.settled()).await;
+        assert_eq!(
+            status,
+            Ok(TxStatus::Idle),
+            "counts agree after the COPY's end"
+        );
+    }
+    drop(conn);
+    pool.close(Shutdown::Graceful).await;
+}
+
+/// A COPY whose sink is forgotten (or kept past the return) leaves the server in copy-in
+/// mode: that connection is replaced at once, never handed on, and the next taker waits for
+/// a new connection, not for the recycle and stop timeouts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_left_in_copy_is_replaced_at_once() {
+    let Some(url) = url().await else { return };
+    let admin = admin(&url).await;
+    admin
+        .batch_execute("CREATE TABLE IF NOT EXISTS pooler_copy (v INT)")
+        .await
+        .unwrap();
+    for recycle in [Recycle::Observed, Recycle::Nothing] {
+        let pool = one_of_one(&url, "pg-copy-left", recycle.clone()).await;
+        let conn = take(&pool).await;
+        let first = Member::id(&conn);
+        let sink = conn
+            .copy_in::<_, bytes::Bytes>("COPY pooler_copy FROM STDIN")
+            .await
+            .unwrap();
+        let kept = if recycle == Recycle::Nothing {
+            Some(sink)
+        } else {
+            std::mem::forget(sink);
+            None
+        };
+        drop(conn);
+        let next = pool
+            .take_member(Duration::from_secs(3))
+            .await
+            .unwrap_or_else(|e| panic!("{recycle:?}: the next taker waited: {e}"));
+        assert_ne!(Member::id(&next), first, "{recycle:?}: replaced");
+        assert_eq!(next.simple_query("SELECT 1").await.unwrap().len(), 3);
+        drop(next);
+        drop(kept);
+        pool.close(Shutdown::Immediate).await;
+    }
+}
+
+/// What the next user can see of a session, one row: who they are, settings, temporary
+/// tables, statements prepared in SQL, channels listened to, advisory locks, open cursors,
+/// and whether a transaction is open.
+const FINGERPRINT: &str = "SELECT current_user, session_user, current_setting('search_path'), \
+    current_setting('statement_timeout'), current_setting('default_transaction_read_only'), \
+    coalesce(current_setting('app.tenant', true), ''), \
+    (SELECT count(*) FROM pg_class WHERE relnamespace = pg_my_temp_schema()), \
+    (SELECT count(*) FROM pg_prepared_statements WHERE from_sql), \
+    (SELECT count(*) FROM pg_listening_channels()), \
+    (SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid()), \
+    (SELECT count(*) FROM pg_cursors), now() = statement_timestamp()";
+
+async fn fingerprint(conn: &tokio_postgres::Client) -> Vec<Option<String>> {
+    let messages = conn.simple_query(FINGERPRINT).await.expect("fingerprint");
+    let row = messages
+        .iter()
+        .find_map(|m| match m {
+            SimpleQueryMessage::Row(row) => Some(row),
+            _ => None,
+        })
+        .expect("a row");
+    (0..row.len())
+        .map(|i| row.get(i).map(str::to_owned))
+        .collect()
+}
+
+type Leave = for<'a> fn(&'a PgConnection) -> Pin<Box<dyn Future<Output = ()> + Send + 'a>>;
+
+/// Every way of leaving state on a session that the matrix tries.
+fn ways() -> Vec<(&'static str, Leave)> {
+    vec![
+        ("SET ROLE", |c| {
+            Box::pin(async move { c.batch_execute("SET ROLE pooler_tenant").await.unwrap() })
+        }),
+        ("SET search_path", |c| {
+            Box::pin(async move {
+                c.batch_execute("SET search_path TO pg_catalog")
+                    .await
+                    .unwrap();
+            })
+        }),
+        ("SET over the extended protocol", |c| {
+            Box::pin(async move {
+                c.execute("SET statement_timeout = 1234", &[])
+                    .await
+                    .unwrap();
+            })
+        }),
+        ("SET SESSION CHARACTERISTICS … READ ONLY", |c| {
+            Box::pin(async move {
+                c.batch_execute("SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY")
+                    .await
+                    .unwrap();
+            })
+        }),
+        ("set_config(…, false) for row-level security", |c| {
+            Box::pin(async move {
+                c.batch_execute("SELECT set_config('app.tenant', '7', false)")
+                    .await
+                    .unwrap();
+            })
+        }),
+        (
+            "SET ROLE inside a DO block (seen through the reported parameter)",
+            |c| {
+                Box::pin(async move {
+                    c.batch_execute("DO $$BEGIN EXECUTE 'SET ROLE pooler_tenant'; END$$")
+                        .await
+                        .unwrap();
+                })
+            },
+        ),
+        ("a temporary table", |c| {
+            Box::pin(async move {
+                c.batch_execute("CREATE TEMP TABLE pooler_tmp (x int)")
+                    .await
+                    .unwrap();
+            })
+        }),
+        ("a statement PREPAREd in SQL", |c| {
+            Box::pin(async move {
+                c.batch_execute("PREPARE pooler_p AS SELECT 1")
+                    .await
+                    .unwrap();
+            })
+        }),
+        ("LISTEN", |c| {
+            Box::pin(async move { c.batch_execute("LISTEN pooler_channel").await.unwrap() })
+        }),
+        ("a session advisory lock", |c| {
+            Box::pin(async move {
+                c.batch_execute("SELECT pg_advisory_lock(4242)")
+                    .await
+                    .unwrap();
+            })
+        }),
+        ("a cursor WITH HOLD", |c| {
+            Box::pin(async move {
+                c.batch_execute("BEGIN; DECLARE pooler_c CURSOR WITH HOLD FOR SELECT 1; COMMIT")
+                    .await
+                    .unwrap();
+            })
+        }),
+        ("SET ROLE left inside an open transaction", |c| {
+            Box::pin(async move {
+                c.batch_execute("SET ROLE pooler_tenant; BEGIN; SELECT 1")
+                    .await
+                    .unwrap();
+            })
+        }),
+        ("SET ROLE cancelled before it was written", |c| {
+            Box::pin(
+                async move { poll_once_and_drop(c.batch_execute("SET ROLE pooler_tenant")).await },
+            )
+        }),
+        ("everything at once", |c| {
+            Box::pin(async move {
+                c.batch_execute(
+                    "SET ROLE pooler_tenant; SET search_path TO pg_catalog; \
+                     SELECT set_config('app.tenant', '7', false); LISTEN pooler_channel; \
+                     CREATE TEMP TABLE pooler_tmp2 (x int); PREPARE pooler_q AS SELECT 2; \
+                     SELECT pg_advisory_lock(4243)",
+                )
+                .await
+                .unwrap();
+            })
+        }),
+    ]
+}
+
+/// The hand-over matrix: every way of leaving state × the modes that promise a clean
+/// session. The next user's view of the session is compared with a new connection's, and in
+/// `Observed` the connection is kept (reset, not replaced).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_next_user_sees_a_session_like_a_new_one_in_every_cleaning_mode() {
+    let Some(url) = url().await else { return };
+    let admin = admin(&url).await;
+    admin
+        .batch_execute(
+            "DO $$BEGIN IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'pooler_tenant') \
+             THEN CREATE ROLE pooler_tenant NOLOGIN; END IF; END$$",
+        )
+        .await
+        .unwrap();
+    let fresh = fingerprint(&admin).await;
+    let custom = Recycle::custom(
+        "CLOSE ALL; SET SESSION AUTHORIZATION DEFAULT; RESET ALL; UNLISTEN *; \
+         SELECT pg_advisory_unlock_all(); DISCARD TEMP; DEALLOCATE pooler_p; \
+         DEALLOCATE pooler_q",
+    )
+    .unwrap();
+    for recycle in [Recycle::Observed, Recycle::Always, custom] {
+        for (way, leave) in ways() {
+            if matches!(recycle, Recycle::Custom(_)) && !way.starts_with("SET") {
+                continue; // the custom query deallocates by name: the settings rows suffice
+            }
+            let pool = one_of_one(&url, "pg-matrix", recycle.clone()).await;
+            let conn = take(&pool).await;
+            let id = Member::id(&conn);
+            leave(&conn).await;
+            drop(conn);
+            let conn = take(&pool).await;
+            assert_eq!(
+                fingerprint(&conn).await,
+                fresh,
+                "{recycle:?}, {way}: the next user's session differs from a new one's"
+            );
+            if recycle == Recycle::Observed {
+                assert_eq!(Member::id(&conn), id, "{way}: reset, not replaced");
+            }
+            drop(conn);
+            pool.close(Shutdown::Graceful).await;
+        }
+    }
+}
+
+/// Clean returns cost nothing: after statements that leave no state (queries, writes,
+/// transactions ended, `SET LOCAL`, transaction-level advisory locks), `Observed` needs no
+/// recycle at all; after `SET`, it does.
+#[tokio::test(flavor = "current_thread")]
+async fn a_clean_return_needs_no_recycle_and_a_dirty_one_does() {
+    use pooler::Manager as _;
+    let Some(url) = url().await else { return };
+    let pool = one_of_one(&url, "pg-zero", Recycle::default()).await;
+    let conn = take(&pool).await;
+    for sql in [
+        "SELECT 1",
+        "BEGIN; SET LOCAL search_path TO pg_catalog; SELECT pg_advisory_xact_lock(1); COMMIT",
+        "SELECT 'SET ROLE x; LISTEN y'",
+        "CREATE TEMP TABLE IF NOT EXISTS x (temp int) ON COMMIT DROP",
+    ] {
+        conn.batch_execute(sql).await.unwrap();
+        assert_eq!(conn.settled().await, TxStatus::Idle);
+        let clean = sql.starts_with("CREATE TEMP"); // a temp table is state, even dropped
+        assert_eq!(
+            pool.manager().needs_recycle(&conn),
+            clean,
+            "{sql}: recycle needed?"
+        );
+    }
+    drop(conn);
+    let conn = take(&pool).await;
+    conn.batch_execute("SELECT 1").await.unwrap();
+    conn.settled().await;
+    assert!(!pool.manager().needs_recycle(&conn), "reset: clean again");
+    conn.batch_execute("SET application_name = 'someone else'")
+        .await
+        .unwrap();
+    conn.settled().await;
+    assert!(pool.manager().needs_recycle(&conn), "SET: dirty");
+    drop(conn);
+    pool.close(Shutdown::Graceful).await;
+}
+
+/// `conn.cancel_token().cancel_query(NoTls)`, as deadpool users write it, from another task:
+/// the long query ends with `query_canceled`, and the connection serves on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancel_token_cancels_a_long_query_from_another_task() {
+    let Some(url) = url().await else { return };
+    let pool = one_of_one(&url, "pg-cancel-token", Recycle::default()).await;
+    let conn = take(&pool).await;
+    let token = conn.cancel_token();
+    let canceller = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        token.cancel_query(tokio_postgres::NoTls).await
+    });
+    let e = conn
+        .batch_execute("SELECT pg_sleep(60)")
+        .await
+        .expect_err("cancelled");
+    assert_eq!(
+        e.code(),
+        Some(&tokio_postgres::error::SqlState::QUERY_CANCELED),
+        "{e}"
+    );
+    canceller.await.unwrap().unwrap();
+    assert_eq!(conn.simple_query("SELECT 1").await.unwrap().len(), 3);
+    drop(conn);
+    pool.close(Shutdown::Graceful).await;
+}
+
+/// The statement cache: typed statements, through a transaction, and the statement used
+/// least recently makes room.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_statement_cache_serves_typed_statements_and_transactions_and_evicts_lru() {
+    let Some(url) = url().await else { return };
+    let manager = manager(&url, "pg-cache", Recycle::default()).statement_cache(2);
+    let pool = Pool::start(PoolConfig::new("pg-cache", 1, 1), manager)
+        .await
+        .unwrap();
+    let mut conn = take(&pool).await;
+    let int4 = [tokio_postgres::types::Type::INT4];
+    let stats = |conn: &PgConnection| {
+        let s = conn.statement_cache();
+        (s.size, s.hits, s.misses)
+    };
+    conn.prepare_cached("SELECT 1").await.unwrap();
+    let typed = conn.prepare_typed_cached("SELECT $1", &int4).await.unwrap();
+    assert_eq!(typed.params(), &int4);
+    assert_eq!(stats(&conn), (2, 0, 2));
+    // `SELECT 1` used again: the typed one is now the least recently used.
+    conn.prepare_cached("SELECT 1").await.unwrap();
+    assert_eq!(stats(&conn), (2, 1, 2), "a hit");
+    {
+        let tx = conn.transaction().await.unwrap();
+        let inside = tx.prepare_cached("SELECT 1").await.unwrap();
+        let row = tx.query_one(&inside, &[]).await.unwrap();
+        assert_eq!(row.get::<_, i32>(0), 1);
+        tx.prepare_cached("SELECT 2").await.unwrap(); // evicts the typed one
+        tx.commit().await.unwrap();
+    }
+    assert_eq!(stats(&conn), (2, 2, 3), "the connection's cache, inside");
+    conn.prepare_cached("SELECT 1").await.unwrap();
+    assert_eq!(stats(&conn), (2, 3, 3), "kept: used recently");
+    conn.prepare_typed_cached("SELECT $1", &int4).await.unwrap();
+    assert_eq!(stats(&conn), (2, 3, 4), "evicted: used least recently");
+    drop(conn);
+    pool.close(Shutdown::Graceful).await;
+}
+
+/// Hooks: `after_connect` sets the session every user starts from (and is not reset away);
+/// `after_return` runs on every return after the cleaning.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hooks_set_up_connections_without_losing_the_clean_return() {
+    let Some(url) = url().await else { return };
+    let returns = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = returns.clone();
+    let hooks = pooler::Hooks::default()
+        .after_connect(|conn: &mut PgConnection| {
+            Box::pin(async move {
+                conn.batch_execute("SET search_path TO pg_catalog, public")
+                    .await?;
+                Ok(())
+            })
+        })
+        .after_return(move |_conn: &mut PgConnection| {
+            let counted = counted.clone();
+            Box::pin(async move {
+                counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                Ok(())
+            })
+        });
+    let manager = manager(&url, "pg-hooks", Recycle::default()).hooks(hooks);
+    let pool = Pool::start(PoolConfig::new("pg-hooks", 1, 1), manager)
+        .await
+        .unwrap();
+    let search_path = async |conn: &PgConnection| -> String {
+        conn.query_one("SELECT current_setting('search_path')", &[])
+            .await
+            .unwrap()
+            .get(0)
+    };
+    let conn = take(&pool).await;
+    assert_eq!(search_path(&conn).await, "pg_catalog, public");
+    conn.batch_execute("BEGIN; SET search_path TO x")
+        .await
+        .unwrap();
+    drop(conn);
+    let conn = take(&pool).await;
+    assert_eq!(
+        search_path(&conn).await,
+        "pg_catalog, public",
+        "the hook's setting is the session's start; the user's is gone"
+    );
+    drop(conn);
+    // This take waits for the second return's recycle to finish.
+    let conn = take(&pool).await;
+    assert_eq!(returns.load(std::sync::atomic::Ordering::SeqCst), 2);
+    drop(conn);
+    pool.close(Shutdown::Graceful).await;
+}
