@@ -157,8 +157,16 @@ async fn a_copy_in_cancelled_early_settles_by_itself() {
         .unwrap();
     let pool = one_of_one(&url, "pg-copy-early", Recycle::default()).await;
     let conn = take(&pool).await;
-    for _ in 0..3 {
-        poll_once_and_drop(conn.copy_in::<_, bytes::Bytes>("COPY pooler_copy FROM STDIN")).await;
+    // Prepared first, so the one poll sends the Bind, Execute and Sync, and the drop the
+    // CopyFail — all written before the server's CopyInResponse is read.
+    let statement = conn.prepare("COPY pooler_copy FROM STDIN").await.unwrap();
+    for round in 0..6 {
+        if round % 2 == 0 {
+            poll_once_and_drop(conn.copy_in::<_, bytes::Bytes>(&statement)).await;
+        } else {
+            poll_once_and_drop(conn.copy_in::<_, bytes::Bytes>("COPY pooler_copy FROM STDIN"))
+                .await;
+        }
         conn.simple_query("").await.unwrap();
         let status = tokio::time::timeout(Duration::from_secs(2), conn.settled()).await;
         assert_eq!(
