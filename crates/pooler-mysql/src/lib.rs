@@ -3,7 +3,7 @@
 
 use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, Opts};
-use pooler::{Manager, MemberContext};
+use pooler::{Hooks, Manager, MemberContext};
 
 pub use mysql_async;
 pub use pooler;
@@ -13,17 +13,22 @@ pub type Pool = pooler::Pool<MysqlManager>;
 /// A connection taken from a [`Pool`]: dereferences to [`Conn`].
 pub type Member = pooler::Member<MysqlManager>;
 
-/// What happens to a connection when it is given back.
+/// What happens to a connection when it is given back. The README's table says what each
+/// mode clears.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum Recycle {
-    /// One `ROLLBACK` on every return: a transaction the last user left open ends there. The
-    /// default.
+    /// One `COM_RESET_CONNECTION` on every return: the transaction rolled back, and the
+    /// session as new — `autocommit` and every session variable back to their defaults, user
+    /// variables, temporary tables, prepared statements, table locks (`LOCK TABLES`) and named
+    /// locks (`GET_LOCK`) gone. One round trip, as a `ROLLBACK` costs. On servers too old for
+    /// it (before MySQL 5.7.3, MariaDB 10.2.4), `COM_CHANGE_USER` does the same. The default.
     #[default]
-    Rollback,
-    /// One `COM_RESET_CONNECTION` on every return: ends a transaction and clears the session
-    /// (variables, temporary tables, prepared statements).
     Reset,
+    /// One `ROLLBACK` on every return: a transaction the last user left open ends there, and
+    /// the session's state stays as the last user left it (settings, variables, temporary
+    /// tables, locks).
+    Rollback,
     /// Nothing: the connection goes back as it is.
     Nothing,
 }
@@ -33,6 +38,7 @@ pub enum Recycle {
 pub struct MysqlManager {
     opts: Opts,
     recycle: Recycle,
+    hooks: Hooks<Conn>,
 }
 
 impl MysqlManager {
@@ -51,13 +57,25 @@ impl MysqlManager {
         MysqlManager {
             opts,
             recycle: Recycle::default(),
+            hooks: Hooks::default(),
         }
     }
 
-    /// What to do with connections given back (default: [`Recycle::Rollback`]).
+    /// What to do with connections given back (default: [`Recycle::Reset`]).
     #[must_use]
     pub fn recycle(mut self, recycle: Recycle) -> Self {
         self.recycle = recycle;
+        self
+    }
+
+    /// Runs `hooks` on every connection: `after_connect` once it is open (and again after each
+    /// reset, which takes the session back to its start), `after_return` once a returned
+    /// connection is clean (see [`Hooks`]). Add per-connection setup here rather than by
+    /// wrapping the manager: a wrapper must forward every hook of [`Manager`], and one that
+    /// forgets `is_broken` or `recycle` hands the next user the last user's session.
+    #[must_use]
+    pub fn hooks(mut self, hooks: Hooks<Conn>) -> Self {
+        self.hooks = hooks;
         self
     }
 
@@ -70,14 +88,29 @@ impl MysqlManager {
 
 impl Manager for MysqlManager {
     type Member = Conn;
-    type Error = mysql_async::Error;
+    type Error = MysqlError;
 
-    async fn start(&self, _ctx: &MemberContext) -> Result<Conn, Self::Error> {
-        Conn::new(self.opts.clone()).await
+    async fn start(&self, _ctx: &MemberContext) -> Result<Conn, MysqlError> {
+        Ok(Conn::new(self.opts.clone()).await?)
     }
 
-    async fn check(&self, conn: &mut Conn) -> Result<(), Self::Error> {
-        conn.ping().await
+    async fn initialize(&self, conn: &mut Conn) -> Result<(), MysqlError> {
+        self.hooks
+            .run_after_connect(conn)
+            .await
+            .map_err(MysqlError::Hook)
+    }
+
+    async fn check(&self, conn: &mut Conn) -> Result<(), MysqlError> {
+        Ok(conn.ping().await?)
+    }
+
+    fn is_broken(&self, conn: &Conn) -> bool {
+        // mysql_async marks a connection while a command's exchange is under way and clears
+        // the mark when the answer is read: still marked, a command was cancelled (a timeout,
+        // a `select!`) with its answer unread, and the next command would read that answer
+        // as its own. Its own pool discards such a connection; so does pooler, in every mode.
+        conn.is_disconnected()
     }
 
     async fn stop(&self, conn: Conn) {
@@ -86,14 +119,64 @@ impl Manager for MysqlManager {
     }
 
     fn needs_recycle(&self, _conn: &Conn) -> bool {
-        self.recycle != Recycle::Nothing
+        self.recycle != Recycle::Nothing || self.hooks.has_after_return()
     }
 
-    async fn recycle(&self, conn: &mut Conn) -> Result<(), Self::Error> {
+    async fn recycle(&self, conn: &mut Conn) -> Result<(), MysqlError> {
         match self.recycle {
-            Recycle::Rollback => conn.query_drop("ROLLBACK").await,
-            Recycle::Reset => conn.reset().await.map(drop),
-            Recycle::Nothing => Ok(()),
+            Recycle::Reset => {
+                // A result set a user dropped half read is drained first (mysql_async does it
+                // before any command).
+                if !conn.reset().await? {
+                    conn.change_user(mysql_async::ChangeUserOpts::default())
+                        .await?;
+                }
+                // The session is back at its start, before `after_connect`.
+                self.hooks
+                    .run_after_connect(conn)
+                    .await
+                    .map_err(MysqlError::Hook)?;
+            }
+            Recycle::Rollback => conn.query_drop("ROLLBACK").await?,
+            Recycle::Nothing => {}
         }
+        self.hooks
+            .run_after_return(conn)
+            .await
+            .map_err(MysqlError::Hook)
+    }
+}
+
+/// Why a connection could not be started, checked or made clean.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum MysqlError {
+    /// What `mysql_async` returned.
+    Mysql(mysql_async::Error),
+    /// A hook of the manager's ([`Hooks`]) failed.
+    Hook(Box<dyn std::error::Error + Send + Sync>),
+}
+
+impl std::fmt::Display for MysqlError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            MysqlError::Mysql(e) => write!(f, "{e}"),
+            MysqlError::Hook(e) => write!(f, "a hook failed: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for MysqlError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            MysqlError::Mysql(e) => Some(e),
+            MysqlError::Hook(e) => Some(&**e),
+        }
+    }
+}
+
+impl From<mysql_async::Error> for MysqlError {
+    fn from(e: mysql_async::Error) -> Self {
+        MysqlError::Mysql(e)
     }
 }

@@ -1,0 +1,244 @@
+//! The hand-over: whatever one user leaves on a connection — an answer unread after a
+//! cancelled query, `autocommit = 0`, locks, variables, temporary tables — never reaches the
+//! next user. Live against MySQL or MariaDB (`POOLER_MYSQL_URL`).
+#![allow(clippy::disallowed_methods)] // tests spawn their own consumers
+
+use std::future::Future;
+use std::pin::Pin;
+use std::time::Duration;
+
+use mysql_async::prelude::Queryable;
+use mysql_async::{Conn, Opts};
+use pooler::{Member, Pool, PoolConfig, Shutdown};
+use pooler_mysql::{MysqlManager, Recycle};
+use pooler_testkit::{host_port, service};
+
+const DEFAULT: &str = "mysql://root@127.0.0.1:3306/test";
+
+async fn url() -> Option<String> {
+    service("POOLER_MYSQL_URL", DEFAULT, host_port).await
+}
+
+async fn admin(url: &str) -> Conn {
+    Conn::new(Opts::from_url(url).unwrap())
+        .await
+        .expect("admin connection")
+}
+
+async fn one_of_one(url: &str, recycle: Recycle) -> pooler_mysql::Pool {
+    Pool::start(
+        PoolConfig::new("mysql-handover", 1, 1),
+        MysqlManager::new(url).unwrap().recycle(recycle),
+    )
+    .await
+    .expect("pool starts")
+}
+
+async fn take(pool: &pooler_mysql::Pool) -> pooler_mysql::Member {
+    pool.take_member(Duration::from_secs(5))
+        .await
+        .expect("a connection")
+}
+
+/// A query cancelled by a timeout leaves its answer unread: the next user of that connection
+/// must not read it as theirs (the last user's row), nor find the connection out of step —
+/// in any mode.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_left_unread_by_a_cancelled_query_never_reaches_the_next_user() {
+    let Some(url) = url().await else { return };
+    for recycle in [Recycle::Reset, Recycle::Rollback, Recycle::Nothing] {
+        let pool = one_of_one(&url, recycle).await;
+        for round in 0..3 {
+            let mut conn = take(&pool).await;
+            let first = Member::id(&conn);
+            let cancelled = tokio::time::timeout(
+                Duration::from_millis(20),
+                conn.query_first::<String, _>(
+                    "SELECT 'the last user''s secret' FROM (SELECT SLEEP(0.2)) s",
+                ),
+            )
+            .await;
+            assert!(cancelled.is_err(), "the query was cancelled");
+            drop(conn);
+            let mut conn = take(&pool).await;
+            let mine: Option<String> = conn.query_first("SELECT 'mine'").await.unwrap();
+            assert_eq!(mine.as_deref(), Some("mine"), "{recycle:?}, round {round}");
+            let two: Option<u32> = conn.query_first("SELECT 2").await.unwrap();
+            assert_eq!(two, Some(2), "{recycle:?}, round {round}: in step");
+            assert_ne!(
+                Member::id(&conn),
+                first,
+                "{recycle:?}: replaced, not handed on"
+            );
+        }
+        pool.close(Shutdown::Graceful).await;
+    }
+}
+
+/// What the next user can see of a session, one string a probe: autocommit, sql_mode, a user
+/// variable, the named lock, the time zone, whether a temporary table shadows a name, and
+/// whether a table outside a `LOCK TABLES` can be read.
+async fn fingerprint(conn: &mut Conn) -> Vec<String> {
+    let mut seen = Vec::new();
+    let row: Option<mysql_async::Row> = conn
+        .query_first(
+            "SELECT @@autocommit, @@session.sql_mode, @pooler_var, \
+             IS_USED_LOCK('pooler_lock') <=> CONNECTION_ID(), @@session.time_zone, \
+             @@session.tx_read_only",
+        )
+        .await
+        .unwrap();
+    seen.extend(row.unwrap().unwrap().into_iter().map(|v| format!("{v:?}")));
+    for probe in [
+        "SELECT COUNT(*) FROM pooler_shadowed",
+        "SELECT COUNT(*) FROM pooler_other",
+    ] {
+        let answer: Result<Option<i64>, _> = conn.query_first(probe).await;
+        seen.push(format!("{probe}: {:?}", answer.map_err(|_| "refused")));
+    }
+    seen
+}
+
+type Leave = for<'a> fn(&'a mut Conn) -> Pin<Box<dyn Future<Output = ()> + Send + 'a>>;
+
+fn ways() -> Vec<(&'static str, Leave)> {
+    vec![
+        ("autocommit = 0", |c| {
+            Box::pin(async move { c.query_drop("SET autocommit = 0").await.unwrap() })
+        }),
+        ("a transaction left open", |c| {
+            Box::pin(async move {
+                c.query_drop("START TRANSACTION").await.unwrap();
+                c.query_drop("INSERT INTO pooler_other VALUES (9)")
+                    .await
+                    .unwrap();
+            })
+        }),
+        ("LOCK TABLES", |c| {
+            Box::pin(async move {
+                c.query_drop("LOCK TABLES pooler_locked WRITE")
+                    .await
+                    .unwrap();
+            })
+        }),
+        ("a named lock (GET_LOCK)", |c| {
+            Box::pin(async move {
+                c.query_drop("SELECT GET_LOCK('pooler_lock', 1)")
+                    .await
+                    .unwrap();
+            })
+        }),
+        ("a user variable", |c| {
+            Box::pin(async move { c.query_drop("SET @pooler_var = 'left'").await.unwrap() })
+        }),
+        ("a temporary table shadowing a name", |c| {
+            Box::pin(async move {
+                c.query_drop("CREATE TEMPORARY TABLE pooler_shadowed (x INT)")
+                    .await
+                    .unwrap();
+            })
+        }),
+        ("sql_mode", |c| {
+            Box::pin(async move {
+                c.query_drop("SET SESSION sql_mode = 'ANSI_QUOTES'")
+                    .await
+                    .unwrap();
+            })
+        }),
+        ("time_zone and read-only transactions", |c| {
+            Box::pin(async move {
+                c.query_drop("SET time_zone = '+05:00'").await.unwrap();
+                c.query_drop("SET SESSION TRANSACTION READ ONLY")
+                    .await
+                    .unwrap();
+            })
+        }),
+    ]
+}
+
+/// The hand-over matrix for the default mode: every way of leaving state, and the next user's
+/// view of the session compared with a new connection's; nothing the last user did inside an
+/// open transaction is committed, and other sessions are not left blocked on a lock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_default_hands_on_a_session_like_a_new_one() {
+    let Some(url) = url().await else { return };
+    let mut admin = admin(&url).await;
+    for sql in [
+        "CREATE TABLE IF NOT EXISTS pooler_other (v INT)",
+        "CREATE TABLE IF NOT EXISTS pooler_locked (v INT)",
+        "DELETE FROM pooler_other",
+    ] {
+        admin.query_drop(sql).await.unwrap();
+    }
+    let fresh = fingerprint(&mut self::admin(&url).await).await;
+    for (way, leave) in ways() {
+        let pool = one_of_one(&url, Recycle::default()).await;
+        let mut conn = take(&pool).await;
+        let id = Member::id(&conn);
+        leave(&mut conn).await;
+        drop(conn);
+        let mut conn = take(&pool).await;
+        assert_eq!(Member::id(&conn), id, "{way}: the same connection, kept");
+        assert_eq!(
+            fingerprint(&mut conn).await,
+            fresh,
+            "{way}: the next user's session differs from a new one's"
+        );
+        // The next user's write lands, whatever the last user set.
+        conn.query_drop("INSERT INTO pooler_other VALUES (1)")
+            .await
+            .unwrap();
+        drop(conn);
+        drop(take(&pool).await);
+        let committed: Option<i64> = admin
+            .query_first("SELECT COUNT(*) FROM pooler_other WHERE v = 1")
+            .await
+            .unwrap();
+        assert_eq!(committed, Some(1), "{way}: the next user's write was kept");
+        let left: Option<i64> = admin
+            .query_first("SELECT COUNT(*) FROM pooler_other WHERE v = 9")
+            .await
+            .unwrap();
+        assert_eq!(
+            left,
+            Some(0),
+            "{way}: the abandoned transaction was rolled back"
+        );
+        let free: Option<i64> = admin
+            .query_first("SELECT IS_FREE_LOCK('pooler_lock')")
+            .await
+            .unwrap();
+        assert_eq!(free, Some(1), "{way}: the named lock was released");
+        admin.query_drop("DELETE FROM pooler_other").await.unwrap();
+        pool.close(Shutdown::Graceful).await;
+    }
+}
+
+/// Hooks: `after_connect` sets the session every user starts from, and the reset on return
+/// does not take it away.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_connect_survives_the_reset() {
+    let Some(url) = url().await else { return };
+    let hooks = pooler::Hooks::default().after_connect(|conn: &mut Conn| {
+        Box::pin(async move {
+            conn.query_drop("SET time_zone = '+01:00'").await?;
+            Ok(())
+        })
+    });
+    let pool = Pool::start(
+        PoolConfig::new("mysql-hooks", 1, 1),
+        MysqlManager::new(&url).unwrap().hooks(hooks),
+    )
+    .await
+    .unwrap();
+    for _ in 0..3 {
+        let mut conn = take(&pool).await;
+        let zone: Option<String> = conn
+            .query_first("SELECT @@session.time_zone")
+            .await
+            .unwrap();
+        assert_eq!(zone.as_deref(), Some("+01:00"));
+        conn.query_drop("SET time_zone = '+07:00'").await.unwrap();
+    }
+    pool.close(Shutdown::Graceful).await;
+}
