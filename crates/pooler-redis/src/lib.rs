@@ -1,11 +1,10 @@
 #![doc = include_str!("../README.md")]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
-use std::ops::{Deref, DerefMut};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use pooler::{Manager, MemberContext};
+use pooler::{Hooks, Manager, MemberContext};
 use redis::aio::MultiplexedConnection;
 use redis::{
     AsyncConnectionConfig, ConnectionAddr, ConnectionInfo, ErrorKind, IntoConnectionInfo,
@@ -25,6 +24,7 @@ pub type Member = pooler::Member<RedisManager>;
 pub struct RedisManager {
     info: ConnectionInfo,
     client_name: Option<String>,
+    hooks: Hooks<RedisConnection>,
 }
 
 impl RedisManager {
@@ -52,6 +52,7 @@ impl RedisManager {
         Ok(RedisManager {
             info,
             client_name: None,
+            hooks: Hooks::default(),
         })
     }
 
@@ -61,44 +62,74 @@ impl RedisManager {
         self.client_name = Some(name.into());
         self
     }
+
+    /// Runs `hooks` on every connection: `after_connect` once it is open, `after_return`
+    /// once a returned connection is clean (see [`Hooks`]). Add per-connection setup here
+    /// rather than by wrapping the manager: a wrapper must forward every hook of
+    /// [`Manager`], and one that forgets `is_broken`, `needs_recycle` or `recycle` hands the
+    /// next user an open `MULTI` or a blocked connection.
+    #[must_use]
+    pub fn hooks(mut self, hooks: Hooks<RedisConnection>) -> Self {
+        self.hooks = hooks;
+        self
+    }
 }
 
-/// A pooled connection: dereferences to [`MultiplexedConnection`], so every redis-rs command
-/// works on it.
+/// A pooled connection. It implements redis-rs's
+/// [`ConnectionLike`](redis::aio::ConnectionLike), so `query_async(&mut conn)` and
+/// [`AsyncCommands`](redis::AsyncCommands) work on it (and on the pool's guard) directly.
+///
+/// It sees every command sent through it, so that what a user leaves on the connection
+/// never reaches the next one: an open `MULTI` is discarded, keys watched are unwatched, a
+/// database selected and a name set are put back — in one round trip, and only when the user
+/// changed them; a request whose answer never came (a cancelled `BLPOP k 0`) or a mode no
+/// command undoes (`SUBSCRIBE`, `MONITOR`, `CLIENT REPLY`, `HELLO`, `AUTH`) has the
+/// connection replaced. [`untracked`](RedisConnection::untracked) reaches the multiplexed
+/// connection underneath, and has the connection replaced when it comes back.
 pub struct RedisConnection {
     conn: MultiplexedConnection,
     ended: Arc<AtomicBool>,
+    track: Track,
 }
 
 impl std::fmt::Debug for RedisConnection {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RedisConnection")
             .field("ended", &self.ended.load(Ordering::Relaxed))
+            .field("track", &self.track)
             .finish_non_exhaustive()
     }
 }
 
-impl Deref for RedisConnection {
-    type Target = MultiplexedConnection;
-    fn deref(&self) -> &MultiplexedConnection {
-        &self.conn
-    }
-}
-
-impl DerefMut for RedisConnection {
-    fn deref_mut(&mut self) -> &mut MultiplexedConnection {
+impl RedisConnection {
+    /// The multiplexed connection underneath. Commands sent through it (or through a clone
+    /// of it) are not seen, so the connection is replaced when it comes back rather than
+    /// handed on unseen.
+    pub fn untracked(&mut self) -> &mut MultiplexedConnection {
+        self.track.lasting = true;
         &mut self.conn
     }
+
+    /// The database this connection's commands go to now.
+    #[must_use]
+    pub fn db(&self) -> i64 {
+        self.track.db
+    }
 }
 
-/// Commands run on the pooled connection itself, so `query_async(&mut *conn)` and
-/// [`AsyncCommands`](redis::AsyncCommands) work on it directly.
+/// Commands run on the pooled connection itself, seen on their way.
 impl redis::aio::ConnectionLike for RedisConnection {
     fn req_packed_command<'a>(
         &'a mut self,
         cmd: &'a redis::Cmd,
     ) -> redis::RedisFuture<'a, redis::Value> {
-        self.conn.req_packed_command(cmd)
+        let RedisConnection { conn, track, .. } = self;
+        Box::pin(async move {
+            let blocking = track.issue(cmd);
+            let answer = conn.req_packed_command(cmd).await;
+            track.answered(blocking);
+            answer
+        })
     }
 
     fn req_packed_commands<'a>(
@@ -107,11 +138,146 @@ impl redis::aio::ConnectionLike for RedisConnection {
         offset: usize,
         count: usize,
     ) -> redis::RedisFuture<'a, Vec<redis::Value>> {
-        self.conn.req_packed_commands(pipeline, offset, count)
+        let RedisConnection { conn, track, .. } = self;
+        Box::pin(async move {
+            let mut sent = 0;
+            let mut blocking = 0;
+            for cmd in pipeline.cmd_iter() {
+                sent += 1;
+                blocking += u32::from(track.issue(cmd));
+            }
+            let answers = conn.req_packed_commands(pipeline, offset, count).await;
+            for i in 0..sent {
+                track.answered(i < blocking);
+            }
+            answers
+        })
     }
 
     fn get_db(&self) -> i64 {
-        self.conn.get_db()
+        self.track.db
+    }
+}
+
+/// What the commands sent through a connection left on it.
+///
+/// # Invariants
+///
+/// 1. `blocking ≤ outstanding`: a blocking request is counted in both until answered.
+#[derive(Debug, Clone, Default)]
+struct Track {
+    /// Requests sent whose answer has not been read (their future was dropped).
+    outstanding: u32,
+    /// Of those, requests that may block on the server (`BLPOP`, `XREAD … BLOCK`, `WAIT`).
+    blocking: u32,
+    /// Inside `MULTI`.
+    multi: bool,
+    /// Keys are watched.
+    watching: bool,
+    /// The database selected now, and the one the connection started with.
+    db: i64,
+    base_db: i64,
+    /// `CLIENT SETNAME` was sent.
+    renamed: bool,
+    /// A mode no command undoes was entered: the connection is replaced.
+    lasting: bool,
+}
+
+impl Track {
+    fn clean(&self) -> bool {
+        self.outstanding == 0
+            && !self.multi
+            && !self.watching
+            && self.db == self.base_db
+            && !self.renamed
+            && !self.lasting
+    }
+
+    /// Notes a command on its way; `true` if it may block on the server.
+    fn issue(&mut self, cmd: &redis::Cmd) -> bool {
+        let mut args = cmd.args_iter().filter_map(|arg| match arg {
+            redis::Arg::Simple(bytes) => Some(bytes),
+            _ => None,
+        });
+        let Some(name) = args.next() else {
+            return false;
+        };
+        let is = |word: &str| name.eq_ignore_ascii_case(word.as_bytes());
+        let mut blocking = false;
+        if is("MULTI") {
+            self.multi = true;
+        } else if is("EXEC") || is("DISCARD") {
+            self.multi = false;
+            self.watching = false;
+        } else if is("WATCH") {
+            self.watching = true;
+        } else if is("UNWATCH") {
+            self.watching = false;
+        } else if is("SELECT") {
+            match args
+                .next()
+                .and_then(|db| std::str::from_utf8(db).ok()?.parse().ok())
+            {
+                Some(db) => self.db = db,
+                None => self.lasting = true,
+            }
+        } else if is("CLIENT") {
+            let sub = args.next().unwrap_or_default();
+            let sub_is = |word: &str| sub.eq_ignore_ascii_case(word.as_bytes());
+            if sub_is("SETNAME") {
+                self.renamed = true;
+            } else if sub_is("REPLY")
+                || sub_is("TRACKING")
+                || sub_is("NO-EVICT")
+                || sub_is("NO-TOUCH")
+            {
+                self.lasting = true;
+            }
+        } else if [
+            "SUBSCRIBE",
+            "PSUBSCRIBE",
+            "SSUBSCRIBE",
+            "MONITOR",
+            "HELLO",
+            "AUTH",
+            "RESET",
+        ]
+        .iter()
+        .any(|w| is(w))
+        {
+            self.lasting = true;
+        } else if [
+            "BLPOP",
+            "BRPOP",
+            "BRPOPLPUSH",
+            "BLMOVE",
+            "BLMPOP",
+            "BZPOPMIN",
+            "BZPOPMAX",
+            "BZMPOP",
+            "WAIT",
+            "WAITAOF",
+        ]
+        .iter()
+        .any(|w| is(w))
+            || ((is("XREAD") || is("XREADGROUP"))
+                && args.any(|arg| arg.eq_ignore_ascii_case(b"BLOCK")))
+        {
+            blocking = true;
+            self.blocking += 1;
+        }
+        self.outstanding += 1;
+        debug_assert!(self.blocking <= self.outstanding);
+        blocking
+    }
+
+    /// The answers to a request (or a pipeline) sent with [`Track::issue`] were read.
+    fn answered(&mut self, blocking: bool) {
+        self.outstanding -= 1;
+        if blocking {
+            self.blocking -= 1;
+        }
+        debug_assert!(self.blocking <= self.outstanding);
     }
 }
 
@@ -173,7 +339,16 @@ impl Manager for RedisManager {
             let _flag = flag;
             driver.await;
         });
-        let mut conn = RedisConnection { conn, ended };
+        let db = settings.db();
+        let mut conn = RedisConnection {
+            conn,
+            ended,
+            track: Track {
+                db,
+                base_db: db,
+                ..Track::default()
+            },
+        };
         if let Some(name) = &self.client_name {
             redis::cmd("CLIENT")
                 .arg("SETNAME")
@@ -184,6 +359,22 @@ impl Manager for RedisManager {
         Ok(conn)
     }
 
+    async fn initialize(&self, conn: &mut RedisConnection) -> Result<(), RedisError> {
+        self.hooks
+            .run_after_connect(conn)
+            .await
+            .map_err(hook_failed)?;
+        // The database the hook selected is where every user starts.
+        let db = conn.track.db;
+        conn.track = Track {
+            db,
+            base_db: db,
+            lasting: conn.track.lasting,
+            ..Track::default()
+        };
+        Ok(())
+    }
+
     async fn check(&self, conn: &mut RedisConnection) -> Result<(), RedisError> {
         redis::cmd("PING")
             .query_async::<String>(&mut conn.conn)
@@ -192,6 +383,58 @@ impl Manager for RedisManager {
     }
 
     fn is_broken(&self, conn: &RedisConnection) -> bool {
-        conn.ended.load(Ordering::Acquire)
+        conn.ended.load(Ordering::Acquire) || conn.track.blocking > 0 || conn.track.lasting
     }
+
+    fn needs_recycle(&self, conn: &RedisConnection) -> bool {
+        !conn.track.clean() || self.hooks.has_after_return()
+    }
+
+    async fn recycle(&self, conn: &mut RedisConnection) -> Result<(), RedisError> {
+        let track = &conn.track;
+        if !track.clean() {
+            // One round trip puts back what was changed; the PING at its end comes after
+            // every answer still on its way (answers come in order).
+            let mut restore = redis::pipe();
+            if track.multi {
+                restore.cmd("DISCARD").ignore();
+            }
+            if track.watching {
+                restore.cmd("UNWATCH").ignore();
+            }
+            if track.db != track.base_db {
+                restore.cmd("SELECT").arg(track.base_db).ignore();
+            }
+            if track.renamed {
+                restore
+                    .cmd("CLIENT")
+                    .arg("SETNAME")
+                    .arg(self.client_name.as_deref().unwrap_or(""))
+                    .ignore();
+            }
+            restore.cmd("PING").ignore();
+            tokio::time::timeout(SETTLE, restore.query_async::<()>(&mut conn.conn))
+                .await
+                .map_err(|_| {
+                    RedisError::from((
+                        ErrorKind::Io,
+                        "a request left by the last user was not answered in time",
+                    ))
+                })??;
+            conn.track = Track {
+                db: conn.track.base_db,
+                base_db: conn.track.base_db,
+                ..Track::default()
+            };
+        }
+        self.hooks.run_after_return(conn).await.map_err(hook_failed)
+    }
+}
+
+/// How long a returned connection waits for the answers its last user left on their way.
+const SETTLE: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// A hook's failure, as a redis-rs error (the manager's error type).
+fn hook_failed(e: Box<dyn std::error::Error + Send + Sync>) -> RedisError {
+    RedisError::from((ErrorKind::Client, "a hook failed", e.to_string()))
 }

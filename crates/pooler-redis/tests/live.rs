@@ -41,7 +41,7 @@ async fn clients(admin: &mut redis::aio::MultiplexedConnection, name: &str) -> V
         .collect()
 }
 
-async fn my_id(conn: &mut redis::aio::MultiplexedConnection) -> u64 {
+async fn my_id(conn: &mut (impl redis::aio::ConnectionLike + Send)) -> u64 {
     redis::cmd("CLIENT")
         .arg("ID")
         .query_async(conn)

@@ -182,3 +182,32 @@ where
             .finish()
     }
 }
+
+/// The guard sends commands through its member, so `query_async(&mut member)` and
+/// [`AsyncCommands`](redis::AsyncCommands) work on it as on the connection.
+#[cfg(feature = "redis")]
+#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
+impl<M: Manager> redis::aio::ConnectionLike for Member<M>
+where
+    M::Member: redis::aio::ConnectionLike,
+{
+    fn req_packed_command<'a>(
+        &'a mut self,
+        cmd: &'a redis::Cmd,
+    ) -> redis::RedisFuture<'a, redis::Value> {
+        (**self).req_packed_command(cmd)
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a redis::Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> redis::RedisFuture<'a, Vec<redis::Value>> {
+        (**self).req_packed_commands(pipeline, offset, count)
+    }
+
+    fn get_db(&self) -> i64 {
+        (**self).get_db()
+    }
+}
