@@ -2,11 +2,19 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU8, Ordering};
 
 use futures_util::StreamExt as _;
 use futures_util::future::{Either, select};
-use lapin::{Channel, Connection, ConnectionProperties};
-use pooler::{Manager, MemberContext};
+use lapin::PublisherConfirm;
+use lapin::options::{
+    BasicAckOptions, BasicConsumeOptions, BasicGetOptions, BasicNackOptions, BasicPublishOptions,
+    BasicQosOptions, BasicRecoverAsyncOptions, BasicRejectOptions, ChannelFlowOptions,
+    ConfirmSelectOptions,
+};
+use lapin::types::{FieldTable, ShortString};
+use lapin::{BasicProperties, Channel, Connection, ConnectionProperties};
+use pooler::{Hooks, Manager, MemberContext};
 use tokio::sync::Mutex;
 
 pub use lapin;
@@ -20,7 +28,14 @@ pub type Member = pooler::Member<AmqpManager>;
 /// The pool's connection and how many of its channels are open.
 #[derive(Default)]
 struct Shared {
-    connection: Option<Connection>,
+    /// Held across a connect, so concurrent starts open one connection, not several.
+    opening: Mutex<()>,
+    state: std::sync::Mutex<State>,
+}
+
+#[derive(Default)]
+struct State {
+    connection: Option<Arc<Connection>>,
     /// Raised when the current connection reports an error: every channel on it is dead.
     lost: Arc<tokio::sync::watch::Sender<bool>>,
     /// Counts the connections opened: a channel remembers the one it was opened on.
@@ -29,17 +44,304 @@ struct Shared {
     channels: usize,
 }
 
+impl Shared {
+    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+/// A channel's place on its connection: given up when the channel is stopped, or dropped
+/// without a stop (a member returned after an immediate close). The last one given up on
+/// the current connection takes the connection with it, so a closed pool leaves none open
+/// even while a clone of its manager lives.
+struct Slot {
+    shared: Arc<Shared>,
+    generation: u64,
+    released: bool,
+}
+
+impl Slot {
+    /// Gives the place up; the connection if this was its last channel.
+    fn release(&mut self) -> Option<Arc<Connection>> {
+        if std::mem::replace(&mut self.released, true) {
+            return None;
+        }
+        let mut state = self.shared.state();
+        if self.generation != state.generation {
+            return None; // opened on a connection since lost: not counted any more
+        }
+        state.channels = state.channels.saturating_sub(1);
+        if state.channels == 0 {
+            state.connection.take()
+        } else {
+            None
+        }
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        // Dropping the last handle on the connection has lapin close it.
+        drop(self.release());
+    }
+}
+
 /// A pooled channel: dereferences to [`Channel`].
-#[derive(Debug)]
+///
+/// The methods that change what the next user of the channel would get are its own, with
+/// lapin's signatures, so that calls written for `Channel` reach them: those whose failure
+/// the broker reports later, by closing the channel (`basic_publish`, `basic_ack`,
+/// `basic_nack`, `basic_reject`, `basic_recover_async`, and `basic_get`, whose delivery may
+/// be acked), have the channel confirmed alive by one round trip when it comes back; a
+/// `basic_qos` is reset; modes no method undoes (`tx_select`, `confirm_select`,
+/// `basic_consume`, `channel_flow`) have the channel replaced.
 pub struct AmqpChannel {
     channel: Channel,
-    generation: u64,
+    slot: Slot,
+    /// What the user did, as [`Left`] bits.
+    left: AtomicU8,
+}
+
+impl std::fmt::Debug for AmqpChannel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AmqpChannel")
+            .field("channel", &self.channel)
+            .field("generation", &self.slot.generation)
+            .field("left", &self.left.load(Ordering::Relaxed))
+            .finish()
+    }
+}
+
+/// What a user left on a channel.
+struct Left;
+
+impl Left {
+    /// A method whose failure the broker reports by closing the channel later.
+    const UNCONFIRMED: u8 = 1;
+    /// `basic_qos` per consumer.
+    const QOS: u8 = 2;
+    /// `basic_qos` for the whole channel.
+    const QOS_GLOBAL: u8 = 4;
+    /// A mode no method undoes.
+    const LASTING: u8 = 8;
 }
 
 impl std::ops::Deref for AmqpChannel {
     type Target = Channel;
     fn deref(&self) -> &Channel {
         &self.channel
+    }
+}
+
+impl AmqpChannel {
+    fn note(&self, left: u8) {
+        self.left.fetch_or(left, Ordering::Relaxed);
+    }
+
+    /// `Channel::basic_publish`; the channel is confirmed alive when it comes back (a publish
+    /// to a missing exchange makes the broker close it later).
+    ///
+    /// # Errors
+    ///
+    /// As lapin's.
+    ///
+    /// # Cancel safety
+    ///
+    /// As lapin's: dropped, the message may or may not have been sent.
+    pub async fn basic_publish(
+        &self,
+        exchange: ShortString,
+        routing_key: ShortString,
+        options: BasicPublishOptions,
+        payload: &[u8],
+        properties: BasicProperties,
+    ) -> lapin::Result<PublisherConfirm> {
+        self.note(Left::UNCONFIRMED);
+        self.channel
+            .basic_publish(exchange, routing_key, options, payload, properties)
+            .await
+    }
+
+    /// `Channel::basic_ack`; the channel is confirmed alive when it comes back (a wrong
+    /// delivery tag makes the broker close it later).
+    ///
+    /// # Errors
+    ///
+    /// As lapin's.
+    ///
+    /// # Cancel safety
+    ///
+    /// As lapin's: dropped, the ack may or may not have been sent.
+    pub async fn basic_ack(
+        &self,
+        delivery_tag: u64,
+        options: BasicAckOptions,
+    ) -> lapin::Result<()> {
+        self.note(Left::UNCONFIRMED);
+        self.channel.basic_ack(delivery_tag, options).await
+    }
+
+    /// `Channel::basic_nack`; the channel is confirmed alive when it comes back.
+    ///
+    /// # Errors
+    ///
+    /// As lapin's.
+    ///
+    /// # Cancel safety
+    ///
+    /// As lapin's: dropped, the nack may or may not have been sent.
+    pub async fn basic_nack(
+        &self,
+        delivery_tag: u64,
+        options: BasicNackOptions,
+    ) -> lapin::Result<()> {
+        self.note(Left::UNCONFIRMED);
+        self.channel.basic_nack(delivery_tag, options).await
+    }
+
+    /// `Channel::basic_reject`; the channel is confirmed alive when it comes back.
+    ///
+    /// # Errors
+    ///
+    /// As lapin's.
+    ///
+    /// # Cancel safety
+    ///
+    /// As lapin's: dropped, the reject may or may not have been sent.
+    pub async fn basic_reject(
+        &self,
+        delivery_tag: u64,
+        options: BasicRejectOptions,
+    ) -> lapin::Result<()> {
+        self.note(Left::UNCONFIRMED);
+        self.channel.basic_reject(delivery_tag, options).await
+    }
+
+    /// `Channel::basic_recover_async`; the channel is confirmed alive when it comes back.
+    ///
+    /// # Errors
+    ///
+    /// As lapin's.
+    ///
+    /// # Cancel safety
+    ///
+    /// As lapin's.
+    pub async fn basic_recover_async(
+        &self,
+        options: BasicRecoverAsyncOptions,
+    ) -> lapin::Result<()> {
+        self.note(Left::UNCONFIRMED);
+        self.channel.basic_recover_async(options).await
+    }
+
+    /// `Channel::basic_get`; the delivery's ack goes out without an answer, so the channel
+    /// is confirmed alive when it comes back. Ack it before giving the channel back.
+    ///
+    /// # Errors
+    ///
+    /// As lapin's.
+    ///
+    /// # Cancel safety
+    ///
+    /// As lapin's.
+    pub async fn basic_get(
+        &self,
+        queue: ShortString,
+        options: BasicGetOptions,
+    ) -> lapin::Result<Option<lapin::message::BasicGetMessage>> {
+        self.note(Left::UNCONFIRMED);
+        self.channel.basic_get(queue, options).await
+    }
+
+    /// `Channel::basic_qos`; put back to no limit when the channel comes back.
+    ///
+    /// # Errors
+    ///
+    /// As lapin's.
+    ///
+    /// # Cancel safety
+    ///
+    /// As lapin's.
+    pub async fn basic_qos(
+        &self,
+        prefetch_count: u16,
+        options: BasicQosOptions,
+    ) -> lapin::Result<()> {
+        self.note(if options.global {
+            Left::QOS_GLOBAL
+        } else {
+            Left::QOS
+        });
+        self.channel.basic_qos(prefetch_count, options).await
+    }
+
+    /// `Channel::basic_consume`; the channel is replaced when it comes back (its consumer
+    /// would go on receiving the next user's deliveries).
+    ///
+    /// # Errors
+    ///
+    /// As lapin's.
+    ///
+    /// # Cancel safety
+    ///
+    /// As lapin's.
+    pub async fn basic_consume(
+        &self,
+        queue: ShortString,
+        consumer_tag: ShortString,
+        options: BasicConsumeOptions,
+        arguments: FieldTable,
+    ) -> lapin::Result<lapin::Consumer> {
+        self.note(Left::LASTING);
+        self.channel
+            .basic_consume(queue, consumer_tag, options, arguments)
+            .await
+    }
+
+    /// `Channel::tx_select`; the channel is replaced when it comes back (no method leaves
+    /// transactional mode: the next user's publishes would wait for a commit).
+    ///
+    /// # Errors
+    ///
+    /// As lapin's.
+    ///
+    /// # Cancel safety
+    ///
+    /// As lapin's.
+    pub async fn tx_select(&self) -> lapin::Result<()> {
+        self.note(Left::LASTING);
+        self.channel.tx_select().await
+    }
+
+    /// `Channel::confirm_select`; the channel is replaced when it comes back (no method
+    /// leaves confirm mode).
+    ///
+    /// # Errors
+    ///
+    /// As lapin's.
+    ///
+    /// # Cancel safety
+    ///
+    /// As lapin's.
+    pub async fn confirm_select(&self, options: ConfirmSelectOptions) -> lapin::Result<()> {
+        self.note(Left::LASTING);
+        self.channel.confirm_select(options).await
+    }
+
+    /// `Channel::channel_flow`; the channel is replaced when it comes back.
+    ///
+    /// # Errors
+    ///
+    /// As lapin's.
+    ///
+    /// # Cancel safety
+    ///
+    /// As lapin's.
+    pub async fn channel_flow(&self, options: ChannelFlowOptions) -> lapin::Result<bool> {
+        self.note(Left::LASTING);
+        self.channel.channel_flow(options).await
     }
 }
 
@@ -52,7 +354,8 @@ impl std::ops::Deref for AmqpChannel {
 pub struct AmqpManager {
     uri: String,
     properties: ConnectionProperties,
-    shared: Arc<Mutex<Shared>>,
+    shared: Arc<Shared>,
+    hooks: Hooks<AmqpChannel>,
 }
 
 impl std::fmt::Debug for AmqpManager {
@@ -76,6 +379,7 @@ impl AmqpManager {
             uri: uri.into(),
             properties: ConnectionProperties::default(),
             shared: Arc::default(),
+            hooks: Hooks::default(),
         }
     }
 
@@ -86,6 +390,17 @@ impl AmqpManager {
         self
     }
 
+    /// Runs `hooks` on every channel: `after_connect` once it is open, `after_return` once a
+    /// returned channel is clean (see [`Hooks`]). Add per-channel setup here rather than by
+    /// wrapping the manager: a wrapper must forward every hook of [`Manager`], and one that
+    /// forgets `is_broken`, `needs_recycle` or `recycle` hands the next user a channel the
+    /// broker is closing, or one left in transactional mode.
+    #[must_use]
+    pub fn hooks(mut self, hooks: Hooks<AmqpChannel>) -> Self {
+        self.hooks = hooks;
+        self
+    }
+
     /// Whether the pool's connection is open now. Waits for a channel's start that is
     /// opening the connection.
     ///
@@ -93,8 +408,9 @@ impl AmqpManager {
     ///
     /// Cancel safe: it only reads.
     pub async fn connected(&self) -> bool {
-        let shared = self.shared.lock().await;
-        shared
+        let _opening = self.shared.opening.lock().await;
+        self.shared
+            .state()
             .connection
             .as_ref()
             .is_some_and(|c| c.status().connected())
@@ -109,6 +425,8 @@ pub enum AmqpError {
     Lapin(lapin::Error),
     /// The channel was closed (by the broker, or with its connection).
     Closed,
+    /// A hook of the manager's ([`Hooks`]) failed.
+    Hook(Box<dyn std::error::Error + Send + Sync>),
 }
 
 impl std::fmt::Display for AmqpError {
@@ -116,6 +434,7 @@ impl std::fmt::Display for AmqpError {
         match self {
             AmqpError::Lapin(e) => write!(f, "{e}"),
             AmqpError::Closed => f.write_str("the channel is closed"),
+            AmqpError::Hook(e) => write!(f, "a hook failed: {e}"),
         }
     }
 }
@@ -125,6 +444,7 @@ impl std::error::Error for AmqpError {
         match self {
             AmqpError::Lapin(e) => Some(e),
             AmqpError::Closed => None,
+            AmqpError::Hook(e) => Some(&**e),
         }
     }
 }
@@ -140,29 +460,50 @@ impl Manager for AmqpManager {
     type Error = AmqpError;
 
     async fn start(&self, ctx: &MemberContext) -> Result<AmqpChannel, AmqpError> {
-        // Held across the connect, so concurrent starts open one connection, not several.
-        let mut shared = self.shared.lock().await;
-        if !shared
-            .connection
-            .as_ref()
-            .is_some_and(|c| c.status().connected())
-        {
-            let connection = Connection::connect(&self.uri, self.properties.clone()).await?;
-            shared.connection = Some(connection);
-            shared.lost = Arc::new(tokio::sync::watch::Sender::new(false));
-            shared.generation += 1;
-            shared.channels = 0;
-        }
-        let Some(connection) = shared.connection.as_ref() else {
-            return Err(AmqpError::Closed);
+        let (connection, lost, generation) = {
+            let _opening = self.shared.opening.lock().await;
+            let open = self
+                .shared
+                .state()
+                .connection
+                .clone()
+                .filter(|c| c.status().connected());
+            match open {
+                Some(connection) => {
+                    let state = self.shared.state();
+                    (connection, state.lost.clone(), state.generation)
+                }
+                None => {
+                    let connection =
+                        Arc::new(Connection::connect(&self.uri, self.properties.clone()).await?);
+                    let mut state = self.shared.state();
+                    state.connection = Some(connection.clone());
+                    state.lost = Arc::new(tokio::sync::watch::Sender::new(false));
+                    state.generation += 1;
+                    state.channels = 0;
+                    (connection, state.lost.clone(), state.generation)
+                }
+            }
         };
         let channel = connection.create_channel().await?;
+        // Counted once open: a slot dropped from here on gives its place up.
+        let slot = {
+            let mut state = self.shared.state();
+            if state.generation == generation {
+                state.channels += 1;
+            }
+            Slot {
+                shared: self.shared.clone(),
+                generation,
+                released: state.generation != generation,
+            }
+        };
         // The member's driver: it ends when the connection is lost, so a lost connection is
         // every channel's death at once, free ones included. lapin's event stream hands each
         // event to one listener only, so the driver that receives the error raises `lost`
         // for the others.
-        let lost = shared.lost.clone();
         let mut events = Box::pin(connection.events_listener());
+        drop(connection);
         ctx.spawn(async move {
             let mut seen = lost.subscribe();
             loop {
@@ -178,11 +519,21 @@ impl Manager for AmqpManager {
                 }
             }
         });
-        shared.channels += 1;
         Ok(AmqpChannel {
             channel,
-            generation: shared.generation,
+            slot,
+            left: AtomicU8::new(0),
         })
+    }
+
+    async fn initialize(&self, channel: &mut AmqpChannel) -> Result<(), AmqpError> {
+        self.hooks
+            .run_after_connect(channel)
+            .await
+            .map_err(AmqpError::Hook)?;
+        // What the hook set up is where every user starts.
+        channel.left.store(0, Ordering::Relaxed);
+        Ok(())
     }
 
     async fn check(&self, channel: &mut AmqpChannel) -> Result<(), AmqpError> {
@@ -194,20 +545,44 @@ impl Manager for AmqpManager {
     }
 
     fn is_broken(&self, channel: &AmqpChannel) -> bool {
-        !channel.status().connected()
+        !channel.status().connected() || channel.left.load(Ordering::Relaxed) & Left::LASTING != 0
     }
 
-    async fn stop(&self, channel: AmqpChannel) {
+    fn needs_recycle(&self, channel: &AmqpChannel) -> bool {
+        channel.left.load(Ordering::Relaxed) != 0 || self.hooks.has_after_return()
+    }
+
+    async fn recycle(&self, channel: &mut AmqpChannel) -> Result<(), AmqpError> {
+        let left = channel.left.load(Ordering::Relaxed);
+        // A method on the channel is answered only after everything sent before it: if the
+        // broker is closing the channel for an earlier method, this fails instead.
+        let global = left & Left::QOS_GLOBAL != 0;
+        if global {
+            channel
+                .channel
+                .basic_qos(0, BasicQosOptions { global: true })
+                .await?;
+        }
+        // Resetting the per-consumer prefetch (0: no limit, as on a new channel) is also the
+        // round trip that confirms the channel alive.
+        if left & Left::QOS != 0 || (left & Left::UNCONFIRMED != 0 && !global) {
+            channel
+                .channel
+                .basic_qos(0, BasicQosOptions { global: false })
+                .await?;
+        }
+        channel.left.store(0, Ordering::Relaxed);
+        self.hooks
+            .run_after_return(channel)
+            .await
+            .map_err(AmqpError::Hook)
+    }
+
+    async fn stop(&self, mut channel: AmqpChannel) {
         if channel.status().connected() {
             let _ = channel.close(200, "retired by pooler".into()).await;
         }
-        let mut shared = self.shared.lock().await;
-        if channel.generation != shared.generation {
-            return; // opened on a connection since lost: not counted any more
-        }
-        shared.channels = shared.channels.saturating_sub(1);
-        if shared.channels == 0
-            && let Some(connection) = shared.connection.take()
+        if let Some(connection) = channel.slot.release()
             && connection.status().connected()
             && let Err(e) = connection
                 .close(200, "pooler: no channel left".into())
