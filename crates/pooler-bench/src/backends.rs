@@ -79,7 +79,7 @@ impl Contender {
             Contender::DeadpoolRedis => "deadpool-redis (default: PING on reuse)",
             Contender::Bb8Redis => "bb8-redis (default: `test_on_check_out`)",
             Contender::Bb8RedisNoTest => "bb8-redis, `test_on_check_out(false)`",
-            Contender::PoolerMysql => "pooler-mysql (default: `Recycle::Rollback`)",
+            Contender::PoolerMysql => "pooler-mysql (default: `Recycle::Reset`)",
             Contender::PoolerMysqlNothing => "pooler-mysql `Recycle::Nothing`",
             Contender::MysqlAsync => "mysql_async's pool (default: reset on return)",
             Contender::MysqlAsyncNoReset => "mysql_async's pool, `with_reset_connection(false)`",
@@ -267,7 +267,7 @@ async fn cell(who: Contender, size: usize, secs: f64) -> f64 {
         }
         Contender::PoolerMysql | Contender::PoolerMysqlNothing => {
             let recycle = if who == Contender::PoolerMysql {
-                pooler_mysql::Recycle::Rollback
+                pooler_mysql::Recycle::Reset
             } else {
                 pooler_mysql::Recycle::Nothing
             };
