@@ -548,3 +548,36 @@ async fn hooks_set_up_connections_without_losing_the_clean_return() {
     drop(conn);
     pool.close(Shutdown::Graceful).await;
 }
+
+/// The modes that keep the session (`Transaction`, `Query`) still never hand on a
+/// transaction: the next user is outside it, and the session settings are as the last user
+/// left them (the documented trade-off).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_transaction_modes_end_the_transaction_and_keep_the_session() {
+    let Some(url) = url().await else { return };
+    for recycle in [Recycle::Transaction, Recycle::Query] {
+        let pool = one_of_one(&url, "pg-tx-modes", recycle.clone()).await;
+        let conn = take(&pool).await;
+        // Apart: a `BEGIN` later in the same query would take the `SET` into its
+        // transaction, and the rollback would undo it.
+        conn.batch_execute("SET search_path TO pg_catalog")
+            .await
+            .unwrap();
+        conn.batch_execute("BEGIN; SELECT 1").await.unwrap();
+        drop(conn);
+        let conn = take(&pool).await;
+        let print = fingerprint(&conn).await;
+        assert_eq!(
+            print.last().cloned().flatten().as_deref(),
+            Some("t"),
+            "{recycle:?}: outside a transaction"
+        );
+        assert_eq!(
+            print[2].as_deref(),
+            Some("pg_catalog"),
+            "{recycle:?}: the session's settings kept"
+        );
+        drop(conn);
+        pool.close(Shutdown::Graceful).await;
+    }
+}
