@@ -47,6 +47,42 @@ impl Dirt {
     }
 }
 
+/// Byte classes, looked up rather than computed on the hot loops.
+const IDENT: u8 = 1;
+const BLANK: u8 = 2;
+
+const CLASS: [u8; 256] = {
+    let mut class = [0u8; 256];
+    let mut b = 0;
+    while b < 256 {
+        let c = b as u8;
+        if c.is_ascii_alphanumeric() || c == b'_' || c == b'$' || c >= 0x80 {
+            class[b] = IDENT;
+        }
+        if c.is_ascii_digit()
+            || matches!(
+                c,
+                b' ' | b'\t'
+                    | b'\n'
+                    | b'\r'
+                    | b'('
+                    | b')'
+                    | b','
+                    | b'='
+                    | b'.'
+                    | b'*'
+                    | b'+'
+                    | b'<'
+                    | b'>'
+            )
+        {
+            class[b] |= BLANK;
+        }
+        b += 1;
+    }
+    class
+};
+
 /// The longest word compared with a keyword (`pg_try_advisory_lock_shared` is 27).
 const WORD: usize = 28;
 /// The longest dollar-quote tag followed.
@@ -109,6 +145,16 @@ enum Kw {
 }
 
 fn keyword(word: &[u8]) -> Kw {
+    // Most words are no keyword: a length and a first letter rule them out before any
+    // comparison.
+    if !(3..=27).contains(&word.len())
+        || !matches!(
+            word[0],
+            b's' | b'r' | b'l' | b't' | b'c' | b'p' | b'i' | b'd' | b'h' | b'v'
+        )
+    {
+        return Kw::Other;
+    }
     match word {
         b"set" => Kw::Set,
         b"reset" => Kw::Reset,
@@ -136,9 +182,9 @@ fn keyword(word: &[u8]) -> Kw {
     }
 }
 
-/// The scan of one message's SQL text.
+/// The lexer of one message's SQL text.
 #[derive(Debug, Default)]
-pub(crate) struct Scan {
+struct Lexer {
     state: State,
     word: [u8; WORD],
     len: usize,
@@ -159,27 +205,52 @@ pub(crate) struct Scan {
     dirt: u8,
 }
 
-impl Scan {
-    /// A new message: `parse` for a Parse (statement name, then the query), else a Query.
-    pub(crate) fn begin(&mut self, parse: bool) {
-        *self = Scan {
+impl Lexer {
+    fn new(parse: bool) -> Self {
+        Lexer {
             state: if parse { State::Name } else { State::Code },
-            ..Scan::default()
-        };
+            ..Lexer::default()
+        }
     }
 
-    /// What the text scanned since [`begin`](Scan::begin) may have left on the session.
-    pub(crate) fn dirt(&self) -> Dirt {
-        Dirt(self.dirt)
-    }
-
-    /// Scans the next piece of the message's payload.
-    pub(crate) fn feed(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            if self.state == State::Done {
-                return;
+    /// Lexes the next piece of the message's payload.
+    fn feed(&mut self, bytes: &[u8]) {
+        let mut i = 0;
+        while i < bytes.len() {
+            // The two states almost every byte of a statement is read in, in tight loops: the
+            // rest of a word, and the blanks, digits and operators between words.
+            match self.state {
+                State::Done => return,
+                State::Word => {
+                    while let Some(&b) = bytes.get(i)
+                        && CLASS[usize::from(b)] & IDENT != 0
+                    {
+                        if let Some(slot) = self.word.get_mut(self.len) {
+                            *slot = b.to_ascii_lowercase();
+                            self.len += 1;
+                        } else {
+                            self.long = true;
+                        }
+                        i += 1;
+                    }
+                }
+                State::Code => {
+                    let start = i;
+                    while let Some(&b) = bytes.get(i)
+                        && CLASS[usize::from(b)] & BLANK != 0
+                    {
+                        i += 1;
+                    }
+                    if i > start {
+                        self.e_prefix = false;
+                    }
+                }
+                _ => {}
             }
-            self.step(b);
+            if let Some(&b) = bytes.get(i) {
+                self.step(b);
+                i += 1;
+            }
         }
     }
 
@@ -199,7 +270,7 @@ impl Scan {
             State::Name | State::Done => {}
             State::Code => self.code(b),
             State::Word => {
-                if b.is_ascii_alphanumeric() || b == b'_' || b == b'$' {
+                if CLASS[usize::from(b)] & IDENT != 0 {
                     if self.len < WORD {
                         self.word[self.len] = b.to_ascii_lowercase();
                         self.len += 1;
@@ -414,6 +485,89 @@ impl Scan {
     }
 }
 
+/// The longest text remembered as the last clean one.
+const REMEMBERED: usize = 1024;
+
+/// The scan of the SQL text of one message after another. Applications send the same few
+/// texts again and again, so the last text found clean is remembered, and a text equal to it
+/// is only compared, not lexed (most often a few bytes against the same few).
+#[derive(Debug, Default)]
+pub(crate) struct Scan {
+    lex: Lexer,
+    /// The last text found clean, with its `\0`; empty if none.
+    last: Vec<u8>,
+    /// The text lexed so far (up to `REMEMBERED` bytes), to remember if it is clean.
+    text: Vec<u8>,
+    /// While the text matches `last`: how much of it has matched.
+    repeat: Option<usize>,
+}
+
+impl Scan {
+    /// A new message: `parse` for a Parse (statement name, then the query), else a Query.
+    pub(crate) fn begin(&mut self, parse: bool) {
+        self.lex = Lexer::new(parse);
+        self.text.clear();
+        self.repeat = (!self.last.is_empty()).then_some(0);
+    }
+
+    /// What the text scanned since [`begin`](Scan::begin) may have left on the session.
+    pub(crate) fn dirt(&self) -> Dirt {
+        Dirt(self.lex.dirt)
+    }
+
+    /// Scans the next piece of the message's payload.
+    pub(crate) fn feed(&mut self, mut bytes: &[u8]) {
+        // A Parse's statement name comes first: never compared, never remembered.
+        while self.lex.state == State::Name
+            && let Some((&b, rest)) = bytes.split_first()
+        {
+            self.lex.step(b);
+            bytes = rest;
+        }
+        if let Some(at) = self.repeat {
+            let rest = &self.last[at..];
+            let same = rest.iter().zip(bytes).take_while(|(a, b)| a == b).count();
+            if same == rest.len() {
+                // The whole text, `\0` included: the last clean one again.
+                self.lex.state = State::Done;
+                self.repeat = None;
+                return;
+            }
+            if same == bytes.len() {
+                self.repeat = Some(at + same);
+                return;
+            }
+            // A different text: lex what matched, then go on.
+            self.repeat = None;
+            let last = std::mem::take(&mut self.last);
+            self.lex_and_keep(&last[..at + same]);
+            self.last = last;
+            bytes = &bytes[same..];
+        }
+        if self.lex.state != State::Done {
+            self.lex_and_keep(bytes);
+        }
+    }
+
+    fn lex_and_keep(&mut self, bytes: &[u8]) {
+        self.lex.feed(bytes);
+        if self.text.len() <= REMEMBERED {
+            let end = bytes
+                .iter()
+                .position(|&b| b == 0)
+                .map_or(bytes.len(), |nul| nul + 1);
+            self.text.extend_from_slice(&bytes[..end]);
+        }
+        if self.lex.state == State::Done
+            && self.lex.dirt == 0
+            && self.text.last() == Some(&0)
+            && self.text.len() <= REMEMBERED
+        {
+            std::mem::swap(&mut self.last, &mut self.text);
+        }
+    }
+}
+
 /// Scans `sql` whole, as a Query message's text.
 pub(crate) fn scan(sql: &str) -> Dirt {
     let mut scan = Scan::default();
@@ -426,6 +580,43 @@ pub(crate) fn scan(sql: &str) -> Dirt {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_text_like_the_last_clean_one_is_compared_and_any_change_lexed() {
+        let mut s = Scan::default();
+        let run = |s: &mut Scan, text: &[u8], step: usize| {
+            s.begin(false);
+            for piece in text.chunks(step) {
+                s.feed(piece);
+            }
+            s.dirt()
+        };
+        for step in [1, 3, 100] {
+            assert!(run(&mut s, b"SELECT 1\0", step).is_clean());
+            assert!(
+                run(&mut s, b"SELECT 1\0", step).is_clean(),
+                "the same again"
+            );
+            assert!(run(&mut s, b"SELECT 1; LISTEN x\0", step).has(Dirt::LISTEN));
+            assert!(run(&mut s, b"SELECT 1\0", step).is_clean());
+            assert!(run(&mut s, b"SELECT\0", step).is_clean(), "a prefix");
+            assert!(run(&mut s, b"SET ROLE x\0", step).has(Dirt::SETTING));
+            assert!(run(&mut s, b"SELECT\0", step).is_clean());
+            assert!(
+                run(&mut s, b"SELECT; SET ROLE x\0", step).has(Dirt::SETTING),
+                "a longer text"
+            );
+        }
+        // A Parse: the name is skipped, the query compared.
+        let parse = |s: &mut Scan, text: &[u8]| {
+            s.begin(true);
+            s.feed(text);
+            s.dirt()
+        };
+        assert!(parse(&mut s, b"s1\0SELECT 2\0\0\0").is_clean());
+        assert!(parse(&mut s, b"s2\0SELECT 2\0\0\0").is_clean());
+        assert!(parse(&mut s, b"s3\0SET x = 1\0\0\0").has(Dirt::SETTING));
+    }
 
     #[test]
     fn statements_that_leave_state_are_seen() {

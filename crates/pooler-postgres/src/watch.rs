@@ -212,6 +212,9 @@ impl<F> Driven<F> {
             task: AtomicWaker::new(),
         });
         let waker = Waker::from(wake.clone());
+        // Not polled yet: whatever was queued since the connection was opened is still to be
+        // written, and nothing has registered this waker with the request channel.
+        seen.woken.store(true, Ordering::SeqCst);
         Driven {
             inner,
             seen,
@@ -781,6 +784,30 @@ mod tests {
         startup.extend(message(b'Z', b"T"));
         w.read(&startup);
         assert_eq!(w.seen.status(), TxStatus::InTransaction);
+    }
+
+    /// A request queued before the driver's first poll wakes no one (the request channel
+    /// holds no waker of the driver's yet): until that poll, the driver is not quiet.
+    #[test]
+    fn a_driver_not_yet_polled_is_not_quiet_and_a_wake_unsettles_it() {
+        let seen = Arc::new(Seen::default());
+        seen.expected.store(1, Ordering::SeqCst);
+        seen.answered.store(1, Ordering::SeqCst);
+        seen.status.store(b'I', Ordering::SeqCst);
+        assert_eq!(seen.status(), TxStatus::Idle);
+        let mut driven = Driven::new(std::future::pending::<()>(), seen.clone());
+        assert_eq!(seen.status(), TxStatus::Unsettled, "not polled yet");
+        let mut cx = Context::from_waker(Waker::noop());
+        assert!(Pin::new(&mut driven).poll(&mut cx).is_pending());
+        assert_eq!(seen.status(), TxStatus::Idle, "polled, nothing pending");
+        driven.waker.wake_by_ref();
+        assert_eq!(
+            seen.status(),
+            TxStatus::Unsettled,
+            "woken: a request may wait"
+        );
+        assert!(Pin::new(&mut driven).poll(&mut cx).is_pending());
+        assert_eq!(seen.status(), TxStatus::Idle);
     }
 
     #[test]
