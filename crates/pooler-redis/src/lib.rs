@@ -126,7 +126,8 @@ impl redis::aio::ConnectionLike for RedisConnection {
         let RedisConnection { conn, track, .. } = self;
         Box::pin(async move {
             let blocking = track.issue(cmd);
-            let answer = conn.req_packed_command(cmd).await;
+            // The inherent method: one boxed future per command (this one), not two.
+            let answer = conn.send_packed_command(cmd).await;
             track.answered(blocking);
             answer
         })
@@ -146,7 +147,7 @@ impl redis::aio::ConnectionLike for RedisConnection {
                 sent += 1;
                 blocking += u32::from(track.issue(cmd));
             }
-            let answers = conn.req_packed_commands(pipeline, offset, count).await;
+            let answers = conn.send_packed_commands(pipeline, offset, count).await;
             for i in 0..sent {
                 track.answered(i < blocking);
             }
