@@ -242,3 +242,32 @@ async fn after_connect_survives_the_reset() {
     }
     pool.close(Shutdown::Graceful).await;
 }
+
+/// The other modes do what the README's table says: `Rollback` ends the transaction and
+/// keeps the session's state; `Nothing` keeps both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_other_modes_keep_what_the_table_says() {
+    let Some(url) = url().await else { return };
+    for (recycle, transaction_kept) in [(Recycle::Rollback, false), (Recycle::Nothing, true)] {
+        let pool = one_of_one(&url, recycle).await;
+        let mut conn = take(&pool).await;
+        conn.query_drop("SET @pooler_var = 'left'").await.unwrap();
+        conn.query_drop("START TRANSACTION").await.unwrap();
+        drop(conn);
+        let mut conn = take(&pool).await;
+        let var: Option<String> = conn.query_first("SELECT @pooler_var").await.unwrap();
+        assert_eq!(
+            var.as_deref(),
+            Some("left"),
+            "{recycle:?}: the session kept"
+        );
+        let started: Option<i64> = conn.query_first("SELECT @@in_transaction").await.unwrap();
+        assert_eq!(
+            started == Some(1),
+            transaction_kept,
+            "{recycle:?}: the transaction"
+        );
+        drop(conn);
+        pool.close(Shutdown::Graceful).await;
+    }
+}

@@ -188,8 +188,15 @@ pub(crate) struct Driven<F> {
 
 /// The waker handed to the connection's future: it notes the wake-up, then wakes the task.
 struct Wakeup {
-    seen: std::sync::Weak<Seen>,
-    task: AtomicWaker,
+    /// Held strongly (a waker outliving the connection keeps a few bytes alive, nothing
+    /// else): a wake-up is then one store, not an upgrade and a release.
+    seen: Arc<Seen>,
+    /// The driver task's waker, kept from its first poll: a task's waker stays the same, so
+    /// a wake-up wakes it by reference, with no waker taken, cloned and put back per poll.
+    task: std::sync::OnceLock<Waker>,
+    /// Should the driver ever be polled with another waker: that one, and `moved` set.
+    other: AtomicWaker,
+    moved: AtomicBool,
 }
 
 impl Wake for Wakeup {
@@ -198,18 +205,22 @@ impl Wake for Wakeup {
     }
 
     fn wake_by_ref(self: &Arc<Self>) {
-        if let Some(seen) = self.seen.upgrade() {
-            seen.woken.store(true, Ordering::SeqCst);
+        self.seen.woken.store(true, Ordering::SeqCst);
+        if self.moved.load(Ordering::Acquire) {
+            self.other.wake();
+        } else if let Some(task) = self.task.get() {
+            task.wake_by_ref();
         }
-        self.task.wake();
     }
 }
 
 impl<F> Driven<F> {
     pub(crate) fn new(inner: F, seen: Arc<Seen>) -> Self {
         let wake = Arc::new(Wakeup {
-            seen: Arc::downgrade(&seen),
-            task: AtomicWaker::new(),
+            seen: seen.clone(),
+            task: std::sync::OnceLock::new(),
+            other: AtomicWaker::new(),
+            moved: AtomicBool::new(false),
         });
         let waker = Waker::from(wake.clone());
         // Not polled yet: whatever was queued since the connection was opened is still to be
@@ -229,7 +240,14 @@ impl<F: Future + Unpin> Future for Driven<F> {
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
         let this = &mut *self;
-        this.wake.task.register(cx.waker());
+        match this.wake.task.get() {
+            Some(task) if task.will_wake(cx.waker()) => {}
+            Some(_) => {
+                this.wake.other.register(cx.waker());
+                this.wake.moved.store(true, Ordering::Release);
+            }
+            None => drop(this.wake.task.set(cx.waker().clone())),
+        }
         this.seen.busy.store(true, Ordering::SeqCst);
         this.seen.woken.store(false, Ordering::SeqCst);
         let polled = Pin::new(&mut this.inner).poll(&mut Context::from_waker(&this.waker));
