@@ -181,7 +181,7 @@ fn the_default_run_shows_every_lifecycle_feature() {
     );
     for what in [
         "member died",
-        "retired idle members beyond recent demand (cull)",
+        "culled to the demand window's peak",
         "reason=max_lifetime",
         "member start failed",
         "the next start waits out a backoff step",

@@ -295,6 +295,15 @@ pub enum ConfigError {
         /// The kinds registered, comma-separated.
         known: String,
     },
+    /// `Pool::start` or `Pool::start_lazy` was called outside a tokio runtime: the pool's
+    /// starts, stops and timers need one.
+    #[error(
+        "pool `{pool}`: no tokio runtime here; start the pool from inside one (`#[tokio::main]`, `Runtime::block_on`, or a task)"
+    )]
+    NoRuntime {
+        /// The pool's name.
+        pool: String,
+    },
     /// Several problems at once, each naming its pool and key.
     #[error("{} problems: {}", .0.len(), join(.0))]
     Multiple(Vec<ConfigError>),

@@ -38,7 +38,7 @@ pub use crate::file::Kinds;
 pub use crate::hooks::{HookFuture, HookResult, Hooks};
 pub use crate::manager::{Manager, MemberContext};
 pub use crate::member::Member;
-pub use crate::pool::{MemberStats, MemberStatus, Pool, Shutdown, Utilization};
+pub use crate::pool::{MemberStats, MemberStatus, Pool, Shutdown, Utilization, WeakPool};
 pub use crate::reconfigure::ReconfigureAction;
 pub use crate::registry::{GroupMember, GroupStrategy, Pooler, PoolerError};
 

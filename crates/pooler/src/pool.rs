@@ -57,6 +57,35 @@ impl<M: Manager> Drop for Handle_<M> {
     }
 }
 
+/// A [`Pool`] handle that does not keep the pool open ([`Pool::downgrade`]).
+pub struct WeakPool<M: Manager> {
+    handle: std::sync::Weak<Handle_<M>>,
+}
+
+impl<M: Manager> WeakPool<M> {
+    /// The pool, if a [`Pool`] handle still holds it open.
+    #[must_use]
+    pub fn upgrade(&self) -> Option<Pool<M>> {
+        self.handle.upgrade().map(|handle| Pool { handle })
+    }
+}
+
+impl<M: Manager> Clone for WeakPool<M> {
+    fn clone(&self) -> Self {
+        WeakPool {
+            handle: self.handle.clone(),
+        }
+    }
+}
+
+impl<M: Manager> fmt::Debug for WeakPool<M> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("WeakPool")
+            .field("open", &(self.handle.strong_count() > 0))
+            .finish()
+    }
+}
+
 impl<M: Manager> Clone for Pool<M> {
     fn clone(&self) -> Self {
         Pool {
@@ -138,29 +167,76 @@ impl<M: Manager> Pool<M> {
     ///
     /// # Errors
     ///
-    /// The [`ConfigError`] of [`PoolConfig::validate`].
-    ///
-    /// # Panics
-    ///
-    /// When called outside a tokio runtime.
+    /// The [`ConfigError`] of [`PoolConfig::validate`]; [`ConfigError::NoRuntime`] when
+    /// called outside a tokio runtime.
     ///
     /// # Cancel safety
     ///
     /// Dropping the future closes the half-started pool; nothing leaks.
     pub async fn start(config: PoolConfig, manager: M) -> Result<Self, ConfigError> {
+        let (done, mut all_done) = mpsc::channel::<()>(1);
+        let pool = Self::open(config, manager, Some(&done))?;
+        drop(done);
+        // Every initial start task holds a sender; recv ends when the last one is done.
+        let _ = all_done.recv().await;
+        pool.arm();
+        Ok(pool)
+    }
+
+    /// Starts a pool without waiting: validates `config` and returns at once, with the
+    /// `init_count` starts under way in the background (sqlx's `connect_lazy`, bb8's
+    /// `build_unchecked`). For an application that builds its state before it serves: the
+    /// first takes queue for the members being started, and a backend that is down shows as
+    /// takes failing fast with its error, not as a failed start of the application.
+    ///
+    /// ```
+    /// # use pooler::{Manager, MemberContext, Pool, PoolConfig};
+    /// # struct Numbers;
+    /// # impl Manager for Numbers {
+    /// #     type Member = u64;
+    /// #     type Error = std::io::Error;
+    /// #     async fn start(&self, ctx: &MemberContext) -> Result<u64, Self::Error> { Ok(ctx.member_id()) }
+    /// # }
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let pool = Pool::start_lazy(PoolConfig::new("numbers", 2, 4), Numbers).unwrap();
+    /// let member = pool.take_member(std::time::Duration::from_secs(1)).await.unwrap();
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// The [`ConfigError`] of [`PoolConfig::validate`]; [`ConfigError::NoRuntime`] when
+    /// called outside a tokio runtime.
+    pub fn start_lazy(config: PoolConfig, manager: M) -> Result<Self, ConfigError> {
+        let pool = Self::open(config, manager, None)?;
+        pool.arm();
+        Ok(pool)
+    }
+
+    /// A pool with its `init_count` starts under way (`done` held by each).
+    fn open(
+        config: PoolConfig,
+        manager: M,
+        done: Option<&mpsc::Sender<()>>,
+    ) -> Result<Self, ConfigError> {
         config.validate()?;
+        let runtime = Handle::try_current().map_err(|_| ConfigError::NoRuntime {
+            pool: config.name.clone(),
+        })?;
         let init = config.init_count;
-        let supervisor = Supervisor::new(Handle::current());
+        let supervisor = Supervisor::new(runtime);
         let shared = Shared::new(config, manager, supervisor);
         let pool = Pool {
             handle: Arc::new(Handle_ { shared }),
         };
-        let shared = pool.shared();
-        let (done, mut all_done) = mpsc::channel::<()>(1);
-        shared.grow(init, Some(&done));
-        drop(done);
-        // Every initial start task holds a sender; recv ends when the last one is done.
-        let _ = all_done.recv().await;
+        pool.shared().grow(init, done);
+        Ok(pool)
+    }
+
+    /// Starts the pool's timers, counting from now.
+    fn arm(&self) {
+        let shared = self.shared();
         let origin = Instant::now();
         let supervisor = &shared.supervisor;
         for job in [
@@ -172,7 +248,23 @@ impl<M: Manager> Pool<M> {
             shared.spawned(supervisor.spawn_until_closing(timer::run(shared.clone(), job, origin)));
         }
         shared.spawned(supervisor.spawn_until_closing(timer::lifetimes(shared.clone())));
-        Ok(pool)
+    }
+
+    /// A handle that does not keep the pool open (for a task that must not outlive the
+    /// application's use of the pool); [`WeakPool::upgrade`] gives a [`Pool`] while one is
+    /// held somewhere.
+    #[must_use]
+    pub fn downgrade(&self) -> WeakPool<M> {
+        WeakPool {
+            handle: Arc::downgrade(&self.handle),
+        }
+    }
+
+    /// Whether the pool is closed or closing: a take now fails with
+    /// [`TakeError::Closed`](crate::TakeError::Closed).
+    #[must_use]
+    pub fn is_closed(&self) -> bool {
+        self.shared().is_closing()
     }
 
     fn shared(&self) -> &Arc<Shared<M>> {

@@ -751,7 +751,7 @@ impl<M: Manager> Shared<M> {
         drop(hot);
         drop(cold);
         if !culled.is_empty() {
-            tracing::info!(pool = %self.name, members = culled.len(), "retired idle members beyond recent demand (cull)");
+            tracing::info!(pool = %self.name, members = culled.len(), "culled to the demand window's peak");
         }
         self.retire(culled, Reason::MaxAge);
     }
@@ -913,6 +913,11 @@ impl<M: Manager> Shared<M> {
         self.publish();
         self.cold().shut = true;
         self.supervisor.kill.cancel();
+    }
+
+    /// Whether a close has begun.
+    pub(crate) fn is_closing(&self) -> bool {
+        self.cold().engine.is_closed()
     }
 
     /// Whether the close has finished.

@@ -281,7 +281,7 @@ async fn tracing_events_name_the_pool() {
     let text = logs.text();
     for event in [
         "queue full",
-        "retired idle members beyond recent demand",
+        "culled to the demand window's peak",
         "member start failed",
         "member start timed out",
         "free member died",
