@@ -136,7 +136,7 @@ async fn connections_over_rustls_keep_the_zero_round_trip_transaction_check() {
     let mut pg: tokio_postgres::Config = url.parse().unwrap();
     pg.ssl_mode(tokio_postgres::config::SslMode::Require)
         .application_name("pooler-tls");
-    let manager = PgManager::from_config(pg).with_rustls(config);
+    let manager = PgManager::from_config(pg).with_rustls(config.clone());
     let pool = Pool::start(PoolConfig::new("pg-tls", 2, 2), manager)
         .await
         .unwrap();
@@ -173,6 +173,31 @@ async fn connections_over_rustls_keep_the_zero_round_trip_transaction_check() {
         }
     }
     drop(both);
+
+    // A long query cancelled from another task through the token, over TLS as the
+    // connection itself (`sslmode=require`).
+    let conn = pool.take_member(Duration::from_secs(5)).await.unwrap();
+    let token = conn.cancel_token();
+    let tls = pooler_postgres::tokio_postgres_rustls::MakeRustlsConnect::new(config);
+    let canceller = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        token.cancel_query(tls).await
+    });
+    let e = conn
+        .batch_execute("SELECT pg_sleep(60)")
+        .await
+        .expect_err("cancelled");
+    assert_eq!(
+        e.code(),
+        Some(&tokio_postgres::error::SqlState::QUERY_CANCELED),
+        "{e}"
+    );
+    canceller
+        .await
+        .unwrap()
+        .expect("the cancel request went through over TLS");
+    assert_eq!(settled(&conn).await, TxStatus::Idle);
+    drop(conn);
     assert!(seen, "the connection came back");
     pool.close(Shutdown::Graceful).await;
 }

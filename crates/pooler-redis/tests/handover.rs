@@ -302,3 +302,51 @@ async fn an_untracked_connection_is_replaced_on_return() {
     drop(conn);
     pool.close(Shutdown::Graceful).await;
 }
+
+/// Hooks: the database `after_connect` selects is where every user starts (a user's `SELECT`
+/// is put back to it), and `after_return` runs on each return.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hooks_set_where_every_user_starts() {
+    let Some(url) = url().await else { return };
+    let returns = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = returns.clone();
+    let hooks = pooler::Hooks::default()
+        .after_connect(|conn: &mut RedisConnection| {
+            Box::pin(async move {
+                let _: () = redis::cmd("SELECT").arg(2).query_async(conn).await?;
+                Ok(())
+            })
+        })
+        .after_return(move |_: &mut RedisConnection| {
+            let counted = counted.clone();
+            Box::pin(async move {
+                counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                Ok(())
+            })
+        });
+    let pool = Pool::start(
+        PoolConfig::new("pooler-hooks", 1, 1),
+        RedisManager::new(url.as_str()).unwrap().hooks(hooks),
+    )
+    .await
+    .unwrap();
+    let mut conn = take(&pool).await;
+    assert_eq!(conn.db(), 2);
+    let _: () = redis::cmd("SELECT")
+        .arg(0)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    drop(conn);
+    let mut conn = take(&pool).await;
+    assert_eq!(conn.db(), 2, "back where the hook put it");
+    let info: String = redis::cmd("CLIENT")
+        .arg("INFO")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert!(info.contains(" db=2 "), "the server agrees: {info}");
+    assert_eq!(returns.load(std::sync::atomic::Ordering::SeqCst), 1);
+    drop(conn);
+    pool.close(Shutdown::Graceful).await;
+}
