@@ -3,27 +3,17 @@
 //! next user. Live against MySQL or MariaDB (`POOLER_MYSQL_URL`).
 #![allow(clippy::disallowed_methods)] // tests spawn their own consumers
 
+mod common;
+
 use std::future::Future;
 use std::pin::Pin;
 use std::time::Duration;
 
+use common::{admin, url};
+use mysql_async::Conn;
 use mysql_async::prelude::Queryable;
-use mysql_async::{Conn, Opts};
 use pooler::{Member, Pool, PoolConfig, Shutdown};
 use pooler_mysql::{MysqlManager, Recycle};
-use pooler_testkit::{host_port, service};
-
-const DEFAULT: &str = "mysql://root@127.0.0.1:3306/test";
-
-async fn url() -> Option<String> {
-    service("POOLER_MYSQL_URL", DEFAULT, host_port).await
-}
-
-async fn admin(url: &str) -> Conn {
-    Conn::new(Opts::from_url(url).unwrap())
-        .await
-        .expect("admin connection")
-}
 
 async fn one_of_one(url: &str, recycle: Recycle) -> pooler_mysql::Pool {
     Pool::start(

@@ -3,26 +3,16 @@
 //! `POOLER_REQUIRE_SERVICES=1`.
 #![allow(clippy::disallowed_methods)] // tests spawn their own consumers
 
+mod common;
+
 use std::time::Duration;
 
+use common::{admin, url};
 use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, Opts, OptsBuilder};
 use pooler::{Member, Pool, PoolConfig, Shutdown};
 use pooler_mysql::{MysqlManager, Recycle};
-use pooler_testkit::{Proxy, eventually, host_port, scenarios, service};
-
-const DEFAULT: &str = "mysql://root@127.0.0.1:3306/test";
-
-async fn url() -> Option<String> {
-    service("POOLER_MYSQL_URL", DEFAULT, host_port).await
-}
-
-/// A plain connection for looking at the server from outside the pool.
-async fn admin(url: &str) -> Conn {
-    Conn::new(Opts::from_url(url).unwrap())
-        .await
-        .expect("admin connection")
-}
+use pooler_testkit::{Proxy, eventually, host_port, scenarios};
 
 /// A manager whose connections use database `db` (created if needed), so the server's
 /// process list tells them apart.

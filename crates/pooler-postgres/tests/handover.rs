@@ -3,33 +3,21 @@
 //! session like a new connection's. Live against PostgreSQL (`POOLER_POSTGRES_URL`).
 #![allow(clippy::disallowed_methods)] // tests spawn their own consumers
 
+mod common;
+
 use std::future::Future;
 use std::pin::Pin;
 use std::time::Duration;
 
+use common::{admin, url};
 use pooler::{Member, Pool, PoolConfig, Shutdown};
 use pooler_postgres::{PgConnection, PgManager, Recycle, TxStatus};
-use pooler_testkit::{host_port, service};
 use tokio_postgres::SimpleQueryMessage;
-
-const DEFAULT: &str = "postgres://postgres@127.0.0.1:5432/test";
-
-async fn url() -> Option<String> {
-    service("POOLER_POSTGRES_URL", DEFAULT, host_port).await
-}
 
 fn manager(url: &str, tag: &str, recycle: Recycle) -> PgManager {
     let mut config: tokio_postgres::Config = url.parse().expect("a valid URL");
     config.application_name(tag);
     PgManager::from_config(config).recycle(recycle)
-}
-
-async fn admin(url: &str) -> tokio_postgres::Client {
-    let (client, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls)
-        .await
-        .expect("admin connection");
-    tokio::spawn(conn);
-    client
 }
 
 async fn one_of_one(url: &str, tag: &str, recycle: Recycle) -> pooler_postgres::Pool {

@@ -3,12 +3,15 @@
 //! under `POOLER_REQUIRE_SERVICES=1`.
 #![allow(clippy::disallowed_methods)] // tests spawn their own consumers
 
+mod common;
+
 use std::time::Duration;
 
+use common::{admin, url};
 use pooler::Manager as _;
 use pooler::{Member, Pool, PoolConfig, Shutdown};
 use pooler_postgres::{PgManager, Recycle, TxStatus};
-use pooler_testkit::{Proxy, eventually, host_port, scenarios, service};
+use pooler_testkit::{Proxy, eventually, host_port, scenarios};
 
 /// The connection's transaction status once its driver has written everything and every
 /// answer is read (bounded: a test that finds it never settles fails).
@@ -18,26 +21,11 @@ async fn settled(conn: &pooler_postgres::PgConnection) -> TxStatus {
         .expect("the connection settles")
 }
 
-const DEFAULT: &str = "postgres://postgres@127.0.0.1:5432/test";
-
-async fn url() -> Option<String> {
-    service("POOLER_POSTGRES_URL", DEFAULT, host_port).await
-}
-
 /// A manager whose connections carry `tag` as their application_name.
 fn manager(url: &str, tag: &str) -> PgManager {
     let mut config: tokio_postgres::Config = url.parse().expect("a valid URL");
     config.application_name(tag);
     PgManager::from_config(config)
-}
-
-/// A plain connection for looking at the server from outside the pool.
-async fn admin(url: &str) -> tokio_postgres::Client {
-    let (client, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls)
-        .await
-        .expect("admin connection");
-    tokio::spawn(conn);
-    client
 }
 
 async fn sessions(admin: &tokio_postgres::Client, tag: &str) -> usize {

@@ -4,28 +4,16 @@
 //! deadpool-redis users write them: `query_async(&mut conn)`.
 #![allow(clippy::disallowed_methods)] // tests spawn their own consumers
 
+mod common;
+
 use std::future::Future;
 use std::pin::Pin;
 use std::time::Duration;
 
+use common::{admin, url};
 use pooler::{Manager as _, Member, Pool, PoolConfig, Shutdown};
 use pooler_redis::redis::{self, AsyncCommands};
 use pooler_redis::{RedisConnection, RedisManager};
-use pooler_testkit::{host_port, service};
-
-const DEFAULT: &str = "redis://127.0.0.1:6379";
-
-async fn url() -> Option<String> {
-    service("POOLER_REDIS_URL", DEFAULT, host_port).await
-}
-
-async fn admin(url: &str) -> redis::aio::MultiplexedConnection {
-    redis::Client::open(url)
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .expect("admin connection")
-}
 
 async fn one_of_one(url: &str, name: &str) -> pooler_redis::Pool {
     Pool::start(

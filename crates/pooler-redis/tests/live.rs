@@ -2,27 +2,15 @@
 //! Unreachable, they skip with a notice, or fail under `POOLER_REQUIRE_SERVICES=1`.
 #![allow(clippy::disallowed_methods)] // tests spawn their own consumers
 
+mod common;
+
 use std::time::Duration;
 
+use common::{admin, url};
 use pooler::{Manager as _, Pool, PoolConfig, Shutdown};
 use pooler_redis::RedisManager;
 use pooler_redis::redis::{self, AsyncCommands};
-use pooler_testkit::{Proxy, eventually, host_port, scenarios, service};
-
-const DEFAULT: &str = "redis://127.0.0.1:6379";
-
-async fn url() -> Option<String> {
-    service("POOLER_REDIS_URL", DEFAULT, host_port).await
-}
-
-/// A plain connection for looking at the server from outside the pool.
-async fn admin(url: &str) -> redis::aio::MultiplexedConnection {
-    redis::Client::open(url)
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .expect("admin connection")
-}
+use pooler_testkit::{Proxy, eventually, host_port, scenarios};
 
 /// The ids of the server's clients named `name`.
 async fn clients(admin: &mut redis::aio::MultiplexedConnection, name: &str) -> Vec<u64> {
