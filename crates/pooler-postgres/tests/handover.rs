@@ -6,7 +6,6 @@
 mod common;
 
 use std::future::Future;
-use std::pin::Pin;
 use std::time::Duration;
 
 use common::{admin, url};
@@ -231,107 +230,79 @@ async fn fingerprint(conn: &tokio_postgres::Client) -> Vec<Option<String>> {
         .collect()
 }
 
-type Leave = for<'a> fn(&'a PgConnection) -> Pin<Box<dyn Future<Output = ()> + Send + 'a>>;
+/// A way of leaving state on a session: SQL run over the simple protocol, or something else.
+enum Leave {
+    Sql(&'static str),
+    /// `SET` over the extended protocol (a Parse the scan reads).
+    Extended(&'static str),
+    /// A statement cancelled before its driver wrote it.
+    Cancelled(&'static str),
+}
+
+impl Leave {
+    async fn on(&self, c: &PgConnection) {
+        match *self {
+            Leave::Sql(sql) => c.batch_execute(sql).await.unwrap(),
+            Leave::Extended(sql) => drop(c.execute(sql, &[]).await.unwrap()),
+            Leave::Cancelled(sql) => poll_once_and_drop(c.batch_execute(sql)).await,
+        }
+    }
+}
 
 /// Every way of leaving state on a session that the matrix tries.
 fn ways() -> Vec<(&'static str, Leave)> {
+    use Leave::{Cancelled, Extended, Sql};
     vec![
-        ("SET ROLE", |c| {
-            Box::pin(async move { c.batch_execute("SET ROLE pooler_tenant").await.unwrap() })
-        }),
-        ("SET search_path", |c| {
-            Box::pin(async move {
-                c.batch_execute("SET search_path TO pg_catalog")
-                    .await
-                    .unwrap();
-            })
-        }),
-        ("SET over the extended protocol", |c| {
-            Box::pin(async move {
-                c.execute("SET statement_timeout = 1234", &[])
-                    .await
-                    .unwrap();
-            })
-        }),
-        ("SET SESSION CHARACTERISTICS … READ ONLY", |c| {
-            Box::pin(async move {
-                c.batch_execute("SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY")
-                    .await
-                    .unwrap();
-            })
-        }),
-        ("set_config(…, false) for row-level security", |c| {
-            Box::pin(async move {
-                c.batch_execute("SELECT set_config('app.tenant', '7', false)")
-                    .await
-                    .unwrap();
-            })
-        }),
+        ("SET ROLE", Sql("SET ROLE pooler_tenant")),
+        ("SET search_path", Sql("SET search_path TO pg_catalog")),
+        (
+            "SET over the extended protocol",
+            Extended("SET statement_timeout = 1234"),
+        ),
+        (
+            "SET SESSION CHARACTERISTICS … READ ONLY",
+            Sql("SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY"),
+        ),
+        (
+            "set_config(…, false) for row-level security",
+            Sql("SELECT set_config('app.tenant', '7', false)"),
+        ),
         (
             "SET ROLE inside a DO block (seen through the reported parameter)",
-            |c| {
-                Box::pin(async move {
-                    c.batch_execute("DO $$BEGIN EXECUTE 'SET ROLE pooler_tenant'; END$$")
-                        .await
-                        .unwrap();
-                })
-            },
+            Sql("DO $$BEGIN EXECUTE 'SET ROLE pooler_tenant'; END$$"),
         ),
-        ("a temporary table", |c| {
-            Box::pin(async move {
-                c.batch_execute("CREATE TEMP TABLE pooler_tmp (x int)")
-                    .await
-                    .unwrap();
-            })
-        }),
-        ("a statement PREPAREd in SQL", |c| {
-            Box::pin(async move {
-                c.batch_execute("PREPARE pooler_p AS SELECT 1")
-                    .await
-                    .unwrap();
-            })
-        }),
-        ("LISTEN", |c| {
-            Box::pin(async move { c.batch_execute("LISTEN pooler_channel").await.unwrap() })
-        }),
-        ("a session advisory lock", |c| {
-            Box::pin(async move {
-                c.batch_execute("SELECT pg_advisory_lock(4242)")
-                    .await
-                    .unwrap();
-            })
-        }),
-        ("a cursor WITH HOLD", |c| {
-            Box::pin(async move {
-                c.batch_execute("BEGIN; DECLARE pooler_c CURSOR WITH HOLD FOR SELECT 1; COMMIT")
-                    .await
-                    .unwrap();
-            })
-        }),
-        ("SET ROLE left inside an open transaction", |c| {
-            Box::pin(async move {
-                c.batch_execute("SET ROLE pooler_tenant; BEGIN; SELECT 1")
-                    .await
-                    .unwrap();
-            })
-        }),
-        ("SET ROLE cancelled before it was written", |c| {
-            Box::pin(
-                async move { poll_once_and_drop(c.batch_execute("SET ROLE pooler_tenant")).await },
-            )
-        }),
-        ("everything at once", |c| {
-            Box::pin(async move {
-                c.batch_execute(
-                    "SET ROLE pooler_tenant; SET search_path TO pg_catalog; \
-                     SELECT set_config('app.tenant', '7', false); LISTEN pooler_channel; \
-                     CREATE TEMP TABLE pooler_tmp2 (x int); PREPARE pooler_q AS SELECT 2; \
-                     SELECT pg_advisory_lock(4243)",
-                )
-                .await
-                .unwrap();
-            })
-        }),
+        (
+            "a temporary table",
+            Sql("CREATE TEMP TABLE pooler_tmp (x int)"),
+        ),
+        (
+            "a statement PREPAREd in SQL",
+            Sql("PREPARE pooler_p AS SELECT 1"),
+        ),
+        ("LISTEN", Sql("LISTEN pooler_channel")),
+        (
+            "a session advisory lock",
+            Sql("SELECT pg_advisory_lock(4242)"),
+        ),
+        (
+            "a cursor WITH HOLD",
+            Sql("BEGIN; DECLARE pooler_c CURSOR WITH HOLD FOR SELECT 1; COMMIT"),
+        ),
+        (
+            "SET ROLE left inside an open transaction",
+            Sql("SET ROLE pooler_tenant; BEGIN; SELECT 1"),
+        ),
+        (
+            "SET ROLE cancelled before it was written",
+            Cancelled("SET ROLE pooler_tenant"),
+        ),
+        (
+            "everything at once",
+            Sql("SET ROLE pooler_tenant; SET search_path TO pg_catalog; \
+                 SELECT set_config('app.tenant', '7', false); LISTEN pooler_channel; \
+                 CREATE TEMP TABLE pooler_tmp2 (x int); PREPARE pooler_q AS SELECT 2; \
+                 SELECT pg_advisory_lock(4243)"),
+        ),
     ]
 }
 
@@ -364,7 +335,7 @@ async fn the_next_user_sees_a_session_like_a_new_one_in_every_cleaning_mode() {
             let pool = one_of_one(&url, "pg-matrix", recycle.clone()).await;
             let conn = take(&pool).await;
             let id = Member::id(&conn);
-            leave(&conn).await;
+            leave.on(&conn).await;
             drop(conn);
             let conn = take(&pool).await;
             assert_eq!(
