@@ -211,12 +211,37 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
     sorted[((sorted.len() - 1) as f64 * p).round() as usize]
 }
 
+/// Writes to standard output. A reader that has gone (`pooler-demo --plain | head`) ends the
+/// demo quietly, as command-line tools do, rather than with a panic on the closed pipe.
+fn say(text: &str) {
+    let mut out = std::io::stdout().lock();
+    if out
+        .write_all(text.as_bytes())
+        .and_then(|()| out.flush())
+        .is_err()
+    {
+        std::process::exit(0);
+    }
+}
+
+/// `println!` through [`say`].
+macro_rules! sayln {
+    ($($arg:tt)*) => {{
+        let mut line = format!($($arg)*);
+        line.push('\n');
+        say(&line);
+    }};
+}
+
 fn summary(tallies: &Tallies, sims: &BTreeMap<String, Sim>, events: &EventLog) {
     use std::sync::atomic::Ordering::Relaxed;
-    println!("\nsummary");
-    println!(
+    sayln!("\nsummary");
+    sayln!(
         "{:<16} {:>7} {:>10} {:>10}  errors by reason",
-        "taken from", "takes", "wait p50", "wait p99"
+        "taken from",
+        "takes",
+        "wait p50",
+        "wait p99"
     );
     let tallies = tallies
         .lock()
@@ -233,27 +258,31 @@ fn summary(tallies: &Tallies, sims: &BTreeMap<String, Sim>, events: &EventLog) {
                 .collect::<Vec<_>>()
                 .join(" ")
         };
-        println!(
+        sayln!(
             "{target:<16} {:>7} {:>10} {:>10}  {errors}",
             waits.len(),
             format!("{:.1?}", percentile(&waits, 0.5)),
             format!("{:.1?}", percentile(&waits, 0.99)),
         );
     }
-    println!("\nwhat the pools did (pooler's events, by kind)");
+    sayln!("\nwhat the pools did (pooler's events, by kind)");
     for (message, n) in events.counts() {
-        println!("{n:>6}  {message}");
+        sayln!("{n:>6}  {message}");
     }
     if sims.is_empty() {
         return;
     }
-    println!(
+    sayln!(
         "\n{:<16} {:>8} {:>13} {:>8} {:>8}",
-        "pool", "started", "failed starts", "crashed", "stopped"
+        "pool",
+        "started",
+        "failed starts",
+        "crashed",
+        "stopped"
     );
     for (name, sim) in sims {
         let c = &sim.counts;
-        println!(
+        sayln!(
             "{name:<16} {:>8} {:>13} {:>8} {:>8}",
             c.started.load(Relaxed),
             c.failed_starts.load(Relaxed),
@@ -267,7 +296,7 @@ fn summary(tallies: &Tallies, sims: &BTreeMap<String, Sim>, events: &EventLog) {
 async fn main() {
     let args = Args::parse();
     if args.print_default_file {
-        print!("{DEFAULT_POOLS}");
+        say(DEFAULT_POOLS);
         return;
     }
     let live = !args.plain && std::io::stdout().is_terminal();
@@ -403,8 +432,7 @@ async fn main() {
                 end = Instant::now();
             }
         } else if last_line.elapsed() >= Duration::from_secs(1) {
-            print!("{}", view.plain(&status));
-            let _ = std::io::stdout().flush();
+            say(&view.plain(&status));
             last_line = Instant::now();
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -415,6 +443,9 @@ async fn main() {
     }
     if terminal.take().is_some() {
         ratatui::restore();
+        // The live view showed the events as they came: after it, the pools' last state and
+        // the summary, not the whole log again.
+        view.caught_up();
     }
     view.sample(&pooler);
     let status = Status {
@@ -423,7 +454,7 @@ async fn main() {
         burst: false,
         consumers: 0,
     };
-    print!("{}", view.plain(&status));
+    say(&view.plain(&status));
     pooler.close(Shutdown::Graceful).await;
     summary(&tallies, &sims, &events);
 }

@@ -74,6 +74,13 @@ impl View {
     }
 
     /// Plain output: one line per pool, then the events since the last call.
+    /// Counts every event logged so far as shown.
+    pub(crate) fn caught_up(&mut self) {
+        if let Some(last) = self.events.since(self.printed).last() {
+            self.printed = last.seq + 1;
+        }
+    }
+
     pub(crate) fn plain(&mut self, status: &Status) -> String {
         let mut out = String::new();
         let t = status.elapsed.as_secs_f64();

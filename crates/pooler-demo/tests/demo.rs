@@ -258,7 +258,40 @@ fn the_live_view_draws_pools_and_events_and_quits_on_q() {
     }
     tmux(&["send-keys", "-t", "demo", "q"]).unwrap();
     let screen = wait_for(&|s| s.contains("demo-exited-"), "q did not end the run");
+    // Everything written after the live view, scrollback included: the pools' last state and
+    // the summary, not the event log the view already showed.
+    let after = tmux(&["capture-pane", "-p", "-S", "-", "-t", "demo"]).unwrap();
+    let after = String::from_utf8_lossy(&after.stdout).into_owned();
     let _ = tmux(&["kill-server"]);
     assert!(screen.contains("demo-exited-0"), "{screen}");
     assert!(screen.contains("summary"), "{screen}");
+    assert!(
+        !after.contains(" event "),
+        "the event log was printed again after the live view:\n{after}"
+    );
+}
+
+/// `--plain` piped into a reader that stops early (`| head`) ends quietly, not with a panic
+/// on the closed pipe.
+#[test]
+fn a_closed_pipe_ends_the_demo_quietly() {
+    use std::io::Read as _;
+    let mut child = demo()
+        .args(["--plain", "--duration", "5s"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first = [0u8; 64];
+    child
+        .stdout
+        .as_mut()
+        .unwrap()
+        .read_exact(&mut first)
+        .unwrap();
+    drop(child.stdout.take());
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert!(out.status.success(), "{:?}: {stderr}", out.status);
 }
