@@ -47,6 +47,8 @@ pub(crate) trait Lives<M: Manager>: Slots + Deaths {
     );
     /// Where a new member's driver tasks report their end.
     fn deaths(self: Arc<Self>) -> Weak<dyn Deaths>;
+    /// A start's attempt (after any backoff wait) ended after `took`, well or badly.
+    fn start_took(&self, took: Duration);
 }
 
 /// A reserved start. Dropped while armed (the start was cancelled: a close, or the runtime
@@ -122,21 +124,26 @@ pub(crate) async fn run_start<M: Manager, L: Lives<M>>(slot: StartSlot<L>, delay
         if !delay.is_zero() {
             tokio::time::sleep(delay).await;
         }
-        let deadline = Instant::now() + limit;
-        let mut member = match tokio::time::timeout_at(deadline, manager.start(&ctx)).await {
-            Ok(Ok(member)) => member,
-            Ok(Err(e)) => return Err((StartError::Manager(Arc::new(e)), None)),
-            Err(_) => return Err((StartError::TimedOut(limit), None)),
+        let began = Instant::now();
+        let deadline = began + limit;
+        let start = async {
+            let mut member = match tokio::time::timeout_at(deadline, manager.start(&ctx)).await {
+                Ok(Ok(member)) => member,
+                Ok(Err(e)) => return Err((StartError::Manager(Arc::new(e)), None)),
+                Err(_) => return Err((StartError::TimedOut(limit), None)),
+            };
+            match tokio::time::timeout_at(deadline, manager.initialize(&mut member)).await {
+                Ok(Ok(())) => Ok(member),
+                Ok(Err(e)) => Err((StartError::Manager(Arc::new(e)), Some(member))),
+                Err(_) => Err((StartError::TimedOut(limit), Some(member))),
+            }
         };
-        match tokio::time::timeout_at(deadline, manager.initialize(&mut member)).await {
-            Ok(Ok(())) => Ok(member),
-            Ok(Err(e)) => Err((StartError::Manager(Arc::new(e)), Some(member))),
-            Err(_) => Err((StartError::TimedOut(limit), Some(member))),
-        }
+        // A panic in the manager is a failed start.
+        let outcome = AssertUnwindSafe(start).catch_unwind().await;
+        pool.start_took(began.elapsed());
+        outcome
     };
-    // A panic in the manager is a failed start; a close drops the attempt here (and the
-    // slot's Drop gives the slot back).
-    let attempt = AssertUnwindSafe(attempt).catch_unwind();
+    // A close drops the attempt here (and the slot's Drop gives the slot back).
     let Some(outcome) = pool.supervisor().closing.run_until_cancelled(attempt).await else {
         return;
     };

@@ -72,6 +72,20 @@ const REMOVAL_REASONS: &[&str] = &[
     "failed",
     "reconfigured",
 ];
+const START_FAILURE_REASONS: &[&str] = &["error", "timeout", "died", "panicked", "broken"];
+
+/// The `reason` label of a failed start.
+pub(crate) fn start_failure_reason(error: &crate::error::StartError) -> usize {
+    use crate::error::StartError;
+    match error {
+        StartError::Manager(_) => 0,
+        StartError::TimedOut(_) => 1,
+        StartError::Died => 2,
+        StartError::Panicked => 3,
+        StartError::Broken => 4,
+    }
+}
+
 const NO_MEMBER_REASONS: &[&str] = &[
     "at_capacity",
     "all_in_use",
@@ -153,7 +167,28 @@ const DESCRIPTORS: &[Descriptor] = &[
         &[],
         "Member starts cancelled at member_start_timeout."
     ),
+    descriptor!(
+        "pooler_start_failed_total",
+        Counter,
+        POOL_REASON,
+        START_FAILURE_REASONS,
+        "Member starts that failed, by reason: the manager's error, member_start_timeout, the member's driver ended, a panic, or is_broken at birth."
+    ),
     descriptor!("pooler_free", Gauge, POOL, &[], "Members free to be taken."),
+    descriptor!(
+        "pooler_max_count",
+        Gauge,
+        POOL,
+        &[],
+        "The pool's max_count (as configured, after each reconfigure)."
+    ),
+    descriptor!(
+        "pooler_init_count",
+        Gauge,
+        POOL,
+        &[],
+        "The pool's init_count (as configured, after each reconfigure)."
+    ),
     descriptor!(
         "pooler_in_use",
         Gauge,
@@ -188,6 +223,13 @@ const DESCRIPTORS: &[Descriptor] = &[
         POOL,
         &[],
         "Time take_member waited for a member, in seconds."
+    ),
+    descriptor!(
+        "pooler_member_start_seconds",
+        Histogram,
+        POOL,
+        &[],
+        "Time a member start took (Manager::start and initialize, after any backoff wait), failed or not, in seconds."
     ),
     descriptor!(
         "pooler_member_use_seconds",
@@ -240,6 +282,9 @@ impl PoolMetrics {
     pub(crate) fn no_member(&self, _: &crate::error::TakeError) {}
     pub(crate) fn killed(&self, _: Reason, _: bool) {}
     pub(crate) fn start_timed_out(&self) {}
+    pub(crate) fn start_failed(&self, _: usize) {}
+    pub(crate) fn start_took(&self, _: std::time::Duration) {}
+    pub(crate) fn limits(&self, _: usize, _: usize) {}
 }
 
 #[cfg(test)]

@@ -92,6 +92,7 @@ impl<M: Manager> Shared<M> {
             hot.set_limits(new.member_order, new.queue_max);
             cold.engine.set_limits(limits(&new), hot.view());
             cold.config = new.clone();
+            self.metrics.limits(new.init_count, new.max_count);
 
             let view = hot.view();
             let live = view.live() + cold.engine.starting();

@@ -186,6 +186,7 @@ pub(crate) fn limits(config: &PoolConfig) -> Limits {
 impl<M: Manager> Shared<M> {
     pub(crate) fn new(config: PoolConfig, manager: M, supervisor: Supervisor) -> Arc<Self> {
         let metrics = PoolMetrics::new(&config.name);
+        metrics.limits(config.init_count, config.max_count);
         let features = Features::new(&config, metrics.wait_live());
         Arc::new_cyclic(|this| Shared {
             name: config.name.as_str().into(),
@@ -1220,6 +1221,8 @@ impl<M: Manager> Lives<M> for Shared<M> {
         if matches!(error, StartError::TimedOut(_)) {
             self.metrics.start_timed_out();
         }
+        self.metrics
+            .start_failed(crate::metrics::start_failure_reason(&error));
         let now = self.clock.now();
         self.cold()
             .engine
@@ -1233,6 +1236,10 @@ impl<M: Manager> Lives<M> for Shared<M> {
         }
         self.notify_if_closing();
         self.refill();
+    }
+
+    fn start_took(&self, took: Duration) {
+        self.metrics.start_took(took);
     }
 
     fn deaths(self: Arc<Self>) -> Weak<dyn Deaths> {

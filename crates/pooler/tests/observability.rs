@@ -226,6 +226,55 @@ async fn metrics_follow_every_change_with_reasons() {
     assert_eq!(uses.len(), 6, "{uses:?}");
 }
 
+/// Starts are measured and their failures counted by reason; `max_count` and `init_count`
+/// are gauges, kept current by `reconfigure`.
+#[tokio::test(start_paused = true)]
+async fn starts_are_timed_failures_counted_by_reason_and_limits_published() {
+    let store = recorder::Store::default();
+    let _local = metrics::set_default_local_recorder(&store);
+    let counter = |reason: &str| {
+        store.counter(&format!(
+            "pooler_start_failed_total{{pool=s,reason={reason}}}"
+        ))
+    };
+    let fake = Fake::default();
+    let probe = fake.probe.clone();
+    probe.set_start(Step::Slow(ms(250)));
+    let (pool, _) = pool_with(PoolConfig::new("s", 2, 4), fake).await;
+    let starts = store.values("pooler_member_start_seconds{pool=s}");
+    assert_eq!(starts, [0.25, 0.25], "both initial starts, timed");
+    assert_eq!(store.gauge("pooler_init_count{pool=s}"), 2.0);
+    assert_eq!(store.gauge("pooler_max_count{pool=s}"), 4.0);
+
+    probe.set_start(Step::Err);
+    let held = [
+        pool.try_take_member().unwrap(),
+        pool.try_take_member().unwrap(),
+    ];
+    assert!(pool.try_take_member().is_err(), "starts a batch that fails");
+    settle().await;
+    assert!(counter("error") >= 1, "a manager error");
+    probe.set_start(Step::Panic);
+    advance(Duration::from_secs(11)).await; // past any backoff step
+    assert!(pool.try_take_member().is_err(), "starts another batch");
+    settle().await;
+    assert!(counter("panicked") >= 1, "a panic in start");
+    assert_eq!(counter("timeout"), 0);
+    drop(held);
+
+    pool.reconfigure(
+        pool.config()
+            .to_builder()
+            .init_count(1)
+            .max_count(6)
+            .build()
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(store.gauge("pooler_init_count{pool=s}"), 1.0);
+    assert_eq!(store.gauge("pooler_max_count{pool=s}"), 6.0);
+}
+
 /// Takes a member, waiting for starts if needed (the pool below cannot queue).
 async fn take(pool: &pooler::Pool<Fake>) -> Member<Fake> {
     loop {

@@ -5,7 +5,10 @@ use std::cell::Cell;
 use metrics::{Counter, Gauge, Histogram, IntoF64};
 use tokio::time::Instant;
 
-use super::{DESCRIPTORS, Gauges, MetricKind, NO_MEMBER_REASONS, REMOVAL_REASONS, Reason};
+use super::{
+    DESCRIPTORS, Gauges, MetricKind, NO_MEMBER_REASONS, REMOVAL_REASONS, Reason,
+    START_FAILURE_REASONS,
+};
 use crate::error::TakeError;
 
 /// A value that notes when it is converted for a recorder.
@@ -39,6 +42,10 @@ pub(crate) struct PoolMetrics {
     killed_in_use: [Counter; 5],
     queue_max_reached: Counter,
     start_timeout: Counter,
+    start_failed: [Counter; 5],
+    start_time: Histogram,
+    max_count: Gauge,
+    init_count: Gauge,
     free: Gauge,
     in_use: Gauge,
     starting: Gauge,
@@ -89,7 +96,11 @@ impl PoolMetrics {
             killed_free: by_reason("pooler_killed_free_total", REMOVAL_REASONS),
             killed_in_use: by_reason("pooler_killed_in_use_total", REMOVAL_REASONS),
             queue_max_reached: metrics::counter!("pooler_queue_max_reached_total", "pool" => pool.clone()),
-            start_timeout: metrics::counter!("pooler_starting_member_timeout_total", "pool" => pool),
+            start_timeout: metrics::counter!("pooler_starting_member_timeout_total", "pool" => pool.clone()),
+            start_failed: by_reason("pooler_start_failed_total", START_FAILURE_REASONS),
+            start_time: metrics::histogram!("pooler_member_start_seconds", "pool" => pool.clone()),
+            max_count: metrics::gauge!("pooler_max_count", "pool" => pool.clone()),
+            init_count: metrics::gauge!("pooler_init_count", "pool" => pool),
             free,
             in_use,
             starting,
@@ -201,6 +212,26 @@ impl PoolMetrics {
 
     pub(crate) fn start_timed_out(&self) {
         self.start_timeout.increment(1);
+    }
+
+    /// A start failed, for the reason at `reason` in the start-failure reasons.
+    pub(crate) fn start_failed(&self, reason: usize) {
+        if let Some(counter) = self.start_failed.get(reason) {
+            counter.increment(1);
+        }
+    }
+
+    /// A start ended (well or badly) after `took`.
+    pub(crate) fn start_took(&self, took: std::time::Duration) {
+        self.start_time.record(took.as_secs_f64());
+    }
+
+    /// The configured `init_count` and `max_count`.
+    pub(crate) fn limits(&self, init_count: usize, max_count: usize) {
+        self.init_count
+            .set(u32::try_from(init_count).unwrap_or(u32::MAX));
+        self.max_count
+            .set(u32::try_from(max_count).unwrap_or(u32::MAX));
     }
 }
 
