@@ -68,7 +68,8 @@ pub enum Recycle {
     Custom(ResetQuery),
     /// One round trip on every return asks whether the last user left an explicit transaction
     /// open (`now() = statement_timestamp()` is false only inside one); if so it is rolled
-    /// back. The session's state is left as it is.
+    /// back; a connection whose transaction failed cannot answer and is replaced. The
+    /// session's state is left as it is.
     Query,
     /// Nothing: the connection goes back as it is (for code that only uses
     /// `Client::transaction`, whose guard rolls back on drop, and never cancels a query).
@@ -564,7 +565,7 @@ where
             .await
             .map_err(PgError::Hook)?;
         // What the hook set is the session every user starts from.
-        conn.parts.seen.settled().await;
+        let _ = tokio::time::timeout(SETTLE, conn.parts.seen.settled()).await;
         conn.parts.seen.resync();
         Ok(())
     }
@@ -620,8 +621,10 @@ where
             .run_after_return(conn)
             .await
             .map_err(PgError::Hook)?;
-        // The hooks' own statements are part of the clean session they leave.
-        conn.parts.seen.settled().await;
+        // The hooks' own statements are part of the clean session they leave; they were
+        // answered, so past a short wait for the driver the counts can only be off by a
+        // protocol turn the layer does not follow, which the resync heals.
+        let _ = tokio::time::timeout(SETTLE, conn.parts.seen.settled()).await;
         conn.parts.seen.resync();
         Ok(())
     }
@@ -648,7 +651,12 @@ async fn clean(recycle: &Recycle, conn: &mut PgConnection) -> Result<bool, PgErr
     use session::Dirt;
     let status = match recycle {
         Recycle::Nothing => return Ok(false),
-        Recycle::Query => return rollback_if_open(conn).await.map(|()| false),
+        Recycle::Query => {
+            rollback_if_open(conn).await?;
+            // Our answer came last: every request is answered, whatever the layer counted.
+            conn.parts.seen.resync();
+            return Ok(false);
+        }
         _ => match tokio::time::timeout(SETTLE, conn.parts.seen.settled()).await {
             Ok(status) => status,
             Err(_) => TxStatus::Unsettled,
