@@ -19,7 +19,9 @@ use tokio_postgres::{CancelToken, Client, Config, NoTls, SimpleQueryMessage, Sta
 pub use crate::connect::{PgError, PgSocket, WatchTls, WatchedSocket};
 #[cfg(feature = "serde")]
 #[cfg_attr(docsrs, doc(cfg(feature = "serde")))]
-pub use crate::settings::{PgSettings, SslModeName};
+pub use crate::settings::{
+    ChannelBindingName, LoadBalanceName, PgSettings, SessionAttrsName, SslModeName,
+};
 pub use crate::statements::CacheStats;
 pub use crate::watch::{TxStatus, Watched};
 pub use pooler;

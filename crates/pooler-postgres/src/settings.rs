@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use tokio_postgres::Config;
-use tokio_postgres::config::{Host, SslMode};
+use tokio_postgres::config::{ChannelBinding, Host, LoadBalanceHosts, SslMode, TargetSessionAttrs};
 
 /// Connection settings, read with serde: every field is optional, as in a connection string.
 ///
@@ -19,8 +19,20 @@ use tokio_postgres::config::{Host, SslMode};
 /// connect_timeout = "5s"
 /// ```
 ///
-/// `url` may stand in for the other fields, or give a base they override (`host` and `port`
-/// replace the URL's hosts and ports; its other settings stay).
+/// `url` may stand in for the other fields, or give a base they override (`host`, `port` and
+/// `ports` replace the URL's hosts and ports; its other settings stay). As in libpq, `host`
+/// may list several hosts, comma-separated, tried in turn (`load_balance_hosts = "random"`
+/// shuffles them); `ports` gives one port a host, `port` one for all.
+///
+/// ```toml
+/// host = "pg-a.internal,pg-b.internal"
+/// ports = [5432, 5433]
+/// target_session_attrs = "read-write"
+/// load_balance_hosts = "random"
+/// options = "-c statement_timeout=5000"
+/// keepalives_idle = "30s"
+/// channel_binding = "require"
+/// ```
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 #[non_exhaustive]
@@ -44,6 +56,68 @@ pub struct PgSettings {
     /// How long opening the socket may take, in pooler's time forms (`"5s"`, `5000`, `[5, "sec"]`).
     #[serde(default, deserialize_with = "pooler::time::option::deserialize")]
     pub connect_timeout: Option<Duration>,
+    /// One port a host, in the order of `host` (in place of `port`).
+    pub ports: Option<Vec<u16>>,
+    /// Command-line options sent to the server at startup (`-c name=value …`).
+    pub options: Option<String>,
+    /// Which kind of session to accept among the hosts: `any` (the default), `read-write`
+    /// or `read-only`.
+    pub target_session_attrs: Option<SessionAttrsName>,
+    /// The order hosts are tried in: `disable` (as listed, the default) or `random`.
+    pub load_balance_hosts: Option<LoadBalanceName>,
+    /// SCRAM channel binding: `disable`, `prefer` (the default) or `require`.
+    pub channel_binding: Option<ChannelBindingName>,
+    /// TCP keepalives on the connection's socket (default on).
+    pub keepalives: Option<bool>,
+    /// Idle time before the first keepalive (default 2 hours), in pooler's time forms.
+    #[serde(default, deserialize_with = "pooler::time::option::deserialize")]
+    pub keepalives_idle: Option<Duration>,
+    /// Time between keepalives, in pooler's time forms.
+    #[serde(default, deserialize_with = "pooler::time::option::deserialize")]
+    pub keepalives_interval: Option<Duration>,
+    /// Keepalives unanswered before the connection is dropped.
+    pub keepalives_retries: Option<u32>,
+    /// How long sent data may stay unacknowledged before the connection is dropped (Linux's
+    /// `TCP_USER_TIMEOUT`), in pooler's time forms.
+    #[serde(default, deserialize_with = "pooler::time::option::deserialize")]
+    pub tcp_user_timeout: Option<Duration>,
+}
+
+/// The `target_session_attrs` values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+#[non_exhaustive]
+pub enum SessionAttrsName {
+    /// Any session.
+    Any,
+    /// A session that accepts writes (a primary).
+    ReadWrite,
+    /// A read-only session (a standby).
+    ReadOnly,
+}
+
+/// The `load_balance_hosts` values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+#[non_exhaustive]
+pub enum LoadBalanceName {
+    /// The hosts in the order listed.
+    Disable,
+    /// The hosts in a random order, for each connection.
+    Random,
+}
+
+/// The `channel_binding` values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+#[non_exhaustive]
+pub enum ChannelBindingName {
+    /// Never bind.
+    Disable,
+    /// Bind when the server and TLS allow.
+    Prefer,
+    /// Bind or no connection.
+    Require,
 }
 
 /// The `sslmode` values.
@@ -72,13 +146,15 @@ impl PgSettings {
         };
         // tokio-postgres only adds to a config's hosts and ports: to replace the URL's, start
         // again from its other settings.
-        let mut config = if self.host.is_none() && self.port.is_none() {
+        let mut config = if self.host.is_none() && self.port.is_none() && self.ports.is_none() {
             base
         } else {
             let mut config = without_addresses(&base);
             match &self.host {
-                Some(host) => {
-                    config.host(host);
+                Some(hosts) => {
+                    for host in hosts.split(',').map(str::trim).filter(|h| !h.is_empty()) {
+                        config.host(host);
+                    }
                 }
                 None => {
                     for host in base.get_hosts() {
@@ -93,11 +169,16 @@ impl PgSettings {
                     }
                 }
             }
-            match self.port {
-                Some(port) => {
+            match (&self.ports, self.port) {
+                (Some(ports), _) => {
+                    for &port in ports {
+                        config.port(port);
+                    }
+                }
+                (None, Some(port)) => {
                     config.port(port);
                 }
-                None => {
+                (None, None) => {
                     for &port in base.get_ports() {
                         config.port(port);
                     }
@@ -126,6 +207,44 @@ impl PgSettings {
         }
         if let Some(timeout) = self.connect_timeout {
             config.connect_timeout(timeout);
+        }
+        if let Some(options) = &self.options {
+            config.options(options);
+        }
+        if let Some(attrs) = self.target_session_attrs {
+            config.target_session_attrs(match attrs {
+                SessionAttrsName::Any => TargetSessionAttrs::Any,
+                SessionAttrsName::ReadWrite => TargetSessionAttrs::ReadWrite,
+                SessionAttrsName::ReadOnly => TargetSessionAttrs::ReadOnly,
+            });
+        }
+        if let Some(order) = self.load_balance_hosts {
+            config.load_balance_hosts(match order {
+                LoadBalanceName::Disable => LoadBalanceHosts::Disable,
+                LoadBalanceName::Random => LoadBalanceHosts::Random,
+            });
+        }
+        if let Some(binding) = self.channel_binding {
+            config.channel_binding(match binding {
+                ChannelBindingName::Disable => ChannelBinding::Disable,
+                ChannelBindingName::Prefer => ChannelBinding::Prefer,
+                ChannelBindingName::Require => ChannelBinding::Require,
+            });
+        }
+        if let Some(on) = self.keepalives {
+            config.keepalives(on);
+        }
+        if let Some(idle) = self.keepalives_idle {
+            config.keepalives_idle(idle);
+        }
+        if let Some(interval) = self.keepalives_interval {
+            config.keepalives_interval(interval);
+        }
+        if let Some(retries) = self.keepalives_retries {
+            config.keepalives_retries(retries);
+        }
+        if let Some(timeout) = self.tcp_user_timeout {
+            config.tcp_user_timeout(timeout);
         }
         Ok(config)
     }
@@ -203,6 +322,52 @@ mod tests {
         assert_eq!(config.get_ssl_mode(), SslMode::Require);
         assert_eq!(config.get_application_name(), Some("orders"));
         assert_eq!(config.get_connect_timeout(), Some(&Duration::from_secs(5)));
+    }
+
+    #[test]
+    fn the_keys_a_deadpool_config_has_reach_the_config_too() {
+        let settings: PgSettings = toml::from_str(
+            r#"
+            host = "pg-a, pg-b"
+            ports = [5432, 5433]
+            options = "-c statement_timeout=5000"
+            target_session_attrs = "read-write"
+            load_balance_hosts = "random"
+            channel_binding = "require"
+            keepalives = false
+            keepalives_idle = "30s"
+            keepalives_interval = "5s"
+            keepalives_retries = 4
+            tcp_user_timeout = "10s"
+            "#,
+        )
+        .unwrap();
+        let config = settings.to_config().unwrap();
+        assert_eq!(
+            config.get_hosts(),
+            [Host::Tcp("pg-a".into()), Host::Tcp("pg-b".into())]
+        );
+        assert_eq!(config.get_ports(), [5432, 5433]);
+        assert_eq!(config.get_options(), Some("-c statement_timeout=5000"));
+        assert_eq!(
+            config.get_target_session_attrs(),
+            TargetSessionAttrs::ReadWrite
+        );
+        assert_eq!(config.get_load_balance_hosts(), LoadBalanceHosts::Random);
+        assert_eq!(config.get_channel_binding(), ChannelBinding::Require);
+        assert!(!config.get_keepalives());
+        assert_eq!(config.get_keepalives_idle(), Duration::from_secs(30));
+        assert_eq!(
+            config.get_keepalives_interval(),
+            Some(Duration::from_secs(5))
+        );
+        assert_eq!(config.get_keepalives_retries(), Some(4));
+        assert_eq!(
+            config.get_tcp_user_timeout(),
+            Some(&Duration::from_secs(10))
+        );
+        let e = toml::from_str::<PgSettings>("target_session_attrs = \"primary-ish\"").unwrap_err();
+        assert!(e.to_string().contains("primary-ish"), "{e}");
     }
 
     #[test]
