@@ -1,5 +1,5 @@
 //! The start policy while starts fail: backoff steps, the one delayed start, and the error
-//! that takes carry meanwhile (SPEC §6, docs/design.md "Failing starts").
+//! that takes carry meanwhile (docs/design.md, "Failing starts").
 //!
 //! The wait after `n` steps is drawn uniformly from `[0, min(100 ms × 2^(n−1), 10 s)]` ("full
 //! jitter"), so processes whose backend died together do not come back in lockstep.

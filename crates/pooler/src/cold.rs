@@ -93,7 +93,7 @@ pub(crate) enum Empty {
     /// No member is free, there is room, and a start is under way that may serve the taker.
     AllInUse,
     /// Starts are failing and nothing can reach the taker before its deadline: no member in
-    /// use, no start in flight that attempts by then (SPEC §6).
+    /// use, no start in flight that attempts by then (docs/design.md, "Failing starts").
     Unavailable,
     /// The pool is closed.
     Closed,
@@ -213,7 +213,7 @@ impl<P> Cold<P> {
 
     // ---- takes ------------------------------------------------------------------------
 
-    /// A take at `now` that found nothing free (SPEC §4.1, §6): why, and the starts it
+    /// A take at `now` that found nothing free (docs/design.md, "Taking" and "Failing starts"): why, and the starts it
     /// decided — a batch of `max(min(init − starting, room), 1)`, or while starts are failing
     /// the one backoff start. `deadline` is when the taker stops waiting.
     pub(crate) fn take(&mut self, now: Instant, deadline: Instant, view: View) -> (Empty, Starts) {
@@ -476,7 +476,7 @@ impl<P> Cold<P> {
 
     // ---- lifecycle: cull, lifetimes, reconfigure, stats -------------------------------
 
-    /// A cull tick (SPEC §4.6): records `peak` (the highest in-use count since the last tick,
+    /// A cull tick (docs/design.md, "Culling"): records `peak` (the highest in-use count since the last tick,
     /// last seen at `seen`) in the demand window and says how many free members are beyond
     /// `max(init_count, the window's peak)`, to be stopped oldest idle first.
     pub(crate) fn cull(
@@ -603,7 +603,7 @@ mod tests {
         assert_eq!(
             (why, starts.slots.len()),
             (Empty::AtCapacity, 0),
-            "full with starts in flight, and this take started none (SPEC §6)"
+            "full with starts in flight, and this take started none (docs/design.md, \"Failing starts\")"
         );
         assert!(!c.saturated(view(0, 0, 0)) || c.starting == 4);
         c.check_all(view(0, 0, 0));

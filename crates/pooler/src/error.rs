@@ -104,12 +104,6 @@ pub enum TakeError {
         /// The most recent start failure.
         source: StartError,
     },
-    /// No pool of that name (and member type) is registered in the [`Pooler`](crate::Pooler).
-    #[error("pool `{pool}`: no such pool")]
-    NoSuchPool {
-        /// The name asked for.
-        pool: Arc<str>,
-    },
     /// No pool of the member type asked for belongs to that group.
     #[error("group `{group}`: no such group, or no pool in it")]
     NoSuchGroup {
@@ -145,7 +139,6 @@ impl TakeError {
     pub fn pool(&self) -> &str {
         match self {
             Self::NoSuchGroup { group } => group,
-            Self::NoSuchPool { pool } => pool,
             Self::AtCapacity { pool }
             | Self::AllInUse { pool }
             | Self::QueueFull { pool, .. }
@@ -166,7 +159,7 @@ impl TakeError {
             Self::QueueFull { .. } | Self::QueueShrunk { .. } => "queue_full",
             Self::Timeout { .. } => "timeout",
             Self::Closed { .. } | Self::RuntimeGone { .. } => "closed",
-            Self::NoSuchPool { .. } | Self::NoSuchGroup { .. } => "no_such_pool",
+            Self::NoSuchGroup { .. } => "no_such_pool",
             Self::Unavailable { .. } => "failed",
         }
     }

@@ -206,7 +206,7 @@ impl Drop for DeathWatch {
     }
 }
 
-/// Asks the manager's `is_broken`; a panic in it means broken (SPEC §6).
+/// Asks the manager's `is_broken`; a panic in it means broken (docs/design.md, "Faults in user code and in tasks").
 pub(crate) fn is_broken<M: Manager>(manager: &M, member: &M::Member, pool: &str) -> bool {
     catch_unwind(AssertUnwindSafe(|| manager.is_broken(member))).unwrap_or_else(|_| {
         tracing::error!(pool = %pool, "Manager::is_broken panicked; the member counts as broken");
@@ -215,7 +215,8 @@ pub(crate) fn is_broken<M: Manager>(manager: &M, member: &M::Member, pool: &str)
 }
 
 /// What a member given back in good order needs, by the manager's `is_broken` and
-/// `needs_recycle`; a panic in either means broken (SPEC §6).
+/// `needs_recycle`; a panic in either means broken (docs/design.md, "Faults in user code and in
+/// tasks").
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Returned {
     Fit,

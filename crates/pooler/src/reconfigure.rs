@@ -69,7 +69,7 @@ impl<M: Manager> Shared<M> {
                 return Err(ConfigError::Closed { pool: old.name });
             }
             let view = hot.view();
-            // Members already stopping are part of the excess (SPEC §6): only the members
+            // Members already stopping are part of the excess (docs/design.md, "Reconfigure"): only the members
             // that would stay beyond the new cap must be stopped, from the free ones.
             let staying = view.live() + cold.engine.starting();
             let to_stop = staying.saturating_sub(new.max_count);

@@ -10,7 +10,7 @@
 //! spawned under either (a task dropped inside its spawn takes them in its guard).
 
 use std::collections::HashSet;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
@@ -57,7 +57,6 @@ pub(crate) struct Features {
     flags: AtomicU64,
     /// `idle_check_threshold` in nanoseconds; `u64::MAX`: none.
     idle_check: AtomicU64,
-    auto_grow: AtomicBool,
     /// The wait histogram reaches a recorder.
     waits_live: bool,
 }
@@ -81,7 +80,6 @@ impl Features {
         let f = Features {
             flags: AtomicU64::new(0),
             idle_check: AtomicU64::new(u64::MAX),
-            auto_grow: AtomicBool::new(false),
             waits_live,
         };
         f.set(config);
@@ -109,8 +107,6 @@ impl Features {
             u64::try_from(d.as_nanos()).unwrap_or(u64::MAX - 1)
         });
         self.idle_check.store(idle, Relaxed);
-        self.auto_grow
-            .store(config.auto_grow_threshold.is_some(), Relaxed);
         self.flags.store(flags, Relaxed);
     }
 
@@ -120,7 +116,7 @@ impl Features {
     }
 }
 
-/// When a take stops waiting, for the fail-fast rule (SPEC §6).
+/// When a take stops waiting, for the fail-fast rule (docs/design.md, "Failing starts").
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Deadline {
     /// This long after the attempt.
@@ -608,7 +604,7 @@ impl<M: Manager> Shared<M> {
         }
         match reason {
             Some(reason) => self.replace(held, reason, origin != Origin::Checked),
-            None if returned == Returned::Recycle => self.spawn_recycle(held, now),
+            None if returned == Returned::Recycle => self.spawn_recycle(held),
             None => {
                 held.meta.set_since(stamp);
                 if let Err(held) = self.hot.give(held, stamp) {
@@ -646,9 +642,8 @@ impl<M: Manager> Shared<M> {
     /// Recycles a returned member in a supervised task; it stays in use meanwhile, held by a
     /// guard marked mid-use, so a panic, a close (which cancels the recycle) or a task that
     /// never runs destroys it rather than handing it out unrecycled.
-    fn spawn_recycle(&self, held: Held<M::Member>, now: Instant) {
+    fn spawn_recycle(&self, held: Held<M::Member>) {
         let shared = self.arc();
-        let _ = now;
         let mut member: Member<M> = Member::new(shared.home(), held, Origin::Recycled, 0);
         member.set_mid_use(true);
         let closing = self.supervisor.closing.clone();
@@ -733,7 +728,7 @@ impl<M: Manager> Shared<M> {
 
     // ---- lifecycle: cull, expiries, health, leaks, housekeeping -----------------------
 
-    /// One cull (SPEC §4.6): free members beyond the window's demand are retired, oldest idle
+    /// One cull (docs/design.md, "Culling"): free members beyond the window's demand are retired, oldest idle
     /// first.
     pub(crate) fn cull(&self) {
         let now = self.clock.now();

@@ -1,4 +1,4 @@
-//! Outages and blips: how failed starts back off, and when a take fails fast (SPEC §6).
+//! Outages and blips: how failed starts back off, and when a take fails fast (docs/design.md, "Failing starts").
 #![allow(clippy::disallowed_methods)] // tests spawn their own consumers
 
 mod common;
@@ -107,7 +107,7 @@ async fn a_take_fails_fast_only_when_nothing_can_reach_it_in_time() {
     assert!(t.elapsed() >= ms(100), "{:?}", t.elapsed());
 }
 
-/// SPEC §6: with the capacity filled by starts in flight, a take that starts nothing is
+/// docs/design.md, "Failing starts": with the capacity filled by starts in flight, a take that starts nothing is
 /// `AtCapacity`; `AllInUse` says this take started members.
 #[tokio::test(start_paused = true)]
 async fn a_take_that_starts_nothing_at_capacity_is_at_capacity() {

@@ -122,7 +122,7 @@ async fn fixed_size_pools_and_a_zero_interval_never_cull() {
 }
 
 /// Regression: a peak was stamped with the tick that recorded it, not with when it was seen,
-/// so it held the pool up to a whole cull interval longer than `max_age` (SPEC §6).
+/// so it held the pool up to a whole cull interval longer than `max_age` (docs/design.md, "Culling").
 #[tokio::test(start_paused = true)]
 async fn a_peak_counts_for_max_age_from_when_it_was_last_seen() {
     let config = PoolConfig::new("p", 1, 10)

@@ -91,7 +91,7 @@ async fn an_outage_fails_fast_backs_off_and_refills_when_the_backend_returns() {
     assert_eq!(probe.attempts(), 3);
 
     // The three starts failed together: one backoff step, the next attempt 100 ms away. A
-    // take whose deadline comes first fails at once with the manager's error (SPEC §6).
+    // take whose deadline comes first fails at once with the manager's error (docs/design.md, "Failing starts").
     let t0 = tokio::time::Instant::now();
     let e = pool.take_member(ms(50)).await.unwrap_err();
     assert_eq!(t0.elapsed(), Duration::ZERO);

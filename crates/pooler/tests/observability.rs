@@ -349,7 +349,7 @@ async fn tracing_events_name_the_pool() {
     );
 }
 
-/// SPEC §6 counting: every take attempt is a take (failures also by reason), and a free
+/// Counting (docs/design.md, "Counting"): every take attempt is a take (failures also by reason), and a free
 /// member that fails its scheduled check is a `killed_free`, not a `killed_in_use`.
 #[tokio::test(start_paused = true)]
 async fn takes_count_attempts_and_free_removals_are_killed_free() {

@@ -1,4 +1,4 @@
-//! A reference model of one pool: a plain, sequential statement of SPEC §4 and §6 — the free
+//! A reference model of one pool: a plain, sequential statement of the rules in docs/design.md ("Taking", "Failing starts") — the free
 //! list in order, the FIFO queue, the capacity, the starts each event decides, backoff — run
 //! in lockstep with the real pool. After every step the two must agree on what each take got
 //! (which member, or which error), which waiters were served and in what order, the members
@@ -211,7 +211,7 @@ impl Model {
         self.reserve(need, None)
     }
 
-    /// A take with this deadline: a member, or why none (SPEC §4.1, §6), spawning the starts
+    /// A take with this deadline: a member, or why none (docs/design.md, "Taking"), spawning the starts
     /// it decided.
     fn take(&mut self, deadline: u64) -> Result<u64, &'static str> {
         loop {
