@@ -63,6 +63,29 @@ impl RedisManager {
         self
     }
 
+    /// One multiplexed connection to the same server, shared by every caller: clone it into
+    /// each task and send commands on it concurrently; it reconnects by itself when the
+    /// connection is lost (redis-rs's `ConnectionManager`). For commands that need no
+    /// connection of their own it is faster than any pool, pooler's included: no take, no
+    /// return, every caller's commands pipelined on one socket. Take an exclusive member
+    /// from the pool instead for what holds a connection: `MULTI`/`EXEC`, `WATCH`, blocking
+    /// commands (`BLPOP`), `SELECT`, pub/sub.
+    ///
+    /// # Errors
+    ///
+    /// When the first connection cannot be made.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: dropped, no connection is kept.
+    #[cfg(feature = "shared")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "shared")))]
+    pub async fn shared(&self) -> RedisResult<redis::aio::ConnectionManager> {
+        redis::Client::open(self.info.clone())?
+            .get_connection_manager()
+            .await
+    }
+
     /// Runs `hooks` on every connection: `after_connect` once it is open, `after_return`
     /// once a returned connection is clean (see [`Hooks`]). Add per-connection setup here
     /// rather than by wrapping the manager: a wrapper must forward every hook of

@@ -338,3 +338,32 @@ async fn hooks_set_where_every_user_starts() {
     drop(conn);
     pool.close(Shutdown::Graceful).await;
 }
+
+/// The shared path: one multiplexed connection, cloned into 64 tasks that send commands on it
+/// at once, each getting its own answers.
+#[cfg(feature = "shared")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_shared_connection_serves_many_tasks_at_once() {
+    let Some(url) = url().await else { return };
+    let shared = RedisManager::new(url.as_str())
+        .unwrap()
+        .shared()
+        .await
+        .unwrap();
+    let tasks: Vec<_> = (0..64)
+        .map(|i| {
+            let mut conn = shared.clone();
+            tokio::spawn(async move {
+                let key = format!("pooler:shared:{i}");
+                for n in 0..20 {
+                    let _: () = conn.set(&key, n).await.unwrap();
+                    let got: i64 = conn.get(&key).await.unwrap();
+                    assert_eq!(got, n);
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.unwrap();
+    }
+}
