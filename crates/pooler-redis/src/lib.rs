@@ -16,7 +16,8 @@ pub use redis;
 
 /// A pool of Redis connections.
 pub type Pool = pooler::Pool<RedisManager>;
-/// A Redis connection taken from a [`Pool`]: dereferences to the connection.
+/// A Redis connection taken from a [`Pool`]: dereferences to [`RedisConnection`], and sends
+/// commands itself (`query_async(&mut conn)`, [`AsyncCommands`](redis::AsyncCommands)).
 pub type Member = pooler::Member<RedisManager>;
 
 /// Starts Redis connections.
