@@ -397,9 +397,15 @@ async fn cancel_token_cancels_a_long_query_from_another_task() {
     let Some(url) = url().await else { return };
     let pool = one_of_one(&url, "pg-cancel-token", Recycle::default()).await;
     let conn = take(&pool).await;
+    let pid: i32 = conn
+        .query_one("SELECT pg_backend_pid()", &[])
+        .await
+        .unwrap()
+        .get(0);
     let token = conn.cancel_token();
+    let admin = admin(&url).await;
     let canceller = tokio::spawn(async move {
-        tokio::time::sleep(Duration::from_millis(300)).await;
+        common::running(&admin, pid).await;
         token.cancel_query(tokio_postgres::NoTls).await
     });
     let e = conn

@@ -4,6 +4,8 @@
 #![cfg(feature = "rustls")]
 #![allow(clippy::disallowed_methods)] // the admin connection is spawned by the test
 
+mod common;
+
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -177,10 +179,15 @@ async fn connections_over_rustls_keep_the_zero_round_trip_transaction_check() {
     // A long query cancelled from another task through the token, over TLS as the
     // connection itself (`sslmode=require`).
     let conn = pool.take_member(Duration::from_secs(5)).await.unwrap();
+    let pid: i32 = conn
+        .query_one("SELECT pg_backend_pid()", &[])
+        .await
+        .unwrap()
+        .get(0);
     let token = conn.cancel_token();
     let tls = pooler_postgres::tokio_postgres_rustls::MakeRustlsConnect::new(config);
     let canceller = tokio::spawn(async move {
-        tokio::time::sleep(Duration::from_millis(300)).await;
+        common::running(&admin, pid).await;
         token.cancel_query(tls).await
     });
     let e = conn

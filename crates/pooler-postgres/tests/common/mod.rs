@@ -18,3 +18,23 @@ pub(crate) async fn admin(url: &str) -> tokio_postgres::Client {
     tokio::spawn(conn);
     client
 }
+
+/// Waits until the server session `pid` is running a statement (so that a cancel request sent
+/// now finds it running, not idle before it).
+pub(crate) async fn running(admin: &tokio_postgres::Client, pid: i32) {
+    for _ in 0..500 {
+        let active: bool = admin
+            .query_one(
+                "SELECT count(*) = 1 FROM pg_stat_activity WHERE pid = $1 AND state = 'active'",
+                &[&pid],
+            )
+            .await
+            .expect("pg_stat_activity")
+            .get(0);
+        if active {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    panic!("session {pid} never ran its statement");
+}
