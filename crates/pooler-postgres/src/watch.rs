@@ -372,8 +372,6 @@ pub struct Watched<S> {
     unframed: u8,
     /// Bytes below TLS are not looked at.
     off: bool,
-    /// The server entered copy-in mode (CopyInResponse read) and it has not ended.
-    copy_in: bool,
     /// Syncs written since the last Execute or Query: if a copy-in began, the server ignores
     /// those it receives in copy-in mode, and they are answered by no ReadyForQuery.
     syncs_since_execute: u64,
@@ -397,7 +395,6 @@ impl<S> Watched<S> {
             untyped: 1,
             unframed: 0,
             off: false,
-            copy_in: false,
             syncs_since_execute: 0,
             doubtful_syncs: 0,
             scan: Scan::default(),
@@ -421,7 +418,6 @@ impl<S> Watched<S> {
         let mut writer = Writer {
             seen: &self.seen,
             unframed: &mut self.unframed,
-            copy_in: &mut self.copy_in,
             syncs: &mut self.syncs_since_execute,
             doubtful: &mut self.doubtful_syncs,
             scan: &mut self.scan,
@@ -439,7 +435,6 @@ impl<S> Watched<S> {
         }
         let mut reader = Reader {
             seen: &self.seen,
-            copy_in: &mut self.copy_in,
             doubtful: &mut self.doubtful_syncs,
         };
         self.reading.feed(bytes, &mut 0, &mut reader);
@@ -450,7 +445,6 @@ impl<S> Watched<S> {
 struct Writer<'a> {
     seen: &'a Seen,
     unframed: &'a mut u8,
-    copy_in: &'a mut bool,
     syncs: &'a mut u64,
     doubtful: &'a mut u64,
     scan: &'a mut Scan,
@@ -486,8 +480,7 @@ impl Visit for Writer<'_> {
                     }
                     // CopyDone or CopyFail: the Syncs sent while the server was in copy-in
                     // mode were ignored.
-                    b'c' | b'f' if *self.copy_in => {
-                        *self.copy_in = false;
+                    b'c' | b'f' if seen.in_copy.load(Ordering::Acquire) => {
                         seen.in_copy.store(false, Ordering::Release);
                         seen.expected.fetch_sub(*self.syncs, Ordering::AcqRel);
                         *self.syncs = 0;
@@ -518,7 +511,6 @@ impl Visit for Writer<'_> {
 /// The server's side: answers counted, copy-in mode and reported parameters noted.
 struct Reader<'a> {
     seen: &'a Seen,
-    copy_in: &'a mut bool,
     doubtful: &'a mut u64,
 }
 
@@ -532,10 +524,7 @@ impl Visit for Reader<'_> {
                 seen.expected
                     .fetch_sub(std::mem::take(self.doubtful), Ordering::AcqRel);
             }
-            Header::Typed(b'G') => {
-                *self.copy_in = true;
-                seen.in_copy.store(true, Ordering::Release);
-            }
+            Header::Typed(b'G') => seen.in_copy.store(true, Ordering::Release),
             // A parameter the server reports changed after the startup (the startup's own
             // reports come before its ReadyForQuery).
             Header::Typed(b'S') if seen.answered.load(Ordering::Relaxed) > 0 => {
