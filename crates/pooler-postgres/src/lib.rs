@@ -611,6 +611,11 @@ where
 
     async fn recycle(&self, conn: &mut PgConnection) -> Result<(), PgError> {
         let reset = clean(&self.recycle, conn).await?;
+        let hooked = (reset && self.hooks.has_after_connect()) || self.hooks.has_after_return();
+        if !hooked {
+            // `clean` left the counts settled: nothing more was sent.
+            return Ok(());
+        }
         if reset {
             // The reset took the session back to its start, before `after_connect`: a new
             // connection has been through the hook, so this one goes through it again.

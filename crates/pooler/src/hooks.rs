@@ -93,6 +93,12 @@ impl<T> Hooks<T> {
         self
     }
 
+    /// Whether an `after_connect` hook is set.
+    #[must_use]
+    pub fn has_after_connect(&self) -> bool {
+        self.after_connect.is_some()
+    }
+
     /// Whether an `after_return` hook is set (a manager then recycles every return).
     #[must_use]
     pub fn has_after_return(&self) -> bool {
