@@ -6,7 +6,7 @@
 //! housekeeping tick (every [`TICK`]), so it lags the real time by at most one tick while the
 //! pool runs. Everything follows tokio's clock, paused or not.
 
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use crate::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::Duration;
 
 use tokio::time::Instant;

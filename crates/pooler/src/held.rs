@@ -2,8 +2,8 @@
 //! metadata the member carries from holder to holder, so that neither a take nor a return
 //! writes to any state shared with other members.
 
+use crate::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 
 use tokio_util::sync::CancellationToken;
 

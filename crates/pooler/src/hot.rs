@@ -44,8 +44,8 @@ pub(crate) enum Found<T> {
     /// Nothing free, the pool saturated, and the take cannot wait (or may not: `queue_max`
     /// is 0): the pool is at capacity.
     Full,
-    /// Nothing free, the pool saturated, and `queue_max` takers already wait.
-    QueueFull,
+    /// Nothing free, the pool saturated, and `queue_max` (this many) takers already wait.
+    QueueFull(usize),
     Closed,
     /// Nothing free, and a start could follow: the cold engine decides.
     Cold,
@@ -190,6 +190,11 @@ impl<T, E> Locked<'_, T, E> {
         self.0.closed
     }
 
+    /// The queue's limit.
+    pub(crate) fn queue_max(&self) -> usize {
+        self.0.queue_max
+    }
+
     #[inline]
     fn note_in_use(&mut self) {
         self.0.in_use += 1;
@@ -240,7 +245,7 @@ impl<T, E> Locked<'_, T, E> {
             Wait::No => Found::Full,
             Wait::Queue => match self.enqueue() {
                 Ok(key) => Found::Queued(key),
-                Err(Refused::QueueFull) => Found::QueueFull,
+                Err(Refused::QueueFull) => Found::QueueFull(self.0.queue_max),
                 Err(Refused::NoQueue) => Found::Full,
                 Err(Refused::Closed) => Found::Closed,
             },
@@ -480,7 +485,7 @@ mod tests {
             hot.take(Wait::Queue, true, false),
             Found::Queued(_)
         ));
-        assert_eq!(hot.take(Wait::Queue, true, false), Found::QueueFull);
+        assert_eq!(hot.take(Wait::Queue, true, false), Found::QueueFull(2));
         assert_eq!(hot.lock().take_counts(), (5, 0));
     }
 

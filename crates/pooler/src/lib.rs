@@ -3,21 +3,26 @@
 #![forbid(unsafe_code)]
 
 mod backoff;
+mod checkout;
 mod clock;
+mod closing;
 mod cold;
 mod config;
 mod demand;
 mod driver;
 mod error;
+mod features;
 #[cfg(feature = "file")]
 mod file;
 mod health;
 mod held;
 mod hooks;
 mod hot;
+mod housekeeping;
 mod leak;
 mod lifecycle;
 mod lifetime;
+mod lives;
 mod manager;
 mod member;
 pub mod metrics;
@@ -25,10 +30,11 @@ mod pool;
 mod reconfigure;
 mod registry;
 mod shared;
+mod step;
 mod supervisor;
 mod sync;
+mod take;
 pub mod time;
-mod timer;
 mod waiters;
 
 pub use crate::config::{MAX_COUNT, MemberOrder, PoolConfig, PoolConfigBuilder};

@@ -6,27 +6,23 @@ use std::panic::Location;
 use std::sync::Arc;
 use std::time::Duration;
 
-use std::pin::Pin;
-use std::task::{Context, Poll};
-
 use tokio::runtime::Handle;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
+use futures_util::future::Either;
+
 use crate::cold::Status;
 use crate::config::PoolConfig;
 use crate::error::{ConfigError, TakeError};
-use crate::health::Hook;
-use crate::held::Held;
-use crate::hot::Wait;
+use crate::housekeeping;
 use crate::leak::Caller;
 use crate::manager::Manager;
-use crate::member::{Member, Origin};
+use crate::member::Member;
 use crate::reconfigure::ReconfigureAction;
-use crate::shared::{Attempt, Deadline, Shared};
+use crate::shared::Shared;
 use crate::supervisor::Supervisor;
-use crate::timer::{self, Periodic};
-use crate::waiters::WaitKey;
+use crate::take::{self, Take};
 
 /// A pool of members of one [`Manager`].
 ///
@@ -48,11 +44,13 @@ impl<M: Manager> Drop for Handle_<M> {
         if shared.is_shut() {
             return;
         }
-        // With the runtime gone there is nothing left to close: no task can run.
-        let _ = self
+        // With the runtime gone there is nothing left to close: no task can run, and the
+        // pool closes in place.
+        let spawned = self
             .shared
             .supervisor
             .spawn(async move { shared.close(false).await });
+        self.shared.spawned(spawned);
         self.shared.supervisor.close_tracker();
     }
 }
@@ -234,20 +232,11 @@ impl<M: Manager> Pool<M> {
         Ok(pool)
     }
 
-    /// Starts the pool's timers, counting from now.
+    /// Starts the pool's housekeeping, its timers counting from now.
     fn arm(&self) {
         let shared = self.shared();
-        let origin = Instant::now();
-        let supervisor = &shared.supervisor;
-        for job in [
-            Periodic::Tick,
-            Periodic::Cull,
-            Periodic::Health,
-            Periodic::Leak,
-        ] {
-            shared.spawned(supervisor.spawn_until_closing(timer::run(shared.clone(), job, origin)));
-        }
-        shared.spawned(supervisor.spawn_until_closing(timer::lifetimes(shared.clone())));
+        let task = housekeeping::run(shared.clone(), Instant::now());
+        shared.spawned(shared.supervisor.spawn_until_closing(task));
     }
 
     /// A handle that does not keep the pool open (for a task that must not outlive the
@@ -280,13 +269,13 @@ impl<M: Manager> Pool<M> {
     /// The group the pool belongs to, if any.
     #[must_use]
     pub fn group(&self) -> Option<String> {
-        self.shared().cold().config.group.clone()
+        self.shared().cold.read(|c| c.config.group.clone())
     }
 
     /// The configuration in force.
     #[must_use]
     pub fn config(&self) -> PoolConfig {
-        self.shared().cold().config.clone()
+        self.shared().config()
     }
 
     /// The manager the pool was started with.
@@ -313,7 +302,7 @@ impl<M: Manager> Pool<M> {
     /// A take that never waits, on behalf of `caller`.
     #[inline]
     fn take_at_once(&self, caller: Caller) -> Result<Member<M>, TakeError> {
-        self.shared().take_at_once(caller)
+        take::at_once(self.shared(), caller)
     }
 
     /// Takes a member, waiting up to `timeout` in the pool's FIFO queue when none is free
@@ -341,17 +330,11 @@ impl<M: Manager> Pool<M> {
         timeout: Duration,
     ) -> impl Future<Output = Result<Member<M>, TakeError>> + Send + '_ {
         let caller = Location::caller();
-        async move {
-            if timeout.is_zero() {
-                return self.take_at_once(caller);
-            }
-            let timeout = timeout.min(crate::time::MAX_TIME);
-            // The fast path here, so that a take served at once builds no waiting future.
-            match self.shared().first_attempt(caller, Some(timeout)) {
-                Ok(member) => Ok(member),
-                Err(attempt) => self.take_within(caller, Some(timeout), attempt).await,
-            }
+        if timeout.is_zero() {
+            return Either::Left(std::future::ready(self.take_at_once(caller)));
         }
+        let timeout = timeout.min(crate::time::MAX_TIME);
+        Either::Right(Take::new(self.shared(), caller, Some(timeout)))
     }
 
     /// Takes a member, waiting in the pool's FIFO queue for as long as the config's
@@ -371,89 +354,11 @@ impl<M: Manager> Pool<M> {
     #[track_caller]
     pub fn take(&self) -> impl Future<Output = Result<Member<M>, TakeError>> + Send + '_ {
         let caller = Location::caller();
-        let timeout = self.shared().cold().config.take_timeout;
-        async move {
-            if timeout.is_some_and(|t| t.is_zero()) {
-                return self.take_at_once(caller);
-            }
-            match self.shared().first_attempt(caller, timeout) {
-                Ok(member) => Ok(member),
-                Err(attempt) => self.take_within(caller, timeout, attempt).await,
-            }
+        let timeout = self.shared().features.take_timeout();
+        if timeout.is_some_and(|t| t.is_zero()) {
+            return Either::Left(std::future::ready(self.take_at_once(caller)));
         }
-    }
-
-    /// A take that may wait, from its first `attempt`, until `timeout` after its first
-    /// attempt that queued or had to check its member (`None`: with no deadline). The
-    /// deadline bounds an idle check too.
-    async fn take_within(
-        &self,
-        caller: Caller,
-        timeout: Option<Duration>,
-        mut attempt: Attempt<M>,
-    ) -> Result<Member<M>, TakeError> {
-        let shared = self.shared();
-        // The instant of the first attempt that queued or checked: the wait and the deadline
-        // count from there, so a take served at once reads no clock.
-        let mut started: Option<Instant> = None;
-        let deadline = |started: Option<Instant>| match (timeout, started) {
-            (None, _) => Deadline::Never,
-            (Some(t), None) => Deadline::In(t),
-            (Some(t), Some(s)) => Deadline::At(s + t),
-        };
-        loop {
-            attempt = match attempt {
-                Attempt::Member(member) => {
-                    if let Some(s) = started {
-                        shared.metrics.waited(s);
-                    }
-                    return Ok(member);
-                }
-                Attempt::Failed(e) => return Err(e),
-                Attempt::Check(member) => {
-                    let s = *started.get_or_insert_with(|| Member::taken_at(&member));
-                    let by = timeout.map(|t| s + t);
-                    match shared.vet(member, Hook::Check, by).await {
-                        Some(mut member) => Attempt::Member({
-                            member.set_origin(Origin::Taken);
-                            member
-                        }),
-                        // Cut short by the deadline, or failed as it passed.
-                        None if by.is_some_and(|by| Instant::now() >= by) => {
-                            return Err(shared.timed_out(timeout.unwrap_or_default()));
-                        }
-                        // Failed and replaced: take again.
-                        None => shared.attempt(caller, Wait::Queue, deadline(started), false),
-                    }
-                }
-                Attempt::Queued(key) => {
-                    let s = *started.get_or_insert_with(|| shared.clock.now());
-                    let mut waiting = Waiting {
-                        shared,
-                        key,
-                        done: false,
-                    };
-                    let served = match timeout {
-                        None => (&mut waiting).await,
-                        Some(t) => match tokio::time::timeout_at(s + t, &mut waiting).await {
-                            Ok(served) => served,
-                            Err(_) => {
-                                waiting.done = true;
-                                match shared.hot.leave(key) {
-                                    None => return Err(shared.timed_out(t)),
-                                    // Served in the very instant the timer fired: take it.
-                                    Some(served) => served,
-                                }
-                            }
-                        },
-                    };
-                    match served {
-                        Ok(held) => shared.collected(held, caller, deadline(started)),
-                        Err(e) => return Err(e),
-                    }
-                }
-            };
-        }
+        Either::Right(Take::new(self.shared(), caller, timeout))
     }
 
     /// Takes a member (as [`take_member`](Pool::take_member)), runs `f` on it and returns it.
@@ -532,11 +437,11 @@ impl<M: Manager> Pool<M> {
         self.shared().cull();
     }
 
-    /// The pool's counts now (exact; the gauges are published at the same time).
+    /// The pool's counts now, exact (the gauges are published by the pool's 100 ms tick,
+    /// not by this read).
     #[must_use]
     pub fn utilization(&self) -> Utilization {
-        let g = self.shared().publish();
-        let limits = self.shared().cold().engine.limits();
+        let (g, limits) = self.shared().counts();
         Utilization {
             max_count: limits.max_count,
             in_use_count: g.in_use,
@@ -546,6 +451,17 @@ impl<M: Manager> Pool<M> {
             queued_count: g.queued,
             queue_max: limits.queue_max,
         }
+    }
+
+    /// How many members are free now (the hot lock alone; for a group's `MostFree` choice).
+    pub(crate) fn free_now(&self) -> usize {
+        self.shared().hot.lock().view().free
+    }
+
+    /// Publishes the pool's gauges and flushes its take counts to the metrics recorder now,
+    /// as the pool's 100 ms tick does: for a scrape that must not be up to a tick behind.
+    pub fn publish_metrics(&self) {
+        self.shared().publish();
     }
 
     /// One row per member, by id.
@@ -591,35 +507,5 @@ impl<M: Manager> Pool<M> {
         let shared = self.shared();
         shared.close(how == Shutdown::Graceful).await;
         shared.supervisor.join().await;
-    }
-}
-
-/// A queued take. Dropped while still queued, it leaves the queue; a member already handed
-/// to it goes on to the next waiter or the free list.
-struct Waiting<'a, M: Manager> {
-    shared: &'a Shared<M>,
-    key: WaitKey,
-    done: bool,
-}
-
-impl<M: Manager> Future for Waiting<'_, M> {
-    type Output = Result<Held<M::Member>, TakeError>;
-
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let polled = self.shared.hot.poll(self.key, cx);
-        if polled.is_ready() {
-            self.done = true;
-        }
-        polled
-    }
-}
-
-impl<M: Manager> Drop for Waiting<'_, M> {
-    fn drop(&mut self) {
-        if !self.done
-            && let Some(Ok(held)) = self.shared.hot.leave(self.key)
-        {
-            self.shared.regive(held);
-        }
     }
 }

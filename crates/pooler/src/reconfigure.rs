@@ -40,14 +40,6 @@ pub enum ReconfigureAction {
     MemberOrderChanged(MemberOrder),
 }
 
-/// What applying a config did, for the caller to finish outside the locks.
-struct Applied<T> {
-    actions: Vec<ReconfigureAction>,
-    stopped: Vec<T>,
-    culled: Vec<T>,
-    wakers: Vec<std::task::Waker>,
-}
-
 impl<M: Manager> Shared<M> {
     pub(crate) fn reconfigure(
         &self,
@@ -55,23 +47,23 @@ impl<M: Manager> Shared<M> {
     ) -> Result<Vec<ReconfigureAction>, ConfigError> {
         use ReconfigureAction as A;
         new.validate()?;
-        let now = self.clock.now();
         let name = self.name.clone();
-        let applied = self.with_both(|cold, hot| {
-            let old = cold.config.clone();
+        let (actions, at) = self.step(|s| {
+            let old = s.cold.config.clone();
             if new.name != old.name {
                 return Err(ConfigError::NameChanged {
                     pool: old.name,
                     new_name: new.name.clone(),
                 });
             }
-            if cold.engine.is_closed() {
+            if s.cold.engine.is_closed() {
                 return Err(ConfigError::Closed { pool: old.name });
             }
-            let view = hot.view();
-            // Members already stopping are part of the excess (docs/design.md, "Reconfigure"): only the members
-            // that would stay beyond the new cap must be stopped, from the free ones.
-            let staying = view.live() + cold.engine.starting();
+            let view = s.hot.view();
+            // Members already stopping are part of the excess (docs/design.md,
+            // "Reconfigure"): only the members that would stay beyond the new cap must be
+            // stopped, from the free ones.
+            let staying = view.live() + s.cold.engine.starting();
             let to_stop = staying.saturating_sub(new.max_count);
             if to_stop > view.free {
                 return Err(ConfigError::NotEnoughFree {
@@ -84,46 +76,56 @@ impl<M: Manager> Shared<M> {
 
             // Nothing below can fail: apply everything.
             let mut actions: Vec<_> = old.changed_keys(&new).into_iter().map(A::Changed).collect();
-            let stopped = self.claim_oldest(cold, hot, to_stop);
-            let (refused, wakers) = hot.shed(new.queue_max, || TakeError::QueueShrunk {
+            let stopped = s.retire_free(to_stop, Reason::Reconfigured, |_| true);
+            let (refused, wakers) = s.hot.shed(new.queue_max, || TakeError::QueueShrunk {
                 pool: name.clone(),
                 queue_max: new.queue_max,
             });
-            hot.set_limits(new.member_order, new.queue_max);
-            cold.engine.set_limits(limits(&new), hot.view());
-            cold.config = new.clone();
+            s.effects.wake.extend(wakers);
+            s.hot.set_limits(new.member_order, new.queue_max);
+            s.cold.engine.set_limits(limits(&new), s.hot.view());
+            s.cold.config = new.clone();
+            self.features.set(&new);
+            if new.leak_detection_threshold.is_none() {
+                self.leaks.clear();
+            }
             self.metrics.limits(new.init_count, new.max_count);
 
-            let view = hot.view();
-            let live = view.live() + cold.engine.starting();
-            let starts = if new.init_count > old.init_count && new.init_count > live {
-                cold.engine.grow(new.init_count - live, now, view)
+            let view = s.hot.view();
+            let live = view.live() + s.cold.engine.starting();
+            let started = if new.init_count > old.init_count && new.init_count > live {
+                let starts = s.cold.engine.grow(new.init_count - live, s.now, view);
+                let n = starts.slots.len();
+                s.effects.starts.push(starts);
+                n
             } else {
-                Default::default()
+                0
             };
             let cull = new.init_count < old.init_count || new.max_age < old.max_age;
-            let culled = if cull {
-                self.cull_locked(cold, hot, now)
-            } else {
-                Vec::new()
-            };
+            if cull {
+                s.cull();
+            }
             let ttl = old.max_lifetime != new.max_lifetime
                 || old.max_lifetime_jitter != new.max_lifetime_jitter;
             if ttl {
-                let clock = &self.clock;
-                cold.engine.reschedule(|born, meta| {
+                let mut stamps = Vec::new();
+                s.cold.engine.reschedule(|born, meta| {
                     let at = lifetime::expiry(born, new.max_lifetime, new.max_lifetime_jitter);
-                    meta.set_expires_at(at.map(|at| clock.stamp(at)));
+                    stamps.push((meta.clone(), at));
                     at
                 });
+                for (meta, at) in stamps {
+                    meta.set_expires_at(at.map(|at| s.stamp_of(at)));
+                }
             }
-            let more = cold.engine.refill(now, hot.view());
+            s.effects.expiry = true;
+            s.refill();
 
-            if !starts.is_empty() {
-                actions.push(A::Started(starts.slots.len()));
+            if started > 0 {
+                actions.push(A::Started(started));
             }
-            if !stopped.is_empty() {
-                actions.push(A::Retired(stopped.len()));
+            if stopped > 0 {
+                actions.push(A::Retired(stopped));
             }
             if refused > 0 {
                 actions.push(A::Shed(refused));
@@ -144,26 +146,10 @@ impl<M: Manager> Shared<M> {
             if old.member_order != new.member_order {
                 actions.push(A::MemberOrderChanged(new.member_order));
             }
-            Ok((
-                Applied {
-                    actions,
-                    stopped,
-                    culled,
-                    wakers,
-                },
-                starts,
-                more,
-            ))
-        });
-        let (applied, starts, more) = applied?;
-        applied.wakers.into_iter().for_each(std::task::Waker::wake);
-        self.retire_reconfigured(applied.stopped, Reason::Reconfigured);
-        self.retire_reconfigured(applied.culled, Reason::MaxAge);
-        self.spawn_starts(starts, None);
-        self.spawn_starts(more, None);
-        self.reconfigured.send_replace(now);
-        self.lifetime_poke.notify_one();
-        tracing::info!(pool = %self.name, actions = ?applied.actions, "reconfigured");
-        Ok(applied.actions)
+            Ok((actions, s.now))
+        })?;
+        self.reconfigured.send_replace(at);
+        tracing::info!(pool = %self.name, actions = ?actions, "reconfigured");
+        Ok(actions)
     }
 }

@@ -402,7 +402,9 @@ impl Pooler {
                 fastrand::shuffle(&mut pools);
             }
             GroupStrategy::MostFree => {
-                pools.sort_by_key(|p| std::cmp::Reverse(p.utilization().free_count));
+                // One look at each pool's free list (the hot lock alone), not one per
+                // comparison.
+                pools.sort_by_cached_key(|p| std::cmp::Reverse(p.free_now()));
             }
         }
         let group: Arc<str> = group.into();

@@ -126,11 +126,9 @@ async fn metrics_follow_every_change_with_reasons() {
         .build()
         .unwrap();
     let (pool, probe) = pool_with(config, Fake::default()).await;
-    // Gauges and the take counter are published by the pool's tick and by every
-    // `utilization()`; everything else is counted where it happens.
-    let publish = || {
-        let _ = pool.utilization();
-    };
+    // Gauges and the take counter are published by the pool's tick and by
+    // `publish_metrics()`; everything else is counted where it happens.
+    let publish = || pool.publish_metrics();
 
     let m = pool.try_take_member().unwrap();
     publish();
@@ -368,7 +366,7 @@ async fn takes_count_attempts_and_free_removals_are_killed_free() {
     let m = pool.try_take_member().unwrap();
     assert!(pool.try_take_member().is_err());
     assert!(pool.take_member(ms(10)).await.is_err());
-    let _ = pool.utilization();
+    pool.publish_metrics();
     assert_eq!(counter("pooler_take_total", None), 3, "every attempt");
     assert_eq!(
         counter("pooler_error_no_members_total", Some("at_capacity"))

@@ -17,8 +17,8 @@ async fn graceful_close_waits_for_members_in_use_and_leaves_no_task() {
     let (pool, probe) = pool(3, 4).await;
     assert_eq!(
         (alive_tasks(), pool.live_tasks()),
-        (before + 8, 8),
-        "one driver task per member, and the timers: tick, cull, lifetime, health, leak"
+        (before + 4, 4),
+        "one driver task per member, and the housekeeping task"
     );
     let held = pool.try_take_member().unwrap();
 

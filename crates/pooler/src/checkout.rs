@@ -1,0 +1,470 @@
+//! The checkout path: one take attempt, a hand-off through the queue, a return. A take that
+//! finds a member and a return that finds no member needing care take the hot lock alone
+//! and read nothing else but relaxed atomics ([`Features`](crate::features)); everything
+//! else goes through a [`step`](crate::step). The loop around attempts — retries, waiting,
+//! idle checks, deadlines — is the take's own (`take.rs`).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::cold::Empty;
+use crate::error::{StartError, TakeError};
+use crate::features::Features;
+use crate::health::Hook;
+use crate::held::Held;
+use crate::hot::{Found, Refused, Wait};
+use crate::leak::Caller;
+use crate::manager::{self, Manager, Returned};
+use crate::member::{Fate, Home, Member, Origin};
+use crate::metrics::Reason;
+use crate::shared::Shared;
+use crate::step::Why;
+use crate::waiters::WaitKey;
+
+/// When a take stops waiting, for the fail-fast rule (docs/design.md, "Failing starts").
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Deadline {
+    /// This long after the attempt.
+    In(Duration),
+    /// At this instant (a later attempt of the same take).
+    At(Instant),
+    /// Never (a take with no timeout).
+    Never,
+}
+
+impl Deadline {
+    fn at(self, now: Instant) -> Instant {
+        match self {
+            Deadline::In(d) => now + d,
+            Deadline::At(at) => at,
+            Deadline::Never => now + crate::time::MAX_TIME,
+        }
+    }
+}
+
+/// One take attempt's outcome.
+pub(crate) enum Attempt<M: Manager> {
+    /// A member, ready for its taker.
+    Member(Member<M>),
+    /// A member idle past `idle_check_threshold`: check it first.
+    Check(Member<M>),
+    /// A place in the queue.
+    Queued(WaitKey),
+    Failed(TakeError),
+    /// The member found was unusable and is being replaced: attempt again.
+    Again,
+}
+
+/// What a take that found nothing free decided under both locks.
+enum Decided<T> {
+    /// A member came back meanwhile.
+    Found(Held<T>, u32),
+    Closed,
+    /// Why no member, and the queue's answer if the take may wait.
+    Empty {
+        why: Empty,
+        queued: Option<Result<WaitKey, Refused>>,
+        last_error: Option<StartError>,
+        queue_max: usize,
+    },
+}
+
+impl<M: Manager> Shared<M> {
+    /// A take's first attempt (`counted`): the member if the fast path found one, else what
+    /// the attempt came to.
+    #[inline]
+    pub(crate) fn first(
+        self: &Arc<Self>,
+        wait: Wait,
+        deadline: Deadline,
+    ) -> Result<Member<M>, Attempt<M>> {
+        let flags = self.features.flags();
+        let zero_wait = wait == Wait::Queue && flags & Features::ZERO_WAITS != 0;
+        match self.hot.take(wait, true, zero_wait) {
+            Found::Member(held, timed) => match self.fast_member(held, false, timed) {
+                Ok(member) => Ok(member),
+                Err(held) => Err(self.taken_with_features(held, wait, false, timed)),
+            },
+            Found::Full => Err(Attempt::Failed(self.at_capacity())),
+            found => Err(self.found(found, wait, deadline)),
+        }
+    }
+
+    /// A later attempt of the same take (not counted as a new one).
+    pub(crate) fn again(self: &Arc<Self>, wait: Wait, deadline: Deadline) -> Attempt<M> {
+        match self.hot.take(wait, false, false) {
+            Found::Member(held, timed) => self.taken(held, wait, false, timed),
+            found => self.found(found, wait, deadline),
+        }
+    }
+
+    /// What a take that found no member does next.
+    #[cold]
+    fn found(
+        self: &Arc<Self>,
+        found: Found<Held<M::Member>>,
+        wait: Wait,
+        deadline: Deadline,
+    ) -> Attempt<M> {
+        match found {
+            Found::Member(held, timed) => self.taken(held, wait, false, timed),
+            Found::Queued(key) => Attempt::Queued(key),
+            Found::Full => Attempt::Failed(self.at_capacity()),
+            Found::QueueFull(queue_max) => Attempt::Failed(self.queue_full(queue_max)),
+            Found::Closed => Attempt::Failed(self.closed_error()),
+            Found::Cold => self.attempt_cold(wait, deadline),
+        }
+    }
+
+    /// A member out of the hot core, for its taker. `vetted`: it was handed over by a return
+    /// or a start that already asked `is_broken`. `timed`: the hold is timed for the use
+    /// histogram, standing for this many (0: not timed).
+    #[inline]
+    fn taken(
+        self: &Arc<Self>,
+        held: Held<M::Member>,
+        wait: Wait,
+        vetted: bool,
+        timed: u32,
+    ) -> Attempt<M> {
+        match self.fast_member(held, vetted, timed) {
+            Ok(member) => Attempt::Member(member),
+            Err(held) => self.taken_with_features(held, wait, vetted, timed),
+        }
+    }
+
+    /// A member handed over through the queue: its hold is timed for the use histogram
+    /// (queued takes are slow anyway, and each stands for itself).
+    pub(crate) fn collected(self: &Arc<Self>, held: Held<M::Member>) -> Attempt<M> {
+        let timed = u32::from(self.metrics.use_live());
+        self.taken(held, Wait::Queue, true, timed)
+    }
+
+    /// The member for its taker when no feature needs a look at it, its hold is not timed,
+    /// and it is fit; otherwise it comes back for
+    /// [`taken_with_features`](Self::taken_with_features).
+    #[inline]
+    fn fast_member(
+        self: &Arc<Self>,
+        held: Held<M::Member>,
+        vetted: bool,
+        timed: u32,
+    ) -> Result<Member<M>, Held<M::Member>> {
+        // A member's death takes it off the free list, but a death that races its return can
+        // still land it there (the return checked before the death marked it): look again.
+        // One handed over through the queue was asked `is_broken` when it was handed over.
+        if self.features.flags() & Features::SLOW | u64::from(timed) == 0
+            && !held.meta.is_dead()
+            && (vetted || !manager::is_broken(&self.manager, &held.value, &self.name))
+        {
+            held.meta.set_since(self.clock.coarse());
+            Ok(Member::new(self.home(), held, Origin::Taken, 0))
+        } else {
+            Err(held)
+        }
+    }
+
+    /// [`taken`](Self::taken) when a feature needs more than the fast path does.
+    #[cold]
+    fn taken_with_features(
+        self: &Arc<Self>,
+        held: Held<M::Member>,
+        wait: Wait,
+        vetted: bool,
+        timed: u32,
+    ) -> Attempt<M> {
+        let flags = self.features.flags();
+        let exact =
+            timed > 0 || flags & (Features::LIFETIMES | Features::LEAKS | Features::IDLE) != 0;
+        let now = exact.then(|| self.clock.now());
+        let stamp = now.map_or_else(|| self.clock.coarse(), |n| self.clock.stamp(n));
+        if held.meta.is_dead()
+            || (!vetted && manager::is_broken(&self.manager, &held.value, &self.name))
+        {
+            tracing::debug!(pool = %self.name, member = held.meta.id, "member found broken or dead at take");
+            // Found unusable before anyone used it: a free member's removal.
+            self.replace(held, Reason::Crashed, false);
+            return Attempt::Again;
+        }
+        if flags & Features::LIFETIMES != 0 && held.meta.expired(stamp) {
+            // The lifetime timer was late: retire it here and take again.
+            self.replace(held, Reason::MaxLifetime, false);
+            return Attempt::Again;
+        }
+        if flags & Features::GROW != 0 {
+            self.auto_grow();
+        }
+        let idle_for = Duration::from_nanos(stamp.saturating_sub(held.meta.since()));
+        let check = wait == Wait::Queue
+            && self
+                .features
+                .idle_check()
+                .is_some_and(|threshold| idle_for >= threshold);
+        held.meta.set_since(stamp);
+        let member = Member::new(self.home(), held, Origin::Taken, timed);
+        if check {
+            Attempt::Check(member)
+        } else {
+            Attempt::Member(member)
+        }
+    }
+
+    /// Records a member handed to `caller` for leak detection, when that is on.
+    #[inline]
+    pub(crate) fn note_taken(&self, member: &Member<M>, caller: Caller) {
+        if self.features.flags() & Features::LEAKS != 0 {
+            self.leaks
+                .taken(Member::id(member), Member::taken_at(member), caller);
+        }
+    }
+
+    /// A take that found nothing free while a start could follow: the cold engine decides.
+    #[cold]
+    fn attempt_cold(self: &Arc<Self>, wait: Wait, deadline: Deadline) -> Attempt<M> {
+        let decided = self.step(|s| {
+            // A member may have come back meanwhile.
+            if let Found::Member(held, timed) = s.hot.take(Wait::No, false, false) {
+                return Decided::Found(held, timed);
+            }
+            if s.hot.is_closed() {
+                return Decided::Closed;
+            }
+            let deadline = match wait {
+                Wait::No => s.now,
+                Wait::Queue => deadline.at(s.now),
+            };
+            let (why, starts) = s.cold.engine.take(s.now, deadline, s.hot.view());
+            s.effects.starts.push(starts);
+            let queued = match (why, wait) {
+                (Empty::Closed | Empty::Unavailable, _) | (_, Wait::No) => None,
+                (_, Wait::Queue) => Some(s.hot.enqueue()),
+            };
+            Decided::Empty {
+                why,
+                queued,
+                last_error: s.cold.engine.last_error().cloned(),
+                queue_max: s.hot.queue_max(),
+            }
+        });
+        match decided {
+            Decided::Found(held, timed) => self.taken(held, wait, false, timed),
+            Decided::Closed => Attempt::Failed(self.closed_error()),
+            Decided::Empty {
+                why,
+                queued,
+                last_error,
+                queue_max,
+            } => match queued {
+                None | Some(Err(Refused::NoQueue)) => {
+                    Attempt::Failed(self.refused(why, last_error))
+                }
+                Some(Ok(key)) => Attempt::Queued(key),
+                Some(Err(Refused::QueueFull)) => Attempt::Failed(self.queue_full(queue_max)),
+                Some(Err(Refused::Closed)) => Attempt::Failed(self.closed_error()),
+            },
+        }
+    }
+
+    /// The error of a take that found the pool full, counted (the common refusal, kept small).
+    fn at_capacity(&self) -> TakeError {
+        self.metrics.at_capacity();
+        TakeError::AtCapacity {
+            pool: self.name.clone(),
+        }
+    }
+
+    /// The error of a take that found no member, counted.
+    fn refused(&self, why: Empty, last_error: Option<StartError>) -> TakeError {
+        let pool = self.name.clone();
+        let error = match why {
+            Empty::AtCapacity => TakeError::AtCapacity { pool },
+            Empty::AllInUse => TakeError::AllInUse { pool },
+            Empty::Closed => return self.closed_error(),
+            Empty::Unavailable => match last_error {
+                Some(source) => TakeError::Unavailable { pool, source },
+                None => TakeError::AllInUse { pool },
+            },
+        };
+        self.metrics.no_member(&error);
+        error
+    }
+
+    fn queue_full(&self, queue_max: usize) -> TakeError {
+        tracing::debug!(pool = %self.name, queue_max, "queue full; take refused");
+        let error = TakeError::QueueFull {
+            pool: self.name.clone(),
+            queue_max,
+        };
+        self.metrics.no_member(&error);
+        error
+    }
+
+    /// The error a take gets from a closed pool.
+    pub(crate) fn closed_error(&self) -> TakeError {
+        let pool = self.name.clone();
+        if self.features.is_gone() {
+            TakeError::RuntimeGone { pool }
+        } else {
+            TakeError::Closed { pool }
+        }
+    }
+
+    /// The error of a take that waited `waited` in vain, counted.
+    pub(crate) fn timed_out(&self, waited: Duration) -> TakeError {
+        let last_start_error = self.cold.read(|c| c.engine.last_error().cloned());
+        let error = TakeError::Timeout {
+            pool: self.name.clone(),
+            waited,
+            last_start_error,
+        };
+        self.metrics.no_member(&error);
+        error
+    }
+
+    /// Starts more members if `auto_grow_threshold` says so.
+    fn auto_grow(&self) {
+        self.step(|s| {
+            let starts = s.cold.engine.auto_grow(s.now, s.hot.view());
+            s.effects.starts.push(starts);
+        });
+    }
+
+    /// A member handed to a queued taker that gave up before collecting it: it goes on to
+    /// the next waiter or the free list, as a return in good order would.
+    pub(crate) fn regive(&self, held: Held<M::Member>) {
+        if let Err(held) = self.hot.give(held, self.clock.coarse()) {
+            self.stop_after_close(held);
+        }
+    }
+
+    // ---- return -----------------------------------------------------------------------
+
+    /// [`Home::give_back`], when a feature or the member's state needs more than the fast
+    /// path does.
+    #[cold]
+    fn give_back_slow(
+        &self,
+        held: Held<M::Member>,
+        fate: Fate,
+        origin: Origin,
+        returned: Returned,
+        timed: u32,
+    ) {
+        let now = self.clock.now();
+        let stamp = self.clock.stamp(now);
+        if timed > 0 && origin == Origin::Taken {
+            // A timed hold was stamped exactly when it was taken.
+            self.metrics
+                .used(self.clock.instant(held.meta.since()), now, timed);
+        }
+        let leaked = if self.features.flags() & Features::LEAKS != 0 && origin == Origin::Taken {
+            self.leaks.returned(held.meta.id)
+        } else {
+            None
+        };
+        if let Some(taken_at) = leaked {
+            tracing::warn!(
+                pool = %self.name,
+                member = held.meta.id,
+                held_for = %humantime::format_duration(now.saturating_duration_since(taken_at)),
+                "member reported as a possible leak came back"
+            );
+        }
+        let reason = match fate {
+            Fate::Failed => Some(Reason::Failed),
+            Fate::Crashed => Some(Reason::Crashed),
+            Fate::Ok if returned == Returned::Broken || held.meta.is_dead() => {
+                Some(Reason::Crashed)
+            }
+            Fate::Ok if held.meta.expired(stamp) => Some(Reason::MaxLifetime),
+            Fate::Ok => None,
+        };
+        match reason {
+            Some(reason) => self.replace(held, reason, origin != Origin::Checked),
+            None if returned == Returned::Recycle => self.spawn_recycle(held),
+            None => {
+                held.meta.set_since(stamp);
+                if let Err(held) = self.hot.give(held, stamp) {
+                    self.stop_after_close(held);
+                }
+            }
+        }
+    }
+
+    /// A member in use comes back to a closed pool: it is stopped (or dropped in place once
+    /// the close has finished).
+    fn stop_after_close(&self, held: Held<M::Member>) {
+        self.step(|s| s.stop_in_use(held, Why::Quiet, false));
+    }
+
+    /// Replaces a member in use (or claimed for a check): stops it, owes its replacement and
+    /// starts it if there is room. `after_use` says which removal counter it goes to.
+    fn replace(&self, held: Held<M::Member>, reason: Reason, after_use: bool) {
+        self.step(|s| s.stop_in_use(held, Why::Replaced { reason, after_use }, true));
+    }
+
+    /// Recycles a returned member in a supervised task; it stays in use meanwhile, held by a
+    /// guard marked mid-use, so a panic, a close (which cancels the recycle) or a task that
+    /// never runs destroys it rather than handing it out unrecycled.
+    fn spawn_recycle(&self, held: Held<M::Member>) {
+        let shared = self.arc();
+        let mut member: Member<M> = Member::new(shared.home(), held, Origin::Recycled, 0);
+        member.set_mid_use(true);
+        let closing = self.supervisor.closing.clone();
+        let spawned = self.supervisor.spawn(async move {
+            // Passed: dropping the guard gives it back (not recycled again).
+            let recycle = shared.vet(member, Hook::Recycle, None);
+            drop(closing.run_until_cancelled(recycle).await);
+        });
+        self.spawned(spawned);
+    }
+}
+
+impl<M: Manager> Home<M::Member> for Shared<M> {
+    #[inline]
+    fn give_back(&self, held: Held<M::Member>, fate: Fate, origin: Origin, timed: u32) {
+        // The fast path: a member in good order, its hold not timed, no feature that needs a
+        // look at it.
+        if fate == Fate::Ok
+            && self.features.flags() & Features::SLOW_RETURN | u64::from(timed) == 0
+            && !held.meta.is_dead()
+        {
+            // The manager's hooks run before any lock; a panic in one means broken.
+            let returned = manager::returned(
+                &self.manager,
+                &held.value,
+                &self.name,
+                origin == Origin::Taken,
+            );
+            if returned == Returned::Fit {
+                let stamp = self.clock.coarse();
+                held.meta.set_since(stamp);
+                if let Err(held) = self.hot.give(held, stamp) {
+                    self.stop_after_close(held);
+                }
+                return;
+            }
+            return self.give_back_slow(held, fate, origin, returned, timed);
+        }
+        let returned = match fate {
+            Fate::Ok => manager::returned(
+                &self.manager,
+                &held.value,
+                &self.name,
+                origin == Origin::Taken,
+            ),
+            Fate::Failed | Fate::Crashed => Returned::Fit,
+        };
+        self.give_back_slow(held, fate, origin, returned, timed);
+    }
+
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn instant(&self, stamp: u64) -> Instant {
+        self.clock.instant(stamp)
+    }
+}

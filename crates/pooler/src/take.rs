@@ -1,0 +1,218 @@
+//! A take as one state machine (docs/design.md, "Taking"): a loop over attempts — a member
+//! found, a member to check first, a place in the queue, a refusal, or an unusable member
+//! replaced and another attempt — that owns the caller's location, the deadline and the
+//! instant the wait began. The first attempt runs inline on the first poll, so a take that
+//! finds a member builds no waiting future; one that must wait or check goes on in a boxed
+//! state machine.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::checkout::{Attempt, Deadline};
+use crate::error::TakeError;
+use crate::health::Hook;
+use crate::held::Held;
+use crate::hot::Wait;
+use crate::leak::Caller;
+use crate::manager::Manager;
+use crate::member::{Member, Origin};
+use crate::shared::Shared;
+use crate::waiters::WaitKey;
+
+type Waits<'a, M> = Pin<Box<dyn Future<Output = Result<Member<M>, TakeError>> + Send + 'a>>;
+
+/// A take that may wait: `timeout` bounds the wait (`None`: no deadline; never zero).
+pub(crate) struct Take<'a, M: Manager> {
+    shared: &'a Arc<Shared<M>>,
+    caller: Caller,
+    timeout: Option<Duration>,
+    waits: Option<Waits<'a, M>>,
+}
+
+impl<'a, M: Manager> Take<'a, M> {
+    pub(crate) fn new(
+        shared: &'a Arc<Shared<M>>,
+        caller: Caller,
+        timeout: Option<Duration>,
+    ) -> Self {
+        debug_assert!(
+            timeout.is_none_or(|t| !t.is_zero()),
+            "a zero timeout never waits"
+        );
+        Take {
+            shared,
+            caller,
+            timeout,
+            waits: None,
+        }
+    }
+}
+
+impl<M: Manager> Future for Take<'_, M> {
+    type Output = Result<Member<M>, TakeError>;
+
+    #[inline]
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.get_mut();
+        if this.waits.is_none() {
+            let deadline = this.timeout.map_or(Deadline::Never, Deadline::In);
+            let attempt = match this.shared.first(Wait::Queue, deadline) {
+                Ok(member) => return Poll::Ready(Ok(member)),
+                Err(Attempt::Failed(e)) => return Poll::Ready(Err(e)),
+                Err(attempt) => attempt,
+            };
+            this.waits = Some(Box::pin(within(
+                this.shared,
+                this.caller,
+                this.timeout,
+                attempt,
+            )));
+        }
+        match &mut this.waits {
+            Some(waits) => waits.as_mut().poll(cx),
+            None => unreachable!("set above"),
+        }
+    }
+}
+
+/// A take that never waits, on behalf of `caller`.
+#[inline]
+pub(crate) fn at_once<M: Manager>(
+    shared: &Arc<Shared<M>>,
+    caller: Caller,
+) -> Result<Member<M>, TakeError> {
+    let never = Deadline::In(Duration::ZERO);
+    match shared.first(Wait::No, never) {
+        Ok(member) => Ok(member),
+        Err(attempt) => at_once_slow(shared, caller, attempt),
+    }
+}
+
+#[cold]
+fn at_once_slow<M: Manager>(
+    shared: &Arc<Shared<M>>,
+    caller: Caller,
+    mut attempt: Attempt<M>,
+) -> Result<Member<M>, TakeError> {
+    loop {
+        attempt = match attempt {
+            // A take that never waits is never asked to check its member.
+            Attempt::Member(member) | Attempt::Check(member) => {
+                shared.note_taken(&member, caller);
+                return Ok(member);
+            }
+            Attempt::Failed(e) => return Err(e),
+            Attempt::Again => shared.again(Wait::No, Deadline::In(Duration::ZERO)),
+            Attempt::Queued(_) => unreachable!("a take that never waits never queues"),
+        };
+    }
+}
+
+/// The rest of a take from its first `attempt`, until `timeout` after its first attempt
+/// that queued or had to check its member (`None`: with no deadline). The deadline bounds an
+/// idle check too.
+async fn within<M: Manager>(
+    shared: &Arc<Shared<M>>,
+    caller: Caller,
+    timeout: Option<Duration>,
+    mut attempt: Attempt<M>,
+) -> Result<Member<M>, TakeError> {
+    // The instant of the first attempt that queued or checked: the wait and the deadline
+    // count from there.
+    let mut started: Option<Instant> = None;
+    let deadline = |started: Option<Instant>| match (timeout, started) {
+        (None, _) => Deadline::Never,
+        (Some(t), None) => Deadline::In(t),
+        (Some(t), Some(s)) => Deadline::At(s + t),
+    };
+    loop {
+        attempt = match attempt {
+            Attempt::Member(member) => {
+                if let Some(s) = started {
+                    shared.metrics.waited(s);
+                }
+                shared.note_taken(&member, caller);
+                return Ok(member);
+            }
+            Attempt::Failed(e) => return Err(e),
+            Attempt::Again => shared.again(Wait::Queue, deadline(started)),
+            Attempt::Check(member) => {
+                let s = *started.get_or_insert_with(|| Member::taken_at(&member));
+                let by = timeout.map(|t| s + t);
+                match shared.vet(member, Hook::Check, by).await {
+                    Some(mut member) => {
+                        member.set_origin(Origin::Taken);
+                        Attempt::Member(member)
+                    }
+                    // Cut short by the deadline, or failed as it passed.
+                    None if by.is_some_and(|by| Instant::now() >= by) => {
+                        return Err(shared.timed_out(timeout.unwrap_or_default()));
+                    }
+                    // Failed and replaced: take again.
+                    None => shared.again(Wait::Queue, deadline(started)),
+                }
+            }
+            Attempt::Queued(key) => {
+                let s = *started.get_or_insert_with(|| shared.clock.now());
+                let mut waiting = Waiting {
+                    shared,
+                    key,
+                    done: false,
+                };
+                let served = match timeout {
+                    None => (&mut waiting).await,
+                    Some(t) => match tokio::time::timeout_at(s + t, &mut waiting).await {
+                        Ok(served) => served,
+                        Err(_) => {
+                            waiting.done = true;
+                            match shared.hot.leave(key) {
+                                None => return Err(shared.timed_out(t)),
+                                // Served in the very instant the timer fired: take it.
+                                Some(served) => served,
+                            }
+                        }
+                    },
+                };
+                match served {
+                    Ok(held) => shared.collected(held),
+                    Err(e) => return Err(e),
+                }
+            }
+        };
+    }
+}
+
+/// A queued take. Dropped while still queued, it leaves the queue; a member already handed
+/// to it goes on to the next waiter or the free list.
+struct Waiting<'a, M: Manager> {
+    shared: &'a Shared<M>,
+    key: WaitKey,
+    done: bool,
+}
+
+impl<M: Manager> Future for Waiting<'_, M> {
+    type Output = Result<Held<M::Member>, TakeError>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let polled = self.shared.hot.poll(self.key, cx);
+        if polled.is_ready() {
+            self.done = true;
+        }
+        polled
+    }
+}
+
+impl<M: Manager> Drop for Waiting<'_, M> {
+    fn drop(&mut self) {
+        if !self.done
+            && let Some(Ok(held)) = self.shared.hot.leave(self.key)
+        {
+            self.shared.regive(held);
+        }
+    }
+}
