@@ -2,7 +2,9 @@
 //! `valgrind --tool=callgrind` in `count` mode twice per measurement, once doing `n`
 //! operations and once doing none, on a current-thread runtime with a pool of 8; the
 //! difference divided by `n` is what one operation costs, start-up and pool creation
-//! cancelled out. The count does not depend on what else the machine is doing.
+//! cancelled out. The count does not depend on what else the machine is doing. Callgrind's
+//! bus events (`--collect-bus=yes`) count the atomic read-modify-write instructions (the
+//! `lock`-prefixed ones) the same way.
 
 use std::path::Path;
 use std::process::Command;
@@ -15,6 +17,8 @@ use crate::peers;
 pub(crate) enum Op {
     /// An awaited take and its return (`take_member` + drop; each peer's `get` + drop).
     Take,
+    /// pooler's `take()` (the config's `take_timeout`, none here) and its return.
+    Default,
     /// A take that never waits, and its return (`try_take_member`; deadpool's `timeout_get`
     /// with a zero wait).
     Try,
@@ -26,21 +30,23 @@ impl Op {
     pub(crate) fn name(self) -> &'static str {
         match self {
             Op::Take => "take",
+            Op::Default => "default",
             Op::Try => "try",
             Op::Fail => "fail",
         }
     }
 
     fn parse(s: &str) -> Option<Op> {
-        [Op::Take, Op::Try, Op::Fail]
+        [Op::Take, Op::Default, Op::Try, Op::Fail]
             .into_iter()
             .find(|op| op.name() == s)
     }
 }
 
 /// The measurements, in report order: (contender, operation).
-pub(crate) const MEASURED: [(&str, Op); 8] = [
+pub(crate) const MEASURED: [(&str, Op); 9] = [
     ("pooler", Op::Take),
+    ("pooler", Op::Default),
     ("pooler", Op::Try),
     ("pooler", Op::Fail),
     ("deadpool", Op::Take),
@@ -82,6 +88,9 @@ pub(crate) async fn count(args: &[String]) {
                         let m = pool.take_member(Duration::from_secs(60)).await;
                         std::hint::black_box(&m.expect("a member"));
                     }
+                    Op::Default => {
+                        std::hint::black_box(&pool.take().await.expect("a member"));
+                    }
                     Op::Try => {
                         std::hint::black_box(&pool.try_take_member().expect("a member"));
                     }
@@ -108,7 +117,7 @@ pub(crate) async fn count(args: &[String]) {
             };
             for _ in 0..n {
                 match op {
-                    Op::Take => {
+                    Op::Take | Op::Default => {
                         std::hint::black_box(&pool.get().await.expect("a member"));
                     }
                     Op::Try => {
@@ -137,8 +146,9 @@ pub(crate) async fn count(args: &[String]) {
     }
 }
 
-/// Total instructions of this binary in `count` mode, by callgrind. `None` without valgrind.
-fn total(who: &str, op: Op, n: u32) -> Option<u64> {
+/// Total instructions and atomic read-modify-writes of this binary in `count` mode, by
+/// callgrind. `None` without valgrind.
+fn total(who: &str, op: Op, n: u32) -> Option<(u64, u64)> {
     let exe = std::env::current_exe().ok()?;
     let out = std::env::temp_dir().join(format!(
         "pooler-bench-cg-{}-{who}-{}-{n}",
@@ -146,7 +156,7 @@ fn total(who: &str, op: Op, n: u32) -> Option<u64> {
         op.name()
     ));
     let status = Command::new("valgrind")
-        .args(["--tool=callgrind", "-q"])
+        .args(["--tool=callgrind", "--collect-bus=yes", "-q"])
         .arg(format!("--callgrind-out-file={}", out.display()))
         .arg(&exe)
         .args(["count", who, op.name(), &n.to_string()])
@@ -160,36 +170,49 @@ fn total(who: &str, op: Op, n: u32) -> Option<u64> {
     summary(&text?)
 }
 
-/// The `summary:` (or `totals:`) line of a callgrind output file.
-fn summary(text: &str) -> Option<u64> {
-    text.lines()
-        .find_map(|l| {
-            l.strip_prefix("summary:")
-                .or_else(|| l.strip_prefix("totals:"))
-        })
-        .and_then(|v| v.split_whitespace().next())
-        .and_then(|v| v.parse().ok())
+/// The `summary:` (or `totals:`) line of a callgrind output file: instructions and bus
+/// events (0 when not collected).
+fn summary(text: &str) -> Option<(u64, u64)> {
+    let line = text.lines().find_map(|l| {
+        l.strip_prefix("summary:")
+            .or_else(|| l.strip_prefix("totals:"))
+    })?;
+    let mut fields = line.split_whitespace().map(|v| v.parse::<u64>().ok());
+    let ir = fields.next()??;
+    let bus = fields.next().flatten().unwrap_or(0);
+    Some((ir, bus))
 }
 
-/// Instructions per operation for every measurement (`None` where valgrind is missing or a
-/// run failed): `n` operations minus none, divided by `n`.
+/// One measurement: instructions and atomic read-modify-writes per operation.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct PerOp {
+    pub(crate) instructions: f64,
+    pub(crate) atomics: f64,
+}
+
+/// Instructions and atomics per operation for every measurement (`None` where valgrind is
+/// missing or a run failed): `n` operations minus none, divided by `n`.
 pub(crate) fn measure(
     which: &[(&'static str, Op)],
     n: u32,
-) -> Vec<(&'static str, Op, Option<f64>)> {
+) -> Vec<(&'static str, Op, Option<PerOp>)> {
     which
         .iter()
         .map(|&(who, op)| {
             let per_op = match (total(who, op, n), total(who, op, 0)) {
-                (Some(with), Some(without)) => {
-                    Some((with.saturating_sub(without)) as f64 / f64::from(n))
-                }
+                (Some(with), Some(without)) => Some(PerOp {
+                    instructions: with.0.saturating_sub(without.0) as f64 / f64::from(n),
+                    atomics: with.1.saturating_sub(without.1) as f64 / f64::from(n),
+                }),
                 _ => None,
             };
             eprintln!(
-                "  {who:<9} {:<5} {}",
+                "  {who:<9} {:<7} {}",
                 op.name(),
-                per_op.map_or("n/a".into(), |p| format!("{p:.0} instructions"))
+                per_op.map_or("n/a".into(), |p| format!(
+                    "{:.0} instructions, {:.1} atomic read-modify-writes",
+                    p.instructions, p.atomics
+                ))
             );
             (who, op, per_op)
         })
@@ -211,8 +234,8 @@ mod tests {
 
     #[test]
     fn the_summary_line_is_read() {
-        assert_eq!(summary("events: Ir\nsummary: 12345\n"), Some(12345));
-        assert_eq!(summary("totals: 99 3\n"), Some(99));
+        assert_eq!(summary("events: Ir\nsummary: 12345\n"), Some((12345, 0)));
+        assert_eq!(summary("totals: 99 3\n"), Some((99, 3)));
         assert_eq!(summary("nothing"), None);
     }
 }

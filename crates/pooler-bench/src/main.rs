@@ -52,7 +52,7 @@ pub(crate) struct Results {
     pub(crate) metrics: (f64, f64),
     pub(crate) metrics_share: Option<f64>,
     pub(crate) lifetime: (f64, f64),
-    pub(crate) instructions: Vec<(&'static str, instructions::Op, Option<f64>)>,
+    pub(crate) instructions: Vec<(&'static str, instructions::Op, Option<instructions::PerOp>)>,
     /// A comparison with a saved baseline: its name and, per figure, (before, now, change).
     pub(crate) against: Option<(String, Vec<baseline::Change>)>,
     pub(crate) seconds: f64,
@@ -86,7 +86,8 @@ impl Results {
         }
         for (who, op, per_op) in &self.instructions {
             if let Some(v) = per_op {
-                f.insert(format!("instructions.{who}.{}", op.name()), *v);
+                f.insert(format!("instructions.{who}.{}", op.name()), v.instructions);
+                f.insert(format!("atomics.{who}.{}", op.name()), v.atomics);
             }
         }
         f.insert("rejection ns".into(), self.rejection);
@@ -485,9 +486,12 @@ fn main() {
     if mode == "instructions" {
         for (who, op, per_op) in instructions::measure(&instructions::MEASURED, 100_000) {
             println!(
-                "{who:<9} {:<5} {}",
+                "{who:<9} {:<7} {}",
                 op.name(),
-                per_op.map_or("n/a".into(), |p| format!("{p:.0}"))
+                per_op.map_or("n/a".into(), |p| format!(
+                    "{:.0} instructions, {:.1} atomics",
+                    p.instructions, p.atomics
+                ))
             );
         }
         return;

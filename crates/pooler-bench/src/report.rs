@@ -159,7 +159,7 @@ pub(crate) fn write(r: &Results, dir: &Path) -> Result<(), Box<dyn std::error::E
         )?;
         writeln!(
             md,
-            "| pool | take+return | try+return | failed try | take ÷ pooler's |\n|---|---|---|---|---|"
+            "| pool | take+return | `take()`+return | try+return | failed try | take ÷ pooler's | atomic RMWs per take+return |\n|---|---|---|---|---|---|---|"
         )?;
         let get = |who: &str, op: Op| {
             r.instructions
@@ -167,16 +167,30 @@ pub(crate) fn write(r: &Results, dir: &Path) -> Result<(), Box<dyn std::error::E
                 .find(|i| i.0 == who && i.1 == op)
                 .and_then(|i| i.2)
         };
-        let ours = get("pooler", Op::Take);
+        let ours = get("pooler", Op::Take).map(|p| p.instructions);
         for who in ["pooler", "deadpool", "bb8", "qp"] {
-            let cell = |op| get(who, op).map_or_else(|| "—".to_owned(), |v| format!("{v:.0}"));
+            let cell = |op| {
+                get(who, op).map_or_else(|| "—".to_owned(), |v| format!("{:.0}", v.instructions))
+            };
+            let default = if who == "pooler" {
+                cell(Op::Default)
+            } else {
+                "—".to_owned()
+            };
             writeln!(
                 md,
-                "| {who} | {} | {} | {} | {} |",
+                "| {who} | {} | {default} | {} | {} | {} | {} |",
                 cell(Op::Take),
                 cell(Op::Try),
                 cell(Op::Fail),
-                fmt_opt(get(who, Op::Take).zip(ours).map(|(t, o)| t / o), 2)
+                fmt_opt(
+                    get(who, Op::Take)
+                        .map(|p| p.instructions)
+                        .zip(ours)
+                        .map(|(t, o)| t / o),
+                    2
+                ),
+                get(who, Op::Take).map_or_else(|| "—".to_owned(), |v| format!("{:.1}", v.atomics)),
             )?;
         }
     }
@@ -321,8 +335,8 @@ pub(crate) fn write(r: &Results, dir: &Path) -> Result<(), Box<dyn std::error::E
     let unc = dead_unc.zip(ours).map(|(d, o)| d / o).unwrap_or(f64::NAN);
     writeln!(
         md,
-        "| uncontended ≥ 3× deadpool | {unc:.2}× | {} |",
-        yes(unc >= 3.0)
+        "| uncontended ≥ 4× deadpool | {unc:.2}× | {} |",
+        yes(unc >= 4.0)
     )?;
     if let Some(Some(lat)) = r.fairness.iter().find(|f| f.0 == "pooler").map(|f| &f.1) {
         let p50 = percentile(lat, 0.5).max(1.0);
@@ -349,22 +363,43 @@ pub(crate) fn write(r: &Results, dir: &Path) -> Result<(), Box<dyn std::error::E
             .find(|i| i.0 == who && i.1 == op)
             .and_then(|i| i.2)
     };
-    if let (Some(take), Some(dead)) = (instr("pooler", Op::Take), instr("deadpool", Op::Take)) {
+    if let Some(default) = instr("pooler", Op::Default) {
+        let v = default.instructions;
         writeln!(
             md,
-            "| instructions per take_member+return ≤ 300 and ≥ 3× fewer than deadpool | {take:.0} ({:.2}× fewer) | {} |",
+            "| instructions per uncontended `take()`+return ≤ 200 | {v:.0} | {} |",
+            yes(v <= 200.0)
+        )?;
+    }
+    if let (Some(take), Some(dead)) = (instr("pooler", Op::Take), instr("deadpool", Op::Take)) {
+        let (take, dead) = (take.instructions, dead.instructions);
+        writeln!(
+            md,
+            "| instructions per take_member+return ≤ 250 and ≥ 4× fewer than deadpool | {take:.0} ({:.2}× fewer) | {} |",
             dead / take,
-            yes(take <= 300.0 && dead / take >= 3.0)
+            yes(take <= 250.0 && dead / take >= 4.0)
         )?;
     }
     if let Some(try_) = instr("pooler", Op::Try) {
+        let v = try_.instructions;
         writeln!(
             md,
-            "| instructions per try_take_member+return ≤ 200 | {try_:.0} | {} |",
-            yes(try_ <= 200.0)
+            "| instructions per try_take_member+return ≤ 150 | {v:.0} | {} |",
+            yes(v <= 150.0)
+        )?;
+    }
+    if let (Some(take), Some(default)) = (instr("pooler", Op::Take), instr("pooler", Op::Default)) {
+        let most = take.atomics.max(default.atomics);
+        writeln!(
+            md,
+            "| atomic read-modify-writes per take+return ≤ 4 | take_member {:.1}, take() {:.1} | {} |",
+            take.atomics,
+            default.atomics,
+            yes(most <= 4.0)
         )?;
     }
     if let (Some(fail), Some(dead)) = (instr("pooler", Op::Fail), instr("deadpool", Op::Fail)) {
+        let (fail, dead) = (fail.instructions, dead.instructions);
         writeln!(
             md,
             "| instructions per failed try_take_member ≤ deadpool's | {fail:.0} (deadpool {dead:.0}) | {} |",
@@ -374,9 +409,9 @@ pub(crate) fn write(r: &Results, dir: &Path) -> Result<(), Box<dyn std::error::E
     let (none, prom) = r.metrics;
     writeln!(
         md,
-        "| take+return with a Prometheus recorder ≤ 1.2× without | {:.2}× ({none:.0} → {prom:.0} ns) | {} |",
+        "| take+return with a Prometheus recorder ≤ 1.05× without | {:.2}× ({none:.0} → {prom:.0} ns) | {} |",
         prom / none,
-        yes(prom / none <= 1.2)
+        yes(prom / none <= 1.05)
     )?;
     let p50 = |who: &str| {
         r.fairness

@@ -74,7 +74,7 @@ enum Decided<T> {
 impl<M: Manager> Shared<M> {
     /// A take's first attempt (`counted`): the member if the fast path found one, else what
     /// the attempt came to.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn first(
         self: &Arc<Self>,
         wait: Wait,
@@ -102,7 +102,7 @@ impl<M: Manager> Shared<M> {
 
     /// What a take that found no member does next.
     #[cold]
-    fn found(
+    pub(crate) fn found(
         self: &Arc<Self>,
         found: Found<Held<M::Member>>,
         wait: Wait,
@@ -145,8 +145,8 @@ impl<M: Manager> Shared<M> {
     /// The member for its taker when no feature needs a look at it, its hold is not timed,
     /// and it is fit; otherwise it comes back for
     /// [`taken_with_features`](Self::taken_with_features).
-    #[inline]
-    fn fast_member(
+    #[inline(always)]
+    pub(crate) fn fast_member(
         self: &Arc<Self>,
         held: Held<M::Member>,
         vetted: bool,
@@ -168,7 +168,7 @@ impl<M: Manager> Shared<M> {
 
     /// [`taken`](Self::taken) when a feature needs more than the fast path does.
     #[cold]
-    fn taken_with_features(
+    pub(crate) fn taken_with_features(
         self: &Arc<Self>,
         held: Held<M::Member>,
         wait: Wait,
@@ -268,7 +268,7 @@ impl<M: Manager> Shared<M> {
     }
 
     /// The error of a take that found the pool full, counted (the common refusal, kept small).
-    fn at_capacity(&self) -> TakeError {
+    pub(crate) fn at_capacity(&self) -> TakeError {
         self.metrics.at_capacity();
         TakeError::AtCapacity {
             pool: self.name.clone(),

@@ -10,8 +10,6 @@ use tokio::runtime::Handle;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-use futures_util::future::Either;
-
 use crate::cold::Status;
 use crate::config::PoolConfig;
 use crate::error::{ConfigError, TakeError};
@@ -329,12 +327,7 @@ impl<M: Manager> Pool<M> {
         &self,
         timeout: Duration,
     ) -> impl Future<Output = Result<Member<M>, TakeError>> + Send + '_ {
-        let caller = Location::caller();
-        if timeout.is_zero() {
-            return Either::Left(std::future::ready(self.take_at_once(caller)));
-        }
-        let timeout = timeout.min(crate::time::MAX_TIME);
-        Either::Right(Take::new(self.shared(), caller, Some(timeout)))
+        Take::new(self.shared(), Location::caller(), Some(timeout))
     }
 
     /// Takes a member, waiting in the pool's FIFO queue for as long as the config's
@@ -353,12 +346,8 @@ impl<M: Manager> Pool<M> {
     /// Cancel safe: dropping the future leaves the queue and loses no member.
     #[track_caller]
     pub fn take(&self) -> impl Future<Output = Result<Member<M>, TakeError>> + Send + '_ {
-        let caller = Location::caller();
         let timeout = self.shared().features.take_timeout();
-        if timeout.is_some_and(|t| t.is_zero()) {
-            return Either::Left(std::future::ready(self.take_at_once(caller)));
-        }
-        Either::Right(Take::new(self.shared(), caller, timeout))
+        Take::new(self.shared(), Location::caller(), timeout)
     }
 
     /// Takes a member (as [`take_member`](Pool::take_member)), runs `f` on it and returns it.

@@ -17,7 +17,7 @@ use crate::checkout::{Attempt, Deadline};
 use crate::error::TakeError;
 use crate::health::Hook;
 use crate::held::Held;
-use crate::hot::Wait;
+use crate::hot::{Found, Wait};
 use crate::leak::Caller;
 use crate::manager::Manager;
 use crate::member::{Member, Origin};
@@ -60,6 +60,9 @@ impl<M: Manager> Future for Take<'_, M> {
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.get_mut();
         if this.waits.is_none() {
+            if this.timeout.is_some_and(|t| t.is_zero()) {
+                return Poll::Ready(at_once(this.shared, this.caller));
+            }
             let deadline = this.timeout.map_or(Deadline::Never, Deadline::In);
             let attempt = match this.shared.first(Wait::Queue, deadline) {
                 Ok(member) => return Poll::Ready(Ok(member)),
@@ -86,10 +89,22 @@ pub(crate) fn at_once<M: Manager>(
     shared: &Arc<Shared<M>>,
     caller: Caller,
 ) -> Result<Member<M>, TakeError> {
-    let never = Deadline::In(Duration::ZERO);
-    match shared.first(Wait::No, never) {
-        Ok(member) => Ok(member),
-        Err(attempt) => at_once_slow(shared, caller, attempt),
+    match shared.hot.take(Wait::No, true, false) {
+        Found::Member(held, timed) => match shared.fast_member(held, false, timed) {
+            Ok(member) => Ok(member),
+            Err(held) => at_once_slow(
+                shared,
+                caller,
+                shared.taken_with_features(held, Wait::No, false, timed),
+            ),
+        },
+        // The common refusal, kept small.
+        Found::Full => Err(shared.at_capacity()),
+        found => at_once_slow(
+            shared,
+            caller,
+            shared.found(found, Wait::No, Deadline::In(Duration::ZERO)),
+        ),
     }
 }
 
