@@ -331,10 +331,10 @@ impl<M: Manager> Shared<M> {
         });
     }
 
-    /// A member handed to a queued taker that gave up before collecting it: it goes on to
-    /// the next waiter or the free list, as a return in good order would.
-    pub(crate) fn regive(&self, held: Held<M::Member>) {
-        if let Err(held) = self.hot.give(held, self.clock.coarse()) {
+    /// A queued taker gives up ([`Hot::give_up`](crate::hot::Hot::give_up)); a member
+    /// handed to it that a closed pool refuses is stopped.
+    pub(crate) fn give_up(&self, key: WaitKey) {
+        if let Some(held) = self.hot.give_up(key, self.clock.coarse()) {
             self.stop_after_close(held);
         }
     }

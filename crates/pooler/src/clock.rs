@@ -53,7 +53,7 @@ impl Clock {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, not(pooler_loom)))]
 mod tests {
     use super::*;
 
@@ -70,5 +70,37 @@ mod tests {
             .coarse
             .fetch_max(clock.stamp(now - Duration::from_millis(1)), Relaxed);
         assert_eq!(clock.coarse(), 250_000_000);
+    }
+}
+
+#[cfg(all(test, pooler_loom))]
+mod loom_models {
+    use super::*;
+    use loom::sync::Arc;
+    use loom::thread;
+
+    /// Exact reads on two threads race a third that reads the coarse time: the coarse time
+    /// it sees never goes back, and ends at the latest exact read.
+    #[test]
+    fn loom_the_coarse_time_never_goes_back_under_racing_reads() {
+        loom::model(|| {
+            let clock = Arc::new(Clock::new());
+            let readers: Vec<_> = (0..2)
+                .map(|_| {
+                    let c = clock.clone();
+                    thread::spawn(move || c.stamp(c.now()))
+                })
+                .collect();
+            let first = clock.coarse();
+            let second = clock.coarse();
+            assert!(second >= first, "the coarse time went back");
+            let latest = readers
+                .into_iter()
+                .map(|r| r.join().unwrap())
+                .max()
+                .unwrap();
+            assert!(clock.coarse() >= latest);
+            assert!(clock.coarse() >= second);
+        });
     }
 }

@@ -166,6 +166,16 @@ impl<T, E> Hot<T, E> {
     pub(crate) fn leave(&self, key: WaitKey) -> Option<Result<T, E>> {
         lock(&self.state).waiters.leave(key)
     }
+
+    /// A waiting taker gives up, its future dropped: a member already handed to it goes on
+    /// to the next waiter or the free list, as a return in good order would. One a closed core
+    /// refuses comes back, still in use, to be stopped.
+    pub(crate) fn give_up(&self, key: WaitKey, now: u64) -> Option<T> {
+        match self.leave(key) {
+            Some(Ok(member)) => self.give(member, now).err(),
+            Some(Err(_)) | None => None,
+        }
+    }
 }
 
 impl<T, E> Locked<'_, T, E> {
@@ -630,17 +640,18 @@ mod loom_models {
         }
     }
 
-    /// A taker that queues if it must, then gives up (its future dropped): a member served
-    /// to it meanwhile goes back, as `Waiting`'s `Drop` does. What it ends up holding, and
-    /// what a closed core handed back.
+    /// A taker that queues if it must, then gives up (its future dropped, `Hot::give_up` as
+    /// the take's `Waiting` calls it). What it ends up holding, and what a closed core handed
+    /// back.
     fn take_then_give_up(hot: &H) -> (Option<u32>, Vec<u32>) {
         let mut stopped = Vec::new();
         let held = match hot.take(Wait::Queue, true, false) {
             Found::Member(m, _) => Some(m),
             Found::Queued(key) => {
                 thread::yield_now();
-                if let Some(Ok(m)) = hot.leave(key) {
-                    give(hot, m, &mut stopped);
+                if let Some(m) = hot.give_up(key, 0) {
+                    hot.lock().release(0);
+                    stopped.push(m);
                 }
                 None
             }

@@ -21,6 +21,8 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use crate::clock::Clock;
+#[cfg(test)]
+use crate::cold::Limits;
 use crate::cold::{Cold, Starts};
 use crate::config::PoolConfig;
 use crate::error::TakeError;
@@ -227,5 +229,147 @@ impl<M: Manager> Step<'_, M> {
         let max_age = self.cold.config.max_age;
         let n = self.cold.engine.cull(self.now, max_age, peak, seen, view);
         self.retire_free(n, Reason::MaxAge, |_| true)
+    }
+}
+
+#[cfg(all(test, not(pooler_loom)))]
+mod tests {
+    use std::sync::Arc;
+
+    use tokio_util::sync::CancellationToken;
+
+    use super::*;
+    use crate::hot::Wait;
+    use crate::manager::MemberContext;
+    use crate::shared::limits;
+
+    struct Numbers;
+
+    impl Manager for Numbers {
+        type Member = u64;
+        type Error = std::io::Error;
+        async fn start(&self, ctx: &MemberContext) -> Result<u64, Self::Error> {
+            Ok(ctx.member_id())
+        }
+    }
+
+    type H = Hot<Held<u64>, TakeError>;
+
+    /// A pool's two locks and clock, with `live` members started and free (no runtime).
+    fn pool(init: usize, max: usize, live: usize) -> (ColdLock, H, Clock) {
+        let config = PoolConfig::new("effects", init, max);
+        let cold = ColdLock::new(ColdState {
+            engine: Cold::new(limits(&config)),
+            config: config.clone(),
+            shut: false,
+        });
+        let hot = Hot::new(config.member_order, config.queue_max, false);
+        let clock = Clock::new();
+        let ((), effects) = cold.step::<Numbers, _>(&hot, &clock, |s| {
+            let starts = s.cold.engine.grow(live, s.now, s.hot.view());
+            for (key, id) in starts.slots {
+                let meta = Arc::new(Meta::new(key, id, CancellationToken::new(), s.stamp()));
+                assert!(s.cold.engine.started(key, s.now, None, meta.clone()));
+                assert!(s.hot.admit(Held { value: id, meta }).is_ok());
+            }
+        });
+        assert!(effects.is_empty());
+        (cold, hot, clock)
+    }
+
+    fn take(hot: &H) -> Held<u64> {
+        match hot.take(Wait::No, true, false) {
+            crate::hot::Found::Member(held, _) => held,
+            other => panic!("no member: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_member_back_after_the_close_finished_is_dropped_in_place_and_its_slot_ends() {
+        let (cold, hot, clock) = pool(1, 1, 1);
+        let held = take(&hot);
+        let token = held.meta.token.clone();
+        let ((), effects) = cold.step::<Numbers, _>(&hot, &clock, |s| {
+            s.cold.engine.close();
+            s.cold.shut = true;
+            s.stop_in_use(held, Why::Quiet, true);
+            assert_eq!((s.cold.engine.starting(), s.cold.engine.stopping()), (0, 0));
+            assert_eq!(s.hot.view().live(), 0);
+        });
+        assert_eq!(effects.dropped.len(), 1, "dropped where it is");
+        assert!(effects.stops.is_empty() && effects.starts.iter().all(Starts::is_empty));
+        assert!(effects.drained, "a close waiting on the count is woken");
+        assert!(
+            !token.is_cancelled(),
+            "the driver tasks end when the effect is applied"
+        );
+    }
+
+    #[test]
+    fn a_replaced_member_holds_its_slot_until_its_stop_ends_then_its_replacement_starts() {
+        let (cold, hot, clock) = pool(1, 1, 1);
+        let held = take(&hot);
+        let why = Why::Replaced {
+            reason: Reason::Failed,
+            after_use: true,
+        };
+        let ((), effects) =
+            cold.step::<Numbers, _>(&hot, &clock, |s| s.stop_in_use(held, why, true));
+        assert_eq!(effects.stops.len(), 1);
+        assert_eq!(effects.stops[0].1, why);
+        assert!(
+            effects.starts.iter().all(Starts::is_empty),
+            "no room while the stop runs"
+        );
+        let key = effects.stops[0].0.meta.key;
+        let ((), effects) = cold.step::<Numbers, _>(&hot, &clock, |s| {
+            s.cold.engine.stop_done(key);
+            s.refill();
+        });
+        let started: usize = effects.starts.iter().map(|s| s.slots.len()).sum();
+        assert_eq!(
+            started, 1,
+            "the owed replacement starts once the slot is free"
+        );
+    }
+
+    #[test]
+    fn retiring_free_members_takes_the_longest_idle_first() {
+        let (cold, hot, clock) = pool(0, 4, 3);
+        let (n, effects) =
+            cold.step::<Numbers, _>(&hot, &clock, |s| s.retire_free(2, Reason::MaxAge, |_| true));
+        assert_eq!(n, 2);
+        let ids: Vec<u64> = effects.stops.iter().map(|(h, _)| h.value).collect();
+        assert_eq!(ids, [1, 2], "idle longest first");
+        assert!(
+            effects
+                .stops
+                .iter()
+                .all(|(_, why)| *why == Why::Retired(Reason::MaxAge))
+        );
+        assert_eq!(hot.lock().view().free, 1);
+    }
+
+    #[test]
+    fn every_step_leaves_the_hot_core_saturated_as_the_cold_engine_says() {
+        let (cold, hot, clock) = pool(2, 2, 2);
+        let (_a, _b) = (take(&hot), take(&hot));
+        // Nothing free, no room: a take is refused by the hot core alone.
+        assert!(matches!(
+            hot.take(Wait::No, true, false),
+            crate::hot::Found::Full
+        ));
+        let ((), _) = cold.step::<Numbers, _>(&hot, &clock, |s| {
+            let limits = Limits {
+                max_count: 3,
+                ..s.cold.engine.limits()
+            };
+            let view = s.hot.view();
+            s.cold.engine.set_limits(limits, view);
+        });
+        assert!(matches!(
+            hot.take(Wait::No, true, false),
+            crate::hot::Found::Cold
+        ));
     }
 }

@@ -224,10 +224,8 @@ impl<M: Manager> Future for Waiting<'_, M> {
 
 impl<M: Manager> Drop for Waiting<'_, M> {
     fn drop(&mut self) {
-        if !self.done
-            && let Some(Ok(held)) = self.shared.hot.leave(self.key)
-        {
-            self.shared.regive(held);
+        if !self.done {
+            self.shared.give_up(self.key);
         }
     }
 }
