@@ -329,3 +329,34 @@ impl ConfigError {
         }
     }
 }
+
+/// Why a registry operation failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum PoolerError {
+    /// The pool's configuration was rejected, or its name is taken.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// No pool of that name.
+    #[error("pool `{pool}`: no such pool")]
+    NoSuchPool {
+        /// The name asked for.
+        pool: String,
+    },
+    /// The pool exists, with members of another type.
+    #[error("pool `{pool}`: its manager is `{actual}`, not `{requested}`")]
+    WrongType {
+        /// The pool's name.
+        pool: String,
+        /// The manager type asked for.
+        requested: &'static str,
+        /// The pool's manager type.
+        actual: &'static str,
+    },
+    /// No pool belongs to that group.
+    #[error("group `{group}`: no such group")]
+    NoSuchGroup {
+        /// The group asked for.
+        group: String,
+    },
+}

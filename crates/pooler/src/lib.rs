@@ -11,6 +11,7 @@ mod config;
 mod demand;
 mod driver;
 mod error;
+mod expiries;
 mod features;
 #[cfg(feature = "file")]
 mod file;
@@ -38,15 +39,15 @@ pub mod time;
 mod waiters;
 
 pub use crate::config::{MAX_COUNT, MemberOrder, PoolConfig, PoolConfigBuilder};
-pub use crate::error::{ConfigError, StartError, TakeError};
+pub use crate::error::{ConfigError, PoolerError, StartError, TakeError};
 #[cfg(feature = "file")]
 pub use crate::file::Kinds;
 pub use crate::hooks::{HookFuture, HookResult, Hooks};
 pub use crate::manager::{Manager, MemberContext};
-pub use crate::member::Member;
+pub use crate::member::{GroupMember, Member};
 pub use crate::pool::{MemberStats, MemberStatus, Pool, Shutdown, Utilization, WeakPool};
 pub use crate::reconfigure::ReconfigureAction;
-pub use crate::registry::{GroupMember, GroupStrategy, Pooler, PoolerError};
+pub use crate::registry::{GroupStrategy, Pooler};
 
 /// Guides for people coming to pooler from another pool.
 pub mod guide {

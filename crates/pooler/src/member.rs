@@ -211,3 +211,51 @@ where
         (**self).get_db()
     }
 }
+
+/// A member taken from a group: exclusive use of it, and a return to the pool it came from.
+#[must_use = "dropping the guard returns the member at once"]
+pub struct GroupMember<M: Manager>(Member<M>);
+
+impl<M: Manager> GroupMember<M> {
+    pub(crate) fn new(member: Member<M>) -> Self {
+        GroupMember(member)
+    }
+
+    /// The pool the member came from (and goes back to).
+    #[must_use]
+    pub fn pool_name(this: &Self) -> &str {
+        Member::pool_name(&this.0)
+    }
+
+    /// Replaces the member: it is stopped and a new one started in its pool.
+    pub fn fail(this: Self) {
+        Member::fail(this.0);
+    }
+
+    /// The plain member guard.
+    pub fn into_member(this: Self) -> Member<M> {
+        this.0
+    }
+}
+
+impl<M: Manager> Deref for GroupMember<M> {
+    type Target = M::Member;
+    fn deref(&self) -> &M::Member {
+        &self.0
+    }
+}
+
+impl<M: Manager> DerefMut for GroupMember<M> {
+    fn deref_mut(&mut self) -> &mut M::Member {
+        &mut self.0
+    }
+}
+
+impl<M: Manager> fmt::Debug for GroupMember<M>
+where
+    M::Member: fmt::Debug,
+{
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("GroupMember").field(&self.0).finish()
+    }
+}

@@ -5,47 +5,15 @@ use std::any::Any;
 use std::collections::HashMap;
 use std::fmt;
 use std::future::Future;
-use std::ops::{Deref, DerefMut};
 use std::pin::Pin;
 use std::sync::{Arc, PoisonError, RwLock};
 use std::time::Duration;
 
 use crate::config::PoolConfig;
-use crate::error::{ConfigError, TakeError};
+use crate::error::{ConfigError, PoolerError, TakeError};
 use crate::manager::Manager;
-use crate::member::Member;
+use crate::member::GroupMember;
 use crate::pool::{Pool, Shutdown, Utilization};
-
-/// Why a registry operation failed.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum PoolerError {
-    /// The pool's configuration was rejected, or its name is taken.
-    #[error(transparent)]
-    Config(#[from] ConfigError),
-    /// No pool of that name.
-    #[error("pool `{pool}`: no such pool")]
-    NoSuchPool {
-        /// The name asked for.
-        pool: String,
-    },
-    /// The pool exists, with members of another type.
-    #[error("pool `{pool}`: its manager is `{actual}`, not `{requested}`")]
-    WrongType {
-        /// The pool's name.
-        pool: String,
-        /// The manager type asked for.
-        requested: &'static str,
-        /// The pool's manager type.
-        actual: &'static str,
-    },
-    /// No pool belongs to that group.
-    #[error("group `{group}`: no such group")]
-    NoSuchGroup {
-        /// The group asked for.
-        group: String,
-    },
-}
 
 /// How [`Pooler::take_group_member`] orders the pools of a group.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
@@ -414,7 +382,7 @@ impl Pooler {
             match pool.try_take_member() {
                 Ok(member) => {
                     return futures_util::future::Either::Left(std::future::ready(Ok(
-                        GroupMember(member),
+                        GroupMember::new(member),
                     )));
                 }
                 Err(e) => last = Some(e),
@@ -429,7 +397,7 @@ impl Pooler {
             }
             let waits = pools.iter().map(|p| Box::pin(p.take_member(timeout)));
             match futures_util::future::select_ok(waits).await {
-                Ok((member, _others)) => Ok(GroupMember(member)),
+                Ok((member, _others)) => Ok(GroupMember::new(member)),
                 Err(e) => Err(e),
             }
         })
@@ -506,48 +474,4 @@ fn take_out(registry: &mut Registry, names: Vec<String>) -> Vec<Arc<dyn AnyPool>
 /// Closes every pool at once and waits for all of them: each close begins at the first poll.
 async fn close_all(pools: &[Arc<dyn AnyPool>], how: Shutdown) {
     futures_util::future::join_all(pools.iter().map(|pool| pool.close(how))).await;
-}
-
-/// A member taken from a group: exclusive use of it, and a return to the pool it came from.
-#[must_use = "dropping the guard returns the member at once"]
-pub struct GroupMember<M: Manager>(Member<M>);
-
-impl<M: Manager> GroupMember<M> {
-    /// The pool the member came from (and goes back to).
-    #[must_use]
-    pub fn pool_name(this: &Self) -> &str {
-        Member::pool_name(&this.0)
-    }
-
-    /// Replaces the member: it is stopped and a new one started in its pool.
-    pub fn fail(this: Self) {
-        Member::fail(this.0);
-    }
-
-    /// The plain member guard.
-    pub fn into_member(this: Self) -> Member<M> {
-        this.0
-    }
-}
-
-impl<M: Manager> Deref for GroupMember<M> {
-    type Target = M::Member;
-    fn deref(&self) -> &M::Member {
-        &self.0
-    }
-}
-
-impl<M: Manager> DerefMut for GroupMember<M> {
-    fn deref_mut(&mut self) -> &mut M::Member {
-        &mut self.0
-    }
-}
-
-impl<M: Manager> fmt::Debug for GroupMember<M>
-where
-    M::Member: fmt::Debug,
-{
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_tuple("GroupMember").field(&self.0).finish()
-    }
 }

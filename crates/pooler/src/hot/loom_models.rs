@@ -1,0 +1,181 @@
+use super::*;
+use loom::sync::Arc;
+use loom::thread;
+
+type H = Arc<Hot<u32, &'static str>>;
+
+/// Runs a model and says how many interleavings it explored.
+fn model(name: &str, f: impl Fn() + Sync + Send + 'static) {
+    static RUNS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    RUNS.store(0, std::sync::atomic::Ordering::SeqCst);
+    loom::model(move || {
+        RUNS.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        f();
+    });
+    eprintln!(
+        "loom model {name}: {} interleavings",
+        RUNS.load(std::sync::atomic::Ordering::SeqCst)
+    );
+}
+
+/// A saturated pool of `n` members (1..=n), all taken by the caller.
+fn pool(n: u32) -> (H, Vec<u32>) {
+    let hot = Hot::new(MemberOrder::Lifo, 4, false);
+    {
+        let mut h = hot.lock();
+        for m in 1..=n {
+            assert!(matches!(h.admit(m), Ok(None)));
+        }
+        h.set_saturated(true);
+    }
+    let held = (0..n)
+        .map(|_| match hot.take(Wait::No, true, false) {
+            Found::Member(m, _) => m,
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    (Arc::new(hot), held)
+}
+
+/// Gives a member back; a closed core hands it back, and it leaves use to be stopped (as
+/// `Shared::stop_after_close` does).
+fn give(hot: &H, m: u32, stopped: &mut Vec<u32>) {
+    if let Err(m) = hot.give(m, 0) {
+        hot.lock().release(0);
+        stopped.push(m);
+    }
+}
+
+/// A taker that queues if it must, then gives up (its future dropped, `Hot::give_up` as
+/// the take's `Waiting` calls it). What it ends up holding, and what a closed core handed
+/// back.
+fn take_then_give_up(hot: &H) -> (Option<u32>, Vec<u32>) {
+    let mut stopped = Vec::new();
+    let held = match hot.take(Wait::Queue, true, false) {
+        Found::Member(m, _) => Some(m),
+        Found::Queued(key) => {
+            thread::yield_now();
+            if let Some(m) = hot.give_up(key, 0) {
+                hot.lock().release(0);
+                stopped.push(m);
+            }
+            None
+        }
+        _ => None,
+    };
+    (held, stopped)
+}
+
+/// A taker that queues if it must and waits until served (or refused by a close).
+fn take_and_wait(hot: &H) -> Option<u32> {
+    match hot.take(Wait::Queue, true, false) {
+        Found::Member(m, _) => Some(m),
+        Found::Queued(key) => {
+            loom::future::block_on(std::future::poll_fn(|cx| hot.poll(key, cx))).ok()
+        }
+        _ => None,
+    }
+}
+
+fn settle(hot: &H, held: &[u32], stopped: &[u32], total: usize) {
+    let h = hot.lock();
+    let v = h.view();
+    let mut all: Vec<u32> = held.iter().chain(stopped).copied().collect();
+    all.extend(h.free().copied());
+    let n = all.len();
+    all.sort_unstable();
+    all.dedup();
+    assert_eq!(
+        all.len(),
+        n,
+        "a member is in two places: {held:?} {stopped:?} {v:?}"
+    );
+    assert_eq!(n, total, "a member was lost: {held:?} {stopped:?} {v:?}");
+    assert_eq!(v.in_use, held.len(), "in use ≠ held: {held:?} {v:?}");
+    assert_eq!(v.queued, 0, "a waiter was left queued");
+}
+
+#[test]
+fn loom_take_races_return_races_a_waiter_giving_up() {
+    model("take, return, waiter giving up", || {
+        let (hot, mut held) = pool(1);
+        let m = held.pop().unwrap();
+        let (a, b) = (hot.clone(), hot.clone());
+        let waiter = thread::spawn(move || take_then_give_up(&a));
+        let taker = thread::spawn(move || match b.take(Wait::No, true, false) {
+            Found::Member(m, _) => Some(m),
+            _ => None,
+        });
+        let mut stopped = Vec::new();
+        give(&hot, m, &mut stopped);
+        let (w, s) = waiter.join().unwrap();
+        stopped.extend(s);
+        held.extend(w);
+        held.extend(taker.join().unwrap());
+        settle(&hot, &held, &stopped, 1);
+    });
+}
+
+#[test]
+fn loom_a_return_hands_off_to_a_waiter_being_dropped() {
+    model("hand-off to a waiter being dropped", || {
+        let (hot, mut held) = pool(1);
+        let m = held.pop().unwrap();
+        let a = hot.clone();
+        let waiter = thread::spawn(move || take_then_give_up(&a));
+        let mut stopped = Vec::new();
+        give(&hot, m, &mut stopped);
+        let (w, s) = waiter.join().unwrap();
+        stopped.extend(s);
+        held.extend(w);
+        settle(&hot, &held, &stopped, 1);
+    });
+}
+
+#[test]
+fn loom_two_returns_and_a_waiter() {
+    model("two returns and a waiter", || {
+        let (hot, mut held) = pool(2);
+        let (m1, m2) = (held.pop().unwrap(), held.pop().unwrap());
+        let (a, b) = (hot.clone(), hot.clone());
+        let waiter = thread::spawn(move || take_and_wait(&a));
+        let returner = thread::spawn(move || {
+            let mut stopped = Vec::new();
+            give(&b, m1, &mut stopped);
+            stopped
+        });
+        let mut stopped = Vec::new();
+        give(&hot, m2, &mut stopped);
+        stopped.extend(returner.join().unwrap());
+        held.extend(waiter.join().unwrap());
+        assert_eq!(held.len(), 1, "the waiter was served");
+        settle(&hot, &held, &stopped, 2);
+    });
+}
+
+#[test]
+fn loom_close_races_a_return_and_a_waiter() {
+    model("close, a return and a waiter", || {
+        let (hot, mut held) = pool(1);
+        let m = held.pop().unwrap();
+        let (a, b) = (hot.clone(), hot.clone());
+        let waiter = thread::spawn(move || take_and_wait(&a));
+        let returner = thread::spawn(move || {
+            let mut stopped = Vec::new();
+            give(&b, m, &mut stopped);
+            stopped
+        });
+        let (free, wakers) = hot.lock().close(|| "closed");
+        // The members free at the close are stopped (they were not in use).
+        wakers.into_iter().for_each(std::task::Waker::wake);
+        let mut stopped = free;
+        stopped.extend(returner.join().unwrap());
+        // A waiter served before the close holds its member; it gives it back into a
+        // closed core, which hands it back to be stopped.
+        if let Some(m) = waiter.join().unwrap() {
+            give(&hot, m, &mut stopped);
+        }
+        settle(&hot, &held, &stopped, 1);
+        assert!(hot.lock().is_closed());
+    });
+}
