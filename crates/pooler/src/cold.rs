@@ -27,7 +27,7 @@ use slab::Slab;
 use tokio::time::Instant;
 
 use crate::backoff::StartPolicy;
-use crate::config::MemberOrder;
+use crate::config::{MemberOrder, PoolConfig};
 use crate::demand::Demand;
 use crate::error::StartError;
 use crate::expiries::Expiries;
@@ -47,6 +47,20 @@ pub(crate) struct Limits {
     pub(crate) auto_grow_threshold: Option<usize>,
     /// Backoff steps get full jitter.
     pub(crate) backoff_jitter: bool,
+}
+
+impl Limits {
+    /// The limits `config` sets.
+    pub(crate) fn of(config: &PoolConfig) -> Self {
+        Limits {
+            init_count: config.init_count,
+            max_count: config.max_count,
+            queue_max: config.queue_max,
+            order: config.member_order,
+            auto_grow_threshold: config.auto_grow_threshold,
+            backoff_jitter: config.backoff_jitter,
+        }
+    }
 }
 
 /// Where a member is in its life, as the cold engine sees it.

@@ -2,12 +2,13 @@
 //! whole, then applied at once under the pool's lock, and the actions taken are returned in
 //! pooler's order. A rejected config changes nothing.
 
+use crate::cold::Limits;
 use crate::config::{MemberOrder, PoolConfig};
 use crate::error::{ConfigError, TakeError};
 use crate::lifetime;
 use crate::manager::Manager;
 use crate::metrics::Reason;
-use crate::shared::{Shared, limits};
+use crate::shared::Shared;
 
 /// One thing [`Pool::reconfigure`](crate::Pool::reconfigure) did, in the order it did them
 /// (pooler's `pool_reconfigure/2` order; the guide maps each to pooler's name).
@@ -83,7 +84,7 @@ impl<M: Manager> Shared<M> {
             });
             s.effects.wake.extend(wakers);
             s.hot.set_limits(new.member_order, new.queue_max);
-            s.cold.engine.set_limits(limits(&new), s.hot.view());
+            s.cold.engine.set_limits(Limits::of(&new), s.hot.view());
             s.cold.config = new.clone();
             self.features.set(&new);
             if new.leak_detection_threshold.is_none() {

@@ -58,18 +58,6 @@ pub(crate) struct Shared<M: Manager> {
     this: Weak<Shared<M>>,
 }
 
-/// The limits the cold engine enforces, from `config`.
-pub(crate) fn limits(config: &PoolConfig) -> Limits {
-    Limits {
-        init_count: config.init_count,
-        max_count: config.max_count,
-        queue_max: config.queue_max,
-        order: config.member_order,
-        auto_grow_threshold: config.auto_grow_threshold,
-        backoff_jitter: config.backoff_jitter,
-    }
-}
-
 impl<M: Manager> Shared<M> {
     pub(crate) fn new(config: PoolConfig, manager: M, supervisor: Supervisor) -> Arc<Self> {
         let metrics = PoolMetrics::new(&config.name);
@@ -79,7 +67,7 @@ impl<M: Manager> Shared<M> {
             name: config.name.as_str().into(),
             hot: Hot::new(config.member_order, config.queue_max, metrics.use_live()),
             cold: ColdLock::new(ColdState {
-                engine: Cold::new(limits(&config)),
+                engine: Cold::new(Limits::of(&config)),
                 config,
                 shut: false,
             }),

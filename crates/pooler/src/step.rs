@@ -241,7 +241,6 @@ mod tests {
     use super::*;
     use crate::hot::Wait;
     use crate::manager::MemberContext;
-    use crate::shared::limits;
 
     struct Numbers;
 
@@ -259,7 +258,7 @@ mod tests {
     fn pool(init: usize, max: usize, live: usize) -> (ColdLock, H, Clock) {
         let config = PoolConfig::new("effects", init, max);
         let cold = ColdLock::new(ColdState {
-            engine: Cold::new(limits(&config)),
+            engine: Cold::new(Limits::of(&config)),
             config: config.clone(),
             shut: false,
         });
