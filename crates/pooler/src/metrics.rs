@@ -6,8 +6,9 @@
 //!
 //! Nothing here is on the take/return fast path: the pool counts take attempts (and takes
 //! served at once, a wait of zero) in its hot core, and its housekeeping tick (every 100 ms)
-//! publishes the gauges and flushes those counts; [`Pool::utilization`](crate::Pool::utilization)
-//! does both too, so a gauge read right after it is exact. Removals, refusals and start
+//! publishes the gauges and flushes those counts;
+//! [`Pool::publish_metrics`](crate::Pool::publish_metrics) does both at once, so a gauge read
+//! right after it is exact. Removals, refusals and start
 //! timeouts are counted where they happen (they are not the fast path). When a pool starts,
 //! each gauge and histogram handle is probed for whether it reaches a recorder; with none, the
 //! pool computes nothing to publish and reads no clock for the histograms.
