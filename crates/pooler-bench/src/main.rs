@@ -19,7 +19,7 @@
 //! `instructions` alone counts instructions per take+return with callgrind (see
 //! `instructions.rs`).
 //! `lifetime` alone measures the cost of `max_lifetime`; `churn-memory` prints the resident
-//! memory while a million members are replaced under `max_lifetime`; `fairness` and `grid-sample` run a
+//! memory while a million members are replaced under `max_lifetime`; `fairness`, `grid-sample` and `uncontended` run a
 //! quick pooler-versus-deadpool subset; `metrics-share` counts the instructions pooler's
 //! metrics take; `fixed-plain` and `fixed-lifetime` do a fixed amount of work for instruction
 //! counting under `valgrind --tool=callgrind`.
@@ -282,7 +282,7 @@ fn run_all(effort: Effort) -> Results {
         r.uncontended.push((name, ns));
     }
     eprintln!("fairness");
-    for name in peers::NAMES {
+    for name in peers::FAIRNESS {
         let lat = fresh(suites::fairness(name, effort));
         eprintln!(
             "  {name:<9} {}",
@@ -499,7 +499,7 @@ fn main() {
     fresh(async {
         match mode.as_str() {
             "fairness" => {
-                for name in peers::NAMES.iter().take(2) {
+                for name in ["pooler", "pooler-member", "deadpool"] {
                     let lat = suites::fairness(name, Effort::FULL).await.expect("no hang");
                     let p50 = suites::percentile(&lat, 0.5);
                     println!(
@@ -508,6 +508,12 @@ fn main() {
                         suites::percentile(&lat, 0.99) / p50,
                         suites::percentile(&lat, 0.999) / p50
                     );
+                }
+            }
+            "uncontended" => {
+                for name in ["pooler", "deadpool"] {
+                    let ns = suites::uncontended(name, 8, Effort::FULL).await;
+                    println!("{name:<9} {:.1} ns", ns.unwrap_or(f64::NAN));
                 }
             }
             "grid-sample" => {
@@ -572,7 +578,7 @@ fn main() {
             other => {
                 eprintln!(
                     "unknown mode `{other}`: run with no mode (or --smoke), or backends [--smoke] [--rounds N] [--only BACKEND], postgres-paired [--pairs N], driver-cost, driver-fixed, postgres-fixed, lifetime, fairness, \
-                     grid-sample, metrics, metrics-share, mass-timeout, churn-memory [--replacements=N], instructions, \
+                     grid-sample, uncontended, metrics, metrics-share, mass-timeout, churn-memory [--replacements=N], instructions, \
                      count WHO OP N, fixed-plain, fixed-lifetime"
                 );
                 std::process::exit(2);

@@ -71,6 +71,17 @@ pub(crate) async fn pooler(size: usize) -> pooler::Pool<Noop> {
 // armed for a queued take. (`take_member(timeout)` arms one when it queues.)
 async_contender!(pooler::Pool<Noop>, |p| p.take().await);
 
+/// pooler through `take_member` (a deadline, so a timer armed when the take queues): measured
+/// for fairness beside `take`.
+pub(crate) struct PoolerMember(pub(crate) pooler::Pool<Noop>);
+
+async_contender!(PoolerMember, |p| p.0.take_member(Duration::from_secs(60)).await);
+
+/// The contenders measured for fairness: every pool, and pooler through `take_member` too.
+pub(crate) const FAIRNESS: [&str; 8] = [
+    "pooler", "pooler-member", "deadpool", "bb8", "qp", "mobc", "fastpool", "r2d2",
+];
+
 // ---- deadpool ---------------------------------------------------------------------------
 
 pub(crate) struct DeadpoolNoop;

@@ -420,14 +420,16 @@ pub(crate) fn write(r: &Results, dir: &Path) -> Result<(), Box<dyn std::error::E
             .and_then(|f| f.1.as_ref())
             .map(|lat| percentile(lat, 0.5))
     };
-    if let (Some(ours), Some(dead)) = (p50("pooler"), p50("deadpool")) {
-        writeln!(
-            md,
-            "| fairness p50 ≤ deadpool's | {:.1} µs (deadpool {:.1} µs) | {} |",
-            ours / 1e3,
-            dead / 1e3,
-            yes(ours <= dead)
-        )?;
+    for (who, how) in [("pooler", "take"), ("pooler-member", "take_member")] {
+        if let (Some(ours), Some(dead)) = (p50(who), p50("deadpool")) {
+            writeln!(
+                md,
+                "| fairness p50 with `{how}` ≤ deadpool's | {:.1} µs (deadpool {:.1} µs) | {} |",
+                ours / 1e3,
+                dead / 1e3,
+                yes(ours <= dead)
+            )?;
+        }
     }
     let ready = r.parallel_start.as_secs_f64() * 1e3;
     writeln!(

@@ -50,6 +50,10 @@ macro_rules! each_contender {
                 let $pool = Arc::new(peers::pooler($size).await);
                 $body
             }
+            "pooler-member" => {
+                let $pool = Arc::new(peers::PoolerMember(peers::pooler($size).await));
+                $body
+            }
             "deadpool" => {
                 let $pool = Arc::new(peers::deadpool($size));
                 $body
