@@ -75,11 +75,21 @@ async_contender!(pooler::Pool<Noop>, |p| p.take().await);
 /// for fairness beside `take`.
 pub(crate) struct PoolerMember(pub(crate) pooler::Pool<Noop>);
 
-async_contender!(PoolerMember, |p| p.0.take_member(Duration::from_secs(60)).await);
+async_contender!(PoolerMember, |p| p
+    .0
+    .take_member(Duration::from_secs(60))
+    .await);
 
 /// The contenders measured for fairness: every pool, and pooler through `take_member` too.
 pub(crate) const FAIRNESS: [&str; 8] = [
-    "pooler", "pooler-member", "deadpool", "bb8", "qp", "mobc", "fastpool", "r2d2",
+    "pooler",
+    "pooler-member",
+    "deadpool",
+    "bb8",
+    "qp",
+    "mobc",
+    "fastpool",
+    "r2d2",
 ];
 
 // ---- deadpool ---------------------------------------------------------------------------

@@ -50,8 +50,8 @@ pub(crate) enum Attempt<M: Manager> {
     Member(Member<M>),
     /// A member idle past `idle_check_threshold`: check it first.
     Check(Member<M>),
-    /// A place in the queue.
-    Queued(WaitKey),
+    /// A place in the queue; whether this attempt started members (it grew the pool).
+    Queued(WaitKey, bool),
     Failed(TakeError),
     /// The member found was unusable and is being replaced: attempt again.
     Again,
@@ -66,6 +66,7 @@ enum Decided<T> {
     Empty {
         why: Empty,
         queued: Option<Result<WaitKey, Refused>>,
+        grew: bool,
         last_error: Option<StartError>,
         queue_max: usize,
     },
@@ -110,7 +111,7 @@ impl<M: Manager> Shared<M> {
     ) -> Attempt<M> {
         match found {
             Found::Member(held, timed) => self.taken(held, wait, false, timed),
-            Found::Queued(key) => Attempt::Queued(key),
+            Found::Queued(key) => Attempt::Queued(key, false),
             Found::Full => Attempt::Failed(self.at_capacity()),
             Found::QueueFull(queue_max) => Attempt::Failed(self.queue_full(queue_max)),
             Found::Closed => Attempt::Failed(self.closed_error()),
@@ -236,6 +237,7 @@ impl<M: Manager> Shared<M> {
                 Wait::Queue => deadline.at(s.now),
             };
             let (why, starts) = s.cold.engine.take(s.now, deadline, s.hot.view());
+            let grew = !starts.is_empty();
             s.effects.starts.push(starts);
             let queued = match (why, wait) {
                 (Empty::Closed | Empty::Unavailable, _) | (_, Wait::No) => None,
@@ -244,6 +246,7 @@ impl<M: Manager> Shared<M> {
             Decided::Empty {
                 why,
                 queued,
+                grew,
                 last_error: s.cold.engine.last_error().cloned(),
                 queue_max: s.hot.queue_max(),
             }
@@ -254,13 +257,14 @@ impl<M: Manager> Shared<M> {
             Decided::Empty {
                 why,
                 queued,
+                grew,
                 last_error,
                 queue_max,
             } => match queued {
                 None | Some(Err(Refused::NoQueue)) => {
                     Attempt::Failed(self.refused(why, last_error))
                 }
-                Some(Ok(key)) => Attempt::Queued(key),
+                Some(Ok(key)) => Attempt::Queued(key, grew),
                 Some(Err(Refused::QueueFull)) => Attempt::Failed(self.queue_full(queue_max)),
                 Some(Err(Refused::Closed)) => Attempt::Failed(self.closed_error()),
             },

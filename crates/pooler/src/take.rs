@@ -4,6 +4,11 @@
 //! instant the wait began. The first attempt runs inline on the first poll, so a take that
 //! finds a member builds no waiting future; one that must wait or check goes on in a boxed
 //! state machine.
+//!
+//! Each take runs in a `pooler.take` span at debug level (docs/design.md, "Tracing"), a child
+//! of the caller's span: the pool, the outcome (`at_once`, `waited`, or the error's reason),
+//! whether it queued, whether it started members, and how long it waited. With no subscriber
+//! listening the span is never built: a check of the global level filter.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -12,6 +17,8 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use tokio::time::Instant;
+use tracing::field::Empty;
+use tracing::{Instrument, Span};
 
 use crate::checkout::{Attempt, Deadline};
 use crate::error::TakeError;
@@ -63,18 +70,20 @@ impl<M: Manager> Future for Take<'_, M> {
             if this.timeout.is_some_and(|t| t.is_zero()) {
                 return Poll::Ready(at_once(this.shared, this.caller));
             }
-            let deadline = this.timeout.map_or(Deadline::Never, Deadline::In);
-            let attempt = match this.shared.first(Wait::Queue, deadline) {
-                Ok(member) => return Poll::Ready(Ok(member)),
-                Err(Attempt::Failed(e)) => return Poll::Ready(Err(e)),
-                Err(attempt) => attempt,
-            };
-            this.waits = Some(Box::pin(within(
-                this.shared,
-                this.caller,
-                this.timeout,
-                attempt,
-            )));
+            if traced() {
+                if let Some(decided) = this.first_traced() {
+                    return Poll::Ready(decided);
+                }
+            } else {
+                let deadline = this.timeout.map_or(Deadline::Never, Deadline::In);
+                let attempt = match this.shared.first(Wait::Queue, deadline) {
+                    Ok(member) => return Poll::Ready(Ok(member)),
+                    Err(Attempt::Failed(e)) => return Poll::Ready(Err(e)),
+                    Err(attempt) => attempt,
+                };
+                let waits = within(this.shared, this.caller, this.timeout, attempt);
+                this.waits = Some(Box::pin(waits));
+            }
         }
         match &mut this.waits {
             Some(waits) => waits.as_mut().poll(cx),
@@ -83,9 +92,81 @@ impl<M: Manager> Future for Take<'_, M> {
     }
 }
 
+/// Whether a subscriber has ever been set in the process: until one is, a take builds no
+/// span (one relaxed load).
+#[inline(always)]
+fn traced() -> bool {
+    tracing::dispatcher::has_been_set()
+}
+
+/// A take's span (see above).
+fn span<M: Manager>(shared: &Shared<M>) -> Span {
+    tracing::debug_span!(
+        "pooler.take",
+        pool = %shared.name,
+        outcome = Empty,
+        queued = Empty,
+        grew = Empty,
+        waited_us = Empty,
+    )
+}
+
+impl<M: Manager> Take<'_, M> {
+    /// The first attempt when a subscriber may listen: as the untraced one, in the take's
+    /// span. The outcome if the take was decided, else the rest of the take is set up.
+    #[cold]
+    fn first_traced(&mut self) -> Option<Result<Member<M>, TakeError>> {
+        let span = span(self.shared);
+        let entered = span.enter();
+        let deadline = self.timeout.map_or(Deadline::Never, Deadline::In);
+        let attempt = match self.shared.first(Wait::Queue, deadline) {
+            Ok(member) => {
+                span.record("outcome", "at_once");
+                return Some(Ok(member));
+            }
+            Err(Attempt::Failed(e)) => {
+                span.record("outcome", e.reason());
+                return Some(Err(e));
+            }
+            Err(attempt) => attempt,
+        };
+        drop(entered);
+        let waits = within(self.shared, self.caller, self.timeout, attempt);
+        self.waits = Some(Box::pin(waits.instrument(span)));
+        None
+    }
+}
+
 /// A take that never waits, on behalf of `caller`.
 #[inline]
 pub(crate) fn at_once<M: Manager>(
+    shared: &Arc<Shared<M>>,
+    caller: Caller,
+) -> Result<Member<M>, TakeError> {
+    if traced() {
+        return at_once_traced(shared, caller);
+    }
+    at_once_untraced(shared, caller)
+}
+
+/// [`at_once`] in the take's span.
+#[cold]
+fn at_once_traced<M: Manager>(
+    shared: &Arc<Shared<M>>,
+    caller: Caller,
+) -> Result<Member<M>, TakeError> {
+    let span = span(shared);
+    let _entered = span.enter();
+    let taken = at_once_untraced(shared, caller);
+    span.record(
+        "outcome",
+        taken.as_ref().map_or_else(TakeError::reason, |_| "at_once"),
+    );
+    taken
+}
+
+#[inline(always)]
+fn at_once_untraced<M: Manager>(
     shared: &Arc<Shared<M>>,
     caller: Caller,
 ) -> Result<Member<M>, TakeError> {
@@ -123,7 +204,7 @@ fn at_once_slow<M: Manager>(
             }
             Attempt::Failed(e) => return Err(e),
             Attempt::Again => shared.again(Wait::No, Deadline::In(Duration::ZERO)),
-            Attempt::Queued(_) => unreachable!("a take that never waits never queues"),
+            Attempt::Queued(..) => unreachable!("a take that never waits never queues"),
         };
     }
 }
@@ -135,11 +216,38 @@ async fn within<M: Manager>(
     shared: &Arc<Shared<M>>,
     caller: Caller,
     timeout: Option<Duration>,
-    mut attempt: Attempt<M>,
+    attempt: Attempt<M>,
 ) -> Result<Member<M>, TakeError> {
+    let taken = within_loop(shared, caller, timeout, attempt).await;
+    let span = Span::current();
+    if !span.is_disabled() {
+        let (outcome, waited) = match &taken {
+            Ok((_, waited)) => ("waited", *waited),
+            Err((e, waited)) => (e.reason(), *waited),
+        };
+        span.record("outcome", outcome);
+        if let Some(waited) = waited {
+            span.record(
+                "waited_us",
+                u64::try_from(waited.as_micros()).unwrap_or(u64::MAX),
+            );
+        }
+    }
+    taken.map(|(member, _)| member).map_err(|(e, _)| e)
+}
+
+/// [`within`]'s loop; says how long the take waited (from its first attempt that queued or
+/// checked).
+async fn within_loop<M: Manager>(
+    shared: &Arc<Shared<M>>,
+    caller: Caller,
+    timeout: Option<Duration>,
+    mut attempt: Attempt<M>,
+) -> Result<(Member<M>, Option<Duration>), (TakeError, Option<Duration>)> {
     // The instant of the first attempt that queued or checked: the wait and the deadline
     // count from there.
     let mut started: Option<Instant> = None;
+    let waited = |started: Option<Instant>| started.map(|s| s.elapsed());
     let deadline = |started: Option<Instant>| match (timeout, started) {
         (None, _) => Deadline::Never,
         (Some(t), None) => Deadline::In(t),
@@ -152,9 +260,9 @@ async fn within<M: Manager>(
                     shared.metrics.waited(s);
                 }
                 shared.note_taken(&member, caller);
-                return Ok(member);
+                return Ok((member, waited(started)));
             }
-            Attempt::Failed(e) => return Err(e),
+            Attempt::Failed(e) => return Err((e, waited(started))),
             Attempt::Again => shared.again(Wait::Queue, deadline(started)),
             Attempt::Check(member) => {
                 let s = *started.get_or_insert_with(|| Member::taken_at(&member));
@@ -166,13 +274,19 @@ async fn within<M: Manager>(
                     }
                     // Cut short by the deadline, or failed as it passed.
                     None if by.is_some_and(|by| Instant::now() >= by) => {
-                        return Err(shared.timed_out(timeout.unwrap_or_default()));
+                        let e = shared.timed_out(timeout.unwrap_or_default());
+                        return Err((e, waited(started)));
                     }
                     // Failed and replaced: take again.
                     None => shared.again(Wait::Queue, deadline(started)),
                 }
             }
-            Attempt::Queued(key) => {
+            Attempt::Queued(key, grew) => {
+                let span = Span::current();
+                span.record("queued", true);
+                if grew {
+                    span.record("grew", true);
+                }
                 let s = *started.get_or_insert_with(|| shared.clock.now());
                 let mut waiting = Waiting {
                     shared,
@@ -186,7 +300,7 @@ async fn within<M: Manager>(
                         Err(_) => {
                             waiting.done = true;
                             match shared.hot.leave(key) {
-                                None => return Err(shared.timed_out(t)),
+                                None => return Err((shared.timed_out(t), waited(started))),
                                 // Served in the very instant the timer fired: take it.
                                 Some(served) => served,
                             }
@@ -195,7 +309,7 @@ async fn within<M: Manager>(
                 };
                 match served {
                     Ok(held) => shared.collected(held),
-                    Err(e) => return Err(e),
+                    Err(e) => return Err((e, waited(started))),
                 }
             }
         };

@@ -6,8 +6,8 @@ use metrics::{Counter, Gauge, Histogram, IntoF64};
 use tokio::time::Instant;
 
 use super::{
-    DESCRIPTORS, Gauges, MetricKind, NO_MEMBER_REASONS, REMOVAL_REASONS, Reason,
-    START_FAILURE_REASONS,
+    DESCRIPTORS, Gauges, MetricKind, NO_MEMBER_REASONS, Naming, REMOVAL_REASONS, Reason,
+    START_FAILURE_REASONS, registered,
 };
 use crate::error::TakeError;
 
@@ -63,11 +63,21 @@ pub(crate) struct PoolMetrics {
 
 impl PoolMetrics {
     pub(crate) fn new(pool: &str) -> Self {
-        let pool = pool.to_owned();
+        let naming = super::naming();
+        let counter = |name: &'static str, reason: Option<&'static str>| {
+            let (name, labels) = registered(naming, name, reason, pool);
+            metrics::counter!(name, labels)
+        };
+        let gauge = |name: &'static str| {
+            let (name, labels) = registered(naming, name, None, pool);
+            metrics::gauge!(name, labels)
+        };
+        let histogram = |name: &'static str| {
+            let (name, labels) = registered(naming, name, None, pool);
+            metrics::histogram!(name, labels)
+        };
         let by_reason = |name: &'static str, reasons: &[&'static str]| -> [Counter; 5] {
-            std::array::from_fn(
-                |i| metrics::counter!(name, "pool" => pool.clone(), "reason" => reasons[i]),
-            )
+            std::array::from_fn(|i| counter(name, Some(reasons[i])))
         };
         for d in DESCRIPTORS {
             match d.kind {
@@ -78,29 +88,52 @@ impl PoolMetrics {
                 }
             }
         }
-        let free = metrics::gauge!("pooler_free", "pool" => pool.clone());
-        let in_use = metrics::gauge!("pooler_in_use", "pool" => pool.clone());
-        let starting = metrics::gauge!("pooler_starting", "pool" => pool.clone());
-        let stopping = metrics::gauge!("pooler_stopping", "pool" => pool.clone());
-        let queue = metrics::gauge!("pooler_queue", "pool" => pool.clone());
-        let take_wait = metrics::histogram!("pooler_take_wait_seconds", "pool" => pool.clone());
-        let member_use = metrics::histogram!("pooler_member_use_seconds", "pool" => pool.clone());
+        if naming == Naming::OpenTelemetry {
+            for o in super::otel_names() {
+                let help = match o.name {
+                    "db.client.connection.count" => {
+                        "Members (connections) free or held, by db.client.connection.state: idle or used."
+                    }
+                    "db.client.connection.timeouts" => {
+                        "Takes that waited until their deadline and got no member."
+                    }
+                    _ => DESCRIPTORS
+                        .iter()
+                        .find(|d| d.name == o.pooler)
+                        .map_or("", |d| d.help),
+                };
+                match o.name {
+                    "db.client.connection.timeouts" => metrics::describe_counter!(o.name, help),
+                    n if n.ends_with("_time") => {
+                        metrics::describe_histogram!(o.name, metrics::Unit::Seconds, help)
+                    }
+                    _ => metrics::describe_gauge!(o.name, help),
+                }
+            }
+        }
+        let free = gauge("pooler_free");
+        let in_use = gauge("pooler_in_use");
+        let starting = gauge("pooler_starting");
+        let stopping = gauge("pooler_stopping");
+        let queue = gauge("pooler_queue");
+        let take_wait = histogram("pooler_take_wait_seconds");
+        let member_use = histogram("pooler_member_use_seconds");
         let gauges_live = [&free, &in_use, &starting, &stopping, &queue]
             .into_iter()
             .any(|g| reaches_recorder(|p| g.increment(p)));
         let wait_live = reaches_recorder(|p| take_wait.record_many(p, 0));
         let use_live = reaches_recorder(|p| member_use.record_many(p, 0));
         PoolMetrics {
-            take: metrics::counter!("pooler_take_total", "pool" => pool.clone()),
+            take: counter("pooler_take_total", None),
             no_members: by_reason("pooler_error_no_members_total", NO_MEMBER_REASONS),
             killed_free: by_reason("pooler_killed_free_total", REMOVAL_REASONS),
             killed_in_use: by_reason("pooler_killed_in_use_total", REMOVAL_REASONS),
-            queue_max_reached: metrics::counter!("pooler_queue_max_reached_total", "pool" => pool.clone()),
-            start_timeout: metrics::counter!("pooler_starting_member_timeout_total", "pool" => pool.clone()),
+            queue_max_reached: counter("pooler_queue_max_reached_total", None),
+            start_timeout: counter("pooler_starting_member_timeout_total", None),
             start_failed: by_reason("pooler_start_failed_total", START_FAILURE_REASONS),
-            start_time: metrics::histogram!("pooler_member_start_seconds", "pool" => pool.clone()),
-            max_count: metrics::gauge!("pooler_max_count", "pool" => pool.clone()),
-            init_count: metrics::gauge!("pooler_init_count", "pool" => pool),
+            start_time: histogram("pooler_member_start_seconds"),
+            max_count: gauge("pooler_max_count"),
+            init_count: gauge("pooler_init_count"),
             free,
             in_use,
             starting,
