@@ -13,7 +13,7 @@ use crate::cold::Empty;
 use crate::error::{StartError, TakeError};
 use crate::features::Features;
 use crate::health::Hook;
-use crate::held::Held;
+use crate::held::{Held, Meta};
 use crate::hot::{Found, Refused, Wait};
 use crate::leak::Caller;
 use crate::manager::{self, Manager, Returned};
@@ -462,6 +462,25 @@ impl<M: Manager> Home<M::Member> for Shared<M> {
             Fate::Failed | Fate::Crashed => Returned::Fit,
         };
         self.give_back_slow(held, fate, origin, returned, timed);
+    }
+
+    fn detach(&self, meta: &Meta, origin: Origin) {
+        if self.features.flags() & Features::LEAKS != 0 && origin == Origin::Taken {
+            self.leaks.returned(meta.id);
+        }
+        let key = meta.key;
+        self.step(|s| {
+            // The member leaves use and its slot ends with no stop to run.
+            s.hot.release(s.stamp());
+            s.cold.engine.begin_stop(key);
+            s.cold.engine.stop_done(key);
+            if !s.cold.engine.is_closed() {
+                s.cold.engine.owe_replacement();
+                s.refill();
+            }
+            s.effects.drained = true;
+        });
+        tracing::debug!(pool = %self.name, member = meta.id, "member detached from the pool");
     }
 
     fn name(&self) -> &str {

@@ -38,6 +38,9 @@ pub(crate) enum Origin {
 
 /// Where a member goes back to: its pool.
 pub(crate) trait Home<T>: Send + Sync {
+    /// The member leaves the pool for good ([`Member::detach`]): its slot ends and a
+    /// replacement is owed. Its driver tasks are not ended.
+    fn detach(&self, meta: &crate::held::Meta, origin: Origin);
     /// The member comes back. `timed`: how many holds this one stands for in the use
     /// histogram (0: not timed).
     fn give_back(&self, held: Held<T>, fate: Fate, origin: Origin, timed: u32);
@@ -101,6 +104,40 @@ impl<M: Manager> Member<M> {
     /// use it when the member is in a state you cannot trust.
     pub fn fail(mut this: Self) {
         this.give_back(Fate::Failed);
+    }
+
+    /// Takes the member out of the pool for good: the pool forgets it (its slot is free and a
+    /// replacement starts if the pool needs one), and it is yours to keep or drop; it is
+    /// never stopped by the pool, and `Manager::stop` is not called.
+    ///
+    /// A member whose manager spawns tasks through
+    /// [`MemberContext`](crate::MemberContext) (a connection's driver) keeps them, and they
+    /// still end when the pool closes: detach such a member only for a use that ends before
+    /// the pool does.
+    ///
+    /// ```
+    /// # use pooler::{Manager, Member, MemberContext, Pool, PoolConfig};
+    /// # struct Numbers;
+    /// # impl Manager for Numbers {
+    /// #     type Member = u64;
+    /// #     type Error = std::io::Error;
+    /// #     async fn start(&self, ctx: &MemberContext) -> Result<u64, Self::Error> { Ok(ctx.member_id()) }
+    /// # }
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let pool = Pool::start(PoolConfig::new("numbers", 1, 1), Numbers).await.unwrap();
+    /// let kept: u64 = Member::detach(pool.try_take_member().unwrap());
+    /// assert_eq!(pool.utilization().in_use_count, 0);
+    /// # }
+    /// ```
+    #[must_use = "the detached member is dropped at once if not kept"]
+    pub fn detach(mut this: Self) -> M::Member {
+        let held = this
+            .held
+            .take()
+            .expect("a guard holds its member until it is dropped");
+        this.home.detach(&held.meta, this.origin);
+        held.value
     }
 
     /// Destroys the member as crashed (a hook cut short mid-use).

@@ -87,3 +87,28 @@ async fn a_weak_handle_does_not_keep_the_pool_and_is_closed_says_when_it_closes(
     closer.await.unwrap();
     assert!(pool.is_closed());
 }
+
+/// A detached member leaves the pool for good: never stopped by it, its place taken by a new
+/// member, and nothing counted against the pool any more; a close does not wait for it.
+#[tokio::test(start_paused = true)]
+async fn a_detached_member_is_the_callers_and_its_place_is_filled() {
+    let (pool, probe) = pool_with(PoolConfig::new("d", 1, 1), Fake::default()).await;
+    let member = pool.try_take_member().unwrap();
+    let id = pooler::Member::id(&member);
+    let kept = pooler::Member::detach(member);
+    assert_eq!(kept.id, id, "the value itself comes out");
+    settle().await;
+    let u = pool.utilization();
+    assert_eq!(
+        (u.in_use_count, u.free_count),
+        (0, 1),
+        "a replacement started"
+    );
+    let next = pool.try_take_member().unwrap();
+    assert_ne!(pooler::Member::id(&next), id);
+    drop(next);
+    assert_eq!(probe.stops(), 0, "the pool never stops what it gave away");
+    pool.close(Shutdown::Graceful).await;
+    assert_eq!(probe.stops(), 1, "the close stopped the replacement only");
+    drop(kept);
+}
