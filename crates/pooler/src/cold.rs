@@ -20,6 +20,8 @@
 //! 4. The start policy's invariants (see [`crate::backoff`]): while starts are failing a new
 //!    start is decided only when none is in flight, after the backoff step.
 //! 5. The expiry set holds exactly the expiries of `Live` members that have one.
+//! 6. No start is decided while `max_concurrent_starts` are in progress (a reconfigure that
+//!    lowers it lets the starts under way finish).
 
 use std::time::Duration;
 
@@ -45,6 +47,8 @@ pub(crate) struct Limits {
     pub(crate) queue_max: usize,
     pub(crate) order: MemberOrder,
     pub(crate) auto_grow_threshold: Option<usize>,
+    /// The most starts in progress at once (`usize::MAX`: no limit).
+    pub(crate) max_starts: usize,
     /// Backoff steps get full jitter.
     pub(crate) backoff_jitter: bool,
 }
@@ -58,6 +62,7 @@ impl Limits {
             queue_max: config.queue_max,
             order: config.member_order,
             auto_grow_threshold: config.auto_grow_threshold,
+            max_starts: config.max_concurrent_starts.unwrap_or(usize::MAX),
             backoff_jitter: config.backoff_jitter,
         }
     }
@@ -291,6 +296,8 @@ impl<P> Cold<P> {
     }
 
     fn reserve(&mut self, n: usize, delay: Duration, now: Instant) -> Starts {
+        // Invariant #6: never more than `max_concurrent_starts` in progress.
+        let n = n.min(self.limits.max_starts.saturating_sub(self.starting));
         // `n` is bounded by the room under max_count, itself bounded by validation; still,
         // nothing is allocated ahead from a number a user chose.
         let mut slots = Vec::with_capacity(n.min(64));

@@ -108,6 +108,16 @@ pub struct PoolConfig {
         serde(default, skip_serializing_if = "Option::is_none")
     )]
     pub auto_grow_threshold: Option<usize>,
+    /// The most member starts in progress at once (a start waiting out a backoff step
+    /// included): a pool filling up, replacing members whose lifetimes ended together, or
+    /// growing for a burst of takes starts at most this many at a time, so it never opens a
+    /// storm of connections. Takes that need more wait for the starts under way. Default:
+    /// none (a batch starts at once, as pooler does).
+    #[cfg_attr(
+        feature = "serde",
+        serde(default, skip_serializing_if = "Option::is_none")
+    )]
+    pub max_concurrent_starts: Option<usize>,
     /// Members are retired (and replaced) at this age: by timer while free, at take if the
     /// timer is late, at return if they expired in use. Default: none (no lifetime tracking at
     /// all).
@@ -336,6 +346,7 @@ keys! {
     member_start_timeout: Duration => Kind::Time { zero_ok: false }, exact;
     queue_max: usize => Kind::Count, exact;
     auto_grow_threshold: Option<usize> => Kind::Count, exact;
+    max_concurrent_starts: Option<usize> => Kind::Count, exact;
     max_lifetime: Option<Duration> => Kind::Time { zero_ok: false }, set;
     max_lifetime_jitter: Duration => Kind::Time { zero_ok: true }, exact;
     member_order: MemberOrder => Kind::Order, exact;
@@ -421,6 +432,7 @@ impl PoolConfig {
             member_start_timeout: defaults::member_start_timeout(),
             queue_max: defaults::queue_max(),
             auto_grow_threshold: None,
+            max_concurrent_starts: None,
             max_lifetime: None,
             max_lifetime_jitter: Duration::ZERO,
             member_order: MemberOrder::Lifo,
@@ -498,6 +510,13 @@ impl PoolConfig {
         }
         if self.max_count == 0 {
             problems.push(ConfigError::ZeroMaxCount { pool: pool() });
+        }
+        if self.max_concurrent_starts == Some(0) {
+            problems.push(ConfigError::InvalidValue {
+                pool: pool(),
+                key: "max_concurrent_starts".into(),
+                reason: "must be at least 1 (leave it out for no limit)".into(),
+            });
         }
         if self.init_count > self.max_count {
             problems.push(ConfigError::InitExceedsMax {

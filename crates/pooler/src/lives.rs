@@ -28,6 +28,26 @@ enum Admitted<T> {
 }
 
 impl<M: Manager> Shared<M> {
+    /// Waits until the pool holds `init_count` members, no start is under way, or starts are
+    /// failing (after the first batch, when `max_concurrent_starts` held the rest back).
+    pub(crate) async fn filled(&self) {
+        loop {
+            let notified = self.drained.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            let filled = self.step(|s| {
+                let init = s.cold.engine.limits().init_count;
+                s.hot.view().live() >= init
+                    || s.cold.engine.starting() == 0
+                    || s.cold.engine.last_error().is_some()
+            });
+            if filled {
+                return;
+            }
+            notified.await;
+        }
+    }
+
     /// Reserves `n` starts at pool start or when `init_count` grows; each start task holds
     /// `done` while it runs. Says how many were reserved.
     pub(crate) fn grow(&self, n: usize, done: Option<&mpsc::Sender<()>>) -> usize {
@@ -102,6 +122,8 @@ impl<M: Manager> Lives<M> for Shared<M> {
             } else {
                 Admitted::Refused(held)
             };
+            // A close, or a `Pool::start` waiting for its first members, looks again.
+            s.effects.drained = true;
             match admitted {
                 Admitted::Kept { expires } => s.effects.expiry = expires,
                 Admitted::Refused(held) => {

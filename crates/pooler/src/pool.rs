@@ -157,8 +157,9 @@ pub struct MemberStats {
 }
 
 impl<M: Manager> Pool<M> {
-    /// Starts a pool: validates `config`, starts `init_count` members in parallel and returns
-    /// when each of those starts has ended, well or badly. A failing backend gives a pool
+    /// Starts a pool: validates `config`, starts `init_count` members in parallel (at most
+    /// `max_concurrent_starts` at a time) and returns when each of those starts has ended,
+    /// well or badly. A failing backend gives a pool
     /// with fewer members (which keeps retrying with backoff), not an error.
     ///
     /// # Errors
@@ -175,6 +176,8 @@ impl<M: Manager> Pool<M> {
         drop(done);
         // Every initial start task holds a sender; recv ends when the last one is done.
         let _ = all_done.recv().await;
+        // With `max_concurrent_starts`, the first batch was not all of them.
+        pool.shared().filled().await;
         pool.arm();
         Ok(pool)
     }

@@ -4,10 +4,12 @@
 
 mod common;
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
 use std::time::Duration;
 
 use common::*;
-use pooler::{Member, PoolConfig, StartError, TakeError};
+use pooler::{Member, Pool, PoolConfig, StartError, TakeError};
 
 fn config(init: usize, max: usize) -> PoolConfig {
     PoolConfig::new("p", init, max)
@@ -277,4 +279,72 @@ async fn jittered_backoff_spreads_the_retries_of_pools_failing_together() {
     );
     assert_ne!(seen.0, seen.1, "two pools retry at different times");
     drop((a, b));
+}
+
+/// `max_concurrent_starts` bounds the starts in progress — filling the pool, growing for a
+/// burst of takes, and replacing members whose lifetimes end together — and every taker is
+/// still served.
+#[tokio::test(start_paused = true)]
+async fn starts_in_progress_never_exceed_max_concurrent_starts() {
+    let fake = Fake::default();
+    fake.probe.set_start(Step::Slow(Duration::from_millis(100)));
+    let config = PoolConfig::new("storm", 6, 12)
+        .to_builder()
+        .max_concurrent_starts(Some(2))
+        .max_lifetime(Duration::from_secs(60))
+        .cull_interval(Duration::ZERO)
+        .queue_max(100)
+        .build()
+        .unwrap();
+    let most = Arc::new(AtomicUsize::new(0));
+    let pool = {
+        let start = tokio::spawn(Pool::start(config, fake.clone()));
+        // Watch the starts while the pool fills.
+        while !start.is_finished() {
+            most.fetch_max(starting(&fake), SeqCst);
+            tokio::time::advance(Duration::from_millis(10)).await;
+        }
+        start.await.unwrap().unwrap()
+    };
+    assert_eq!(
+        pool.utilization().free_count,
+        6,
+        "Pool::start waited for all six"
+    );
+    assert_eq!(most.load(SeqCst), 2);
+
+    // A burst of twelve takes on six members: six more start, two at a time.
+    let takers: Vec<_> = (0..12)
+        .map(|_| spawn_take(&pool, Duration::from_secs(5)))
+        .collect();
+    let mut held = Vec::new();
+    for taker in takers {
+        loop {
+            most.fetch_max(pool.utilization().starting_count, SeqCst);
+            if taker.is_finished() {
+                break;
+            }
+            tokio::time::advance(Duration::from_millis(10)).await;
+        }
+        held.push(taker.await.unwrap().expect("every taker is served"));
+    }
+    assert_eq!(most.load(SeqCst), 2, "never more than two at a time");
+    drop(held);
+
+    // Twelve lifetimes end together: their replacements start two at a time too.
+    let attempts = fake.probe.attempts();
+    tokio::time::advance(Duration::from_secs(60)).await;
+    for _ in 0..100 {
+        most.fetch_max(pool.utilization().starting_count, SeqCst);
+        tokio::time::advance(Duration::from_millis(10)).await;
+    }
+    assert_eq!(most.load(SeqCst), 2);
+    assert_eq!(fake.probe.attempts(), attempts + 12, "each member replaced");
+    let u = pool.utilization();
+    assert_eq!(u.free_count, 12, "{u:?}");
+}
+
+/// Starts in progress, from the manager's side (started, not yet ended).
+fn starting(fake: &Fake) -> usize {
+    fake.probe.attempts() - fake.probe.started.load(SeqCst)
 }

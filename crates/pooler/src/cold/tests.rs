@@ -9,6 +9,7 @@ fn limits(init: usize, max: usize) -> Limits {
         queue_max: 2,
         order: MemberOrder::Lifo,
         auto_grow_threshold: None,
+        max_starts: usize::MAX,
         backoff_jitter: false,
     }
 }
@@ -278,4 +279,29 @@ fn lowering_max_count_keeps_the_excess_stopping_and_starts_nothing() {
     c.stop_done(keys[0]);
     c.stop_done(keys[1]);
     c.check_all(view(2, 0, 0));
+}
+
+#[test]
+fn no_more_starts_than_max_concurrent_starts_are_ever_in_progress() {
+    let mut c: C = Cold::new(Limits {
+        max_starts: 2,
+        ..limits(6, 6)
+    });
+    let now = Instant::now();
+    let first = c.grow(6, now, view(0, 0, 0));
+    assert_eq!(
+        first.slots.len(),
+        2,
+        "the pool's first starts, two at a time"
+    );
+    // A take finds nothing free: the starts under way will serve it, none is added.
+    let (why, starts) = c.take(now, now, view(0, 0, 1));
+    assert_eq!((why, starts.slots.len()), (Empty::AllInUse, 0));
+    assert!(c.refill(now, view(0, 0, 1)).is_empty());
+    // One start ends: one more may begin, and no more.
+    let (key, _) = first.slots[0];
+    assert!(c.started(key, now, None, ()));
+    assert_eq!(c.refill(now, view(0, 1, 0)).slots.len(), 1);
+    assert_eq!(c.starting(), 2);
+    c.check_all(view(0, 1, 0));
 }

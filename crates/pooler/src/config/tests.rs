@@ -132,3 +132,23 @@ fn changed_keys_follow_the_table() {
         .unwrap();
     assert_eq!(a.changed_keys(&b), ["queue_max", "take_timeout"]);
 }
+
+#[test]
+fn zero_concurrent_starts_is_refused_by_name() {
+    let e = PoolConfig::new("p", 1, 2)
+        .to_builder()
+        .max_concurrent_starts(Some(0))
+        .build()
+        .unwrap_err();
+    assert!(
+        matches!(&e, ConfigError::InvalidValue { key, .. } if key == "max_concurrent_starts"),
+        "{e:?}"
+    );
+    assert!(
+        PoolConfig::new("p", 1, 2)
+            .to_builder()
+            .max_concurrent_starts(Some(1))
+            .build()
+            .is_ok()
+    );
+}
