@@ -23,7 +23,6 @@ use tokio::time::Instant;
 use crate::events::EventLog;
 use crate::sim::SimMember;
 use crate::view::{Status, View};
-use crate::work::UrlMember;
 use tracing_subscriber::Layer as _;
 use tracing_subscriber::filter::Targets;
 use tracing_subscriber::layer::SubscriberExt as _;
@@ -341,17 +340,18 @@ async fn main() {
             sims.insert(pool.name.clone(), sim.clone());
             Ok(sim)
         })
-        .kind("postgres", |_, member: UrlMember| {
-            PgManager::new(&member.url).map_err(|e| e.to_string())
+        // Each real kind reads its backend's settings: a `url`, or the keys one by one.
+        .kind("postgres", |_, member: pooler_postgres::PgSettings| {
+            PgManager::from_settings(&member).map_err(|e| e.to_string())
         })
-        .kind("amqp", |_, member: UrlMember| {
-            Ok::<_, String>(AmqpManager::new(member.url))
+        .kind("amqp", |_, member: pooler_lapin::AmqpSettings| {
+            AmqpManager::from_settings(&member).map_err(|e| e.to_string())
         })
-        .kind("mysql", |_, member: UrlMember| {
-            MysqlManager::new(&member.url).map_err(|e| e.to_string())
+        .kind("mysql", |_, member: pooler_mysql::MysqlSettings| {
+            MysqlManager::from_settings(&member).map_err(|e| e.to_string())
         })
-        .kind("redis", |_, member: UrlMember| {
-            RedisManager::new(member.url.as_str()).map_err(|e| e.to_string())
+        .kind("redis", |_, member: pooler_redis::RedisSettings| {
+            RedisManager::from_settings(&member).map_err(|e| e.to_string())
         });
     let pooler = match Pooler::from_config(&text, &kinds).await {
         Ok(pooler) => pooler,

@@ -40,14 +40,6 @@ impl Work for RedisManager {
     }
 }
 
-/// What a `postgres` or `redis` pool's `member` table holds.
-#[derive(Debug, serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct UrlMember {
-    /// The server's URL.
-    pub(crate) url: String,
-}
-
 impl Work for pooler_mysql::MysqlManager {
     async fn work(member: &mut Self::Member) -> Result<(), String> {
         use pooler_mysql::mysql_async::prelude::Queryable as _;

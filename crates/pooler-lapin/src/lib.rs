@@ -20,6 +20,12 @@ use tokio::sync::Mutex;
 pub use lapin;
 pub use pooler;
 
+#[cfg(feature = "serde")]
+mod settings;
+#[cfg(feature = "serde")]
+#[cfg_attr(docsrs, doc(cfg(feature = "serde")))]
+pub use settings::{AmqpSettings, SettingsError};
+
 /// A pool of AMQP channels.
 pub type Pool = pooler::Pool<AmqpManager>;
 /// A channel taken from a [`Pool`]: dereferences to [`AmqpChannel`], and so to [`Channel`].
@@ -381,6 +387,23 @@ impl AmqpManager {
             shared: Arc::default(),
             hooks: Hooks::default(),
         }
+    }
+
+    /// A manager for settings read from a pools file or any serde format.
+    ///
+    /// # Errors
+    ///
+    /// [`SettingsError`] when the settings cannot make a URI.
+    #[cfg(feature = "serde")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "serde")))]
+    pub fn from_settings(settings: &AmqpSettings) -> Result<Self, SettingsError> {
+        let manager = Self::new(settings.to_uri()?);
+        Ok(match &settings.connection_name {
+            Some(name) => manager.properties(
+                ConnectionProperties::default().with_connection_name(name.as_str().into()),
+            ),
+            None => manager,
+        })
     }
 
     /// The same manager, connecting with these connection properties.

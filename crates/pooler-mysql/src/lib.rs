@@ -8,6 +8,12 @@ use pooler::{Hooks, Manager, MemberContext};
 pub use mysql_async;
 pub use pooler;
 
+#[cfg(feature = "serde")]
+mod settings;
+#[cfg(feature = "serde")]
+#[cfg_attr(docsrs, doc(cfg(feature = "serde")))]
+pub use settings::MysqlSettings;
+
 /// A pool of MySQL or MariaDB connections.
 pub type Pool = pooler::Pool<MysqlManager>;
 /// A connection taken from a [`Pool`]: dereferences to [`Conn`].
@@ -49,6 +55,17 @@ impl MysqlManager {
     /// When the URL cannot be parsed.
     pub fn new(url: &str) -> Result<Self, mysql_async::Error> {
         Ok(Self::from_opts(Opts::from_url(url)?))
+    }
+
+    /// A manager for settings read from a pools file or any serde format.
+    ///
+    /// # Errors
+    ///
+    /// When the settings' `url` cannot be parsed.
+    #[cfg(feature = "serde")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "serde")))]
+    pub fn from_settings(settings: &MysqlSettings) -> Result<Self, mysql_async::Error> {
+        Ok(Self::from_opts(settings.to_opts()?))
     }
 
     /// A manager for parsed [`Opts`] (build them with `mysql_async::OptsBuilder`).

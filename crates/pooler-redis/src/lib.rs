@@ -14,6 +14,12 @@ use redis::{
 pub use pooler;
 pub use redis;
 
+#[cfg(feature = "serde")]
+mod settings;
+#[cfg(feature = "serde")]
+#[cfg_attr(docsrs, doc(cfg(feature = "serde")))]
+pub use settings::{ProtocolName, RedisSettings};
+
 /// A pool of Redis connections.
 pub type Pool = pooler::Pool<RedisManager>;
 /// A Redis connection taken from a [`Pool`]: dereferences to [`RedisConnection`], and sends
@@ -54,6 +60,21 @@ impl RedisManager {
             info,
             client_name: None,
             hooks: Hooks::default(),
+        })
+    }
+
+    /// A manager for settings read from a pools file or any serde format.
+    ///
+    /// # Errors
+    ///
+    /// As [`RedisManager::new`].
+    #[cfg(feature = "serde")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "serde")))]
+    pub fn from_settings(settings: &RedisSettings) -> RedisResult<Self> {
+        let manager = Self::new(settings.to_info()?)?;
+        Ok(match &settings.client_name {
+            Some(name) => manager.client_name(name.clone()),
+            None => manager,
         })
     }
 

@@ -1,0 +1,187 @@
+//! Connection settings from any serde format (feature `serde`), the way a pools file names
+//! them, besides URIs.
+
+use std::time::Duration;
+
+use percent_encoding::{NON_ALPHANUMERIC, utf8_percent_encode};
+
+/// Connection settings, read with serde: every field is optional.
+///
+/// ```toml
+/// host = "mq.internal"
+/// port = 5672
+/// vhost = "/orders"
+/// user = "app"
+/// password = "secret"
+/// heartbeat = "30s"
+/// connection_timeout = "5s"
+/// connection_name = "orders"
+/// ```
+///
+/// `url` (`amqp://user:password@host:port/vhost`) may stand in for the other fields; given
+/// with them, it is an error to name what the URL already holds differently (the fields
+/// build the URI lapin reads, so use one or the other).
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+#[non_exhaustive]
+pub struct AmqpSettings {
+    /// A URI to use as it is (no other address field may be given with it).
+    pub url: Option<String>,
+    /// A host name or an IP address (default `127.0.0.1`).
+    pub host: Option<String>,
+    /// The port (default 5672).
+    pub port: Option<u16>,
+    /// The virtual host (default `/`).
+    pub vhost: Option<String>,
+    /// The user (default `guest`).
+    pub user: Option<String>,
+    /// The password (default `guest`).
+    pub password: Option<String>,
+    /// The heartbeat the client asks for, in pooler's time forms (whole seconds on the
+    /// wire).
+    #[serde(default, deserialize_with = "pooler::time::option::deserialize")]
+    pub heartbeat: Option<Duration>,
+    /// How long connecting may take, in pooler's time forms.
+    #[serde(default, deserialize_with = "pooler::time::option::deserialize")]
+    pub connection_timeout: Option<Duration>,
+    /// The most channels the connection may open.
+    pub channel_max: Option<u16>,
+    /// The largest frame, in bytes.
+    pub frame_max: Option<u32>,
+    /// The connection's name, as the broker's management UI shows it.
+    pub connection_name: Option<String>,
+}
+
+/// Settings that cannot make a URI: the key at fault and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SettingsError {
+    /// The field at fault.
+    pub key: &'static str,
+    /// What is wrong with it.
+    pub reason: &'static str,
+}
+
+impl std::fmt::Display for SettingsError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "AMQP settings: `{}` {}", self.key, self.reason)
+    }
+}
+
+impl std::error::Error for SettingsError {}
+
+impl AmqpSettings {
+    /// The AMQP URI these settings describe.
+    ///
+    /// # Errors
+    ///
+    /// [`SettingsError`] when `url` is given with an address field, or `heartbeat` is not a
+    /// whole number of seconds (the wire's unit: a heartbeat of 0 turns heartbeats off).
+    pub fn to_uri(&self) -> Result<String, SettingsError> {
+        let address = [
+            ("host", self.host.is_some()),
+            ("port", self.port.is_some()),
+            ("vhost", self.vhost.is_some()),
+            ("user", self.user.is_some()),
+            ("password", self.password.is_some()),
+        ];
+        let mut uri = match &self.url {
+            Some(url) => {
+                if let Some((key, _)) = address.iter().find(|(_, given)| *given) {
+                    return Err(SettingsError {
+                        key,
+                        reason: "is given with `url`: name the address once",
+                    });
+                }
+                url.clone()
+            }
+            None => {
+                let enc = |s: &str| utf8_percent_encode(s, NON_ALPHANUMERIC).to_string();
+                format!(
+                    "amqp://{}:{}@{}:{}/{}",
+                    enc(self.user.as_deref().unwrap_or("guest")),
+                    enc(self.password.as_deref().unwrap_or("guest")),
+                    self.host.as_deref().unwrap_or("127.0.0.1"),
+                    self.port.unwrap_or(5672),
+                    enc(self.vhost.as_deref().unwrap_or("/")),
+                )
+            }
+        };
+        let mut query = Vec::new();
+        if let Some(h) = self.heartbeat {
+            if h.subsec_nanos() != 0 {
+                return Err(SettingsError {
+                    key: "heartbeat",
+                    reason: "must be whole seconds (\"30s\"; a bare number is milliseconds)",
+                });
+            }
+            query.push(format!("heartbeat={}", h.as_secs()));
+        }
+        if let Some(t) = self.connection_timeout {
+            query.push(format!("connection_timeout={}", t.as_millis()));
+        }
+        if let Some(n) = self.channel_max {
+            query.push(format!("channel_max={n}"));
+        }
+        if let Some(n) = self.frame_max {
+            query.push(format!("frame_max={n}"));
+        }
+        if !query.is_empty() {
+            uri.push(if uri.contains('?') { '&' } else { '?' });
+            uri.push_str(&query.join("&"));
+        }
+        Ok(uri)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::str::FromStr;
+
+    use lapin::uri::AMQPUri;
+
+    use super::*;
+
+    #[test]
+    fn the_fields_make_the_uri_lapin_reads() {
+        let settings: AmqpSettings = toml::from_str(
+            r#"
+            host = "mq.internal"
+            port = 5673
+            vhost = "/orders"
+            user = "app"
+            password = "p@ss:word"
+            heartbeat = "30s"
+            connection_timeout = "5s"
+            channel_max = 64
+            frame_max = 131072
+            "#,
+        )
+        .unwrap();
+        let uri = AMQPUri::from_str(&settings.to_uri().unwrap()).unwrap();
+        assert_eq!(uri.authority.host, "mq.internal");
+        assert_eq!(uri.authority.port, 5673);
+        assert_eq!(uri.authority.userinfo.username, "app");
+        assert_eq!(uri.authority.userinfo.password, "p@ss:word");
+        assert_eq!(uri.vhost, "/orders");
+        assert_eq!(uri.query.heartbeat, Some(30));
+        assert_eq!(uri.query.connection_timeout, Some(5000));
+        assert_eq!(uri.query.channel_max, Some(64));
+        assert_eq!(uri.query.frame_max, Some(131_072));
+    }
+
+    #[test]
+    fn a_url_with_an_address_field_is_refused_by_name() {
+        let settings: AmqpSettings =
+            toml::from_str("url = \"amqp://localhost\"\nhost = \"other\"").unwrap();
+        assert_eq!(settings.to_uri().unwrap_err().key, "host");
+        let settings: AmqpSettings =
+            toml::from_str("url = \"amqp://localhost/%2f\"\nheartbeat = \"10s\"").unwrap();
+        assert_eq!(
+            settings.to_uri().unwrap(),
+            "amqp://localhost/%2f?heartbeat=10"
+        );
+        // A bare number is milliseconds: 10 ms would be sent as 0, which turns heartbeats off.
+        let settings: AmqpSettings = toml::from_str("heartbeat = 10").unwrap();
+        assert_eq!(settings.to_uri().unwrap_err().key, "heartbeat");
+    }
+}
