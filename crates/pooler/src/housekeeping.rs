@@ -194,17 +194,7 @@ impl<M: Manager> Shared<M> {
 
     /// The pool's counts now, from both locks, and its limits; nothing published.
     pub(crate) fn counts(&self) -> (Gauges, Limits) {
-        self.step(|s| {
-            let view = s.hot.view();
-            let gauges = Gauges {
-                in_use: view.in_use,
-                free: view.free,
-                starting: s.cold.engine.starting(),
-                stopping: s.cold.engine.stopping(),
-                queued: view.queued,
-            };
-            (gauges, s.cold.engine.limits())
-        })
+        self.step(|s| (s.gauges(), s.cold.engine.limits()))
     }
 
     /// One row per member that exists (starting slots have no member yet): id, status,
@@ -237,17 +227,7 @@ impl<M: Manager> Shared<M> {
 
     /// Publishes the gauges and flushes the hot core's counts.
     pub(crate) fn publish(&self) {
-        let (gauges, (takes, zero_waits)) = self.step(|s| {
-            let view = s.hot.view();
-            let gauges = Gauges {
-                in_use: view.in_use,
-                free: view.free,
-                starting: s.cold.engine.starting(),
-                stopping: s.cold.engine.stopping(),
-                queued: view.queued,
-            };
-            (gauges, s.hot.take_counts())
-        });
+        let (gauges, (takes, zero_waits)) = self.step(|s| (s.gauges(), s.hot.take_counts()));
         self.metrics.publish(gauges);
         self.metrics.flush(takes, zero_waits);
     }

@@ -29,7 +29,7 @@ use crate::error::TakeError;
 use crate::held::{Held, Meta};
 use crate::hot::{Hot, Locked};
 use crate::manager::Manager;
-use crate::metrics::Reason;
+use crate::metrics::{Gauges, Reason};
 use crate::sync::{Mutex, MutexGuard, lock};
 
 /// What the cold lock guards.
@@ -163,6 +163,18 @@ impl<M: Manager> Step<'_, M> {
     /// An instant as a clock stamp.
     pub(crate) fn stamp_of(&self, at: Instant) -> u64 {
         self.clock.stamp(at)
+    }
+
+    /// The counts the gauges show.
+    pub(crate) fn gauges(&self) -> Gauges {
+        let view = self.hot.view();
+        Gauges {
+            in_use: view.in_use,
+            free: view.free,
+            starting: self.cold.engine.starting(),
+            stopping: self.cold.engine.stopping(),
+            queued: view.queued,
+        }
     }
 
     /// Starts whatever the cold engine says the pool needs now.
