@@ -13,6 +13,9 @@ use redis::{
 
 pub use pooler;
 pub use redis;
+#[cfg(feature = "rustls")]
+#[cfg_attr(docsrs, doc(cfg(feature = "rustls")))]
+pub use rustls;
 
 #[cfg(feature = "serde")]
 mod settings;
@@ -32,6 +35,8 @@ pub struct RedisManager {
     info: ConnectionInfo,
     client_name: Option<String>,
     hooks: Hooks<RedisConnection>,
+    #[cfg(feature = "rustls")]
+    tls: Option<std::sync::Arc<rustls::ClientConfig>>,
 }
 
 impl RedisManager {
@@ -40,8 +45,9 @@ impl RedisManager {
     ///
     /// # Errors
     ///
-    /// When the address cannot be parsed, and for TLS addresses (`rediss://`), which
-    /// pooler-redis does not support: refused here, not at the first take.
+    /// When the address cannot be parsed, and for TLS addresses (`rediss://`), which need
+    /// [`with_rustls`](RedisManager::with_rustls) (feature `rustls`): refused here, not at the
+    /// first take.
     pub fn new(url: impl IntoConnectionInfo) -> RedisResult<Self> {
         let info = url.into_connection_info()?;
         match info.addr() {
@@ -51,7 +57,7 @@ impl RedisManager {
             other => {
                 return Err(RedisError::from((
                     ErrorKind::InvalidClientConfig,
-                    "pooler-redis connects over TCP (redis://) and Unix sockets (redis+unix://, unix://) only; TLS (rediss://) is not supported",
+                    "pooler-redis connects over TCP (redis://) and Unix sockets (redis+unix://, unix://); TLS (rediss://) needs RedisManager::with_rustls (feature rustls)",
                     format!("{other:?}"),
                 )));
             }
@@ -60,6 +66,51 @@ impl RedisManager {
             info,
             client_name: None,
             hooks: Hooks::default(),
+            #[cfg(feature = "rustls")]
+            tls: None,
+        })
+    }
+
+    /// A manager for a TLS address (`rediss://host:port/db`), connecting through rustls as
+    /// `config` says (its roots, client certificates and crypto provider). The server's name
+    /// checked against its certificate is the address's host; a `#insecure` address is
+    /// refused (say what to trust in `config` instead).
+    ///
+    /// # Errors
+    ///
+    /// When the address cannot be parsed, is not a `rediss://` one, or asks for no
+    /// verification.
+    #[cfg(feature = "rustls")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "rustls")))]
+    pub fn with_rustls(url: &str, config: rustls::ClientConfig) -> RedisResult<Self> {
+        let refuse = |why: &'static str| {
+            RedisError::from((ErrorKind::InvalidClientConfig, why, url.to_owned()))
+        };
+        let rest = url
+            .strip_prefix("rediss://")
+            .ok_or_else(|| refuse("RedisManager::with_rustls takes a rediss:// address"))?;
+        if url.contains("#insecure") {
+            return Err(refuse(
+                "RedisManager::with_rustls verifies the server: say what to trust in the rustls config, not #insecure",
+            ));
+        }
+        // redis-rs reads a TLS address only with its own TLS features: read it as the plain
+        // address it names, then mark it TLS.
+        let plain = format!("redis://{rest}").into_connection_info()?;
+        let ConnectionAddr::Tcp(host, port) = plain.addr().clone() else {
+            return Err(refuse("a rediss:// address names a host and a port"));
+        };
+        let info = plain.set_addr(ConnectionAddr::TcpTls {
+            host,
+            port,
+            insecure: false,
+            tls_params: None,
+        });
+        Ok(RedisManager {
+            info,
+            client_name: None,
+            hooks: Hooks::default(),
+            tls: Some(std::sync::Arc::new(config)),
         })
     }
 
@@ -371,8 +422,25 @@ impl Manager for RedisManager {
             ConnectionAddr::Unix(path) => {
                 over(settings, tokio::net::UnixStream::connect(path).await?).await?
             }
+            #[cfg(feature = "rustls")]
+            ConnectionAddr::TcpTls { host, port, .. } if self.tls.is_some() => {
+                let socket = tokio::net::TcpStream::connect((host.as_str(), *port)).await?;
+                socket.set_nodelay(true)?;
+                let name = rustls::pki_types::ServerName::try_from(host.clone()).map_err(|e| {
+                    RedisError::from((
+                        ErrorKind::InvalidClientConfig,
+                        "the address's host is not a name a certificate can hold",
+                        e.to_string(),
+                    ))
+                })?;
+                let config = self.tls.clone().expect("checked by the pattern's guard");
+                let stream = tokio_rustls::TlsConnector::from(config)
+                    .connect(name, socket)
+                    .await?;
+                over(settings, stream).await?
+            }
             other => {
-                // `new` refuses every other address.
+                // `new` and `with_rustls` refuse every other address.
                 return Err(RedisError::from((
                     ErrorKind::InvalidClientConfig,
                     "pooler-redis connects over TCP and Unix sockets only",
