@@ -1,4 +1,5 @@
 use super::*;
+use crate::config::MemberOrder;
 
 type C = Cold<()>;
 

@@ -1,0 +1,99 @@
+//! What the cold engine and its callers say to each other: the limits it enforces, a slot's
+//! status and key, the starts it decides, why a take found no member, what a death signal
+//! found, and a slot's row for stats.
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::config::{MemberOrder, PoolConfig};
+
+/// Identifies a slot while it exists; reused after the slot is removed (pair it with the
+/// member id to detect reuse).
+pub(crate) type Key = usize;
+
+/// The limits the pool enforces, taken from its config.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Limits {
+    pub(crate) init_count: usize,
+    pub(crate) max_count: usize,
+    pub(crate) queue_max: usize,
+    pub(crate) order: MemberOrder,
+    pub(crate) auto_grow_threshold: Option<usize>,
+    /// The most starts in progress at once (`usize::MAX`: no limit).
+    pub(crate) max_starts: usize,
+    /// Backoff steps get full jitter.
+    pub(crate) backoff_jitter: bool,
+}
+
+impl Limits {
+    /// The limits `config` sets.
+    pub(crate) fn of(config: &PoolConfig) -> Self {
+        Limits {
+            init_count: config.init_count,
+            max_count: config.max_count,
+            queue_max: config.queue_max,
+            order: config.member_order,
+            auto_grow_threshold: config.auto_grow_threshold,
+            max_starts: config.max_concurrent_starts.unwrap_or(usize::MAX),
+            backoff_jitter: config.backoff_jitter,
+        }
+    }
+}
+
+/// Where a member is in its life, as the cold engine sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Status {
+    Starting,
+    Live,
+    Stopping,
+}
+
+/// Starts decided: the caller spawns one start task per slot, each first sleeping `delay`
+/// (non-zero only while backing off).
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(crate) struct Starts {
+    pub(crate) slots: Vec<(Key, u64)>,
+    pub(crate) delay: Duration,
+}
+
+impl Starts {
+    pub(crate) fn is_empty(&self) -> bool {
+        self.slots.is_empty()
+    }
+}
+
+/// Why a take found no member (and could not simply queue).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Empty {
+    /// No room to start more.
+    AtCapacity,
+    /// No member is free, there is room, and a start is under way that may serve the taker.
+    AllInUse,
+    /// Starts are failing and nothing can reach the taker before its deadline: no member in
+    /// use, no start in flight that attempts by then (docs/design.md, "Failing starts").
+    Unavailable,
+    /// The pool is closed.
+    Closed,
+}
+
+/// What a member's death signal found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Death {
+    /// Unknown or already stopping: nothing to do.
+    Ignored,
+    /// Starting: it will be stopped when its start ends.
+    Starting,
+    /// Live: free (the caller claims and stops it) or in use (replaced when returned).
+    Live,
+}
+
+/// A slot's row, for `Pool::stats`.
+#[derive(Debug)]
+pub(crate) struct Row<'a, P> {
+    pub(crate) key: Key,
+    pub(crate) id: u64,
+    pub(crate) status: Status,
+    pub(crate) expires_at: Option<Instant>,
+    pub(crate) payload: Option<&'a P>,
+}
