@@ -19,7 +19,8 @@
 //! 3. A closed engine decides no starts.
 //! 4. The start policy's invariants (see [`crate::backoff`]): while starts are failing a new
 //!    start is decided only when none is in flight, after the backoff step.
-//! 5. The expiry set holds exactly the expiries of `Live` members that have one.
+//! 5. The expiry set holds exactly the expiries of `Live` members that have one; the
+//!    early-start set, with `max_lifetime_overlap`, those expiries moved earlier by it.
 //! 6. No start is decided while `max_concurrent_starts` are in progress (a reconfigure that
 //!    lowers it lets the starts under way finish).
 
@@ -66,6 +67,11 @@ pub(crate) struct Cold<P> {
     policy: StartPolicy,
     demand: Demand,
     expiries: Expiries,
+    /// When each live member's replacement starts, with `max_lifetime_overlap`.
+    early: Expiries,
+    /// Replacements started ahead of lifetimes still to end: each pays for one retirement at
+    /// `max_lifetime`, which then owes none.
+    prepaid: usize,
     next_id: u64,
 }
 
@@ -83,6 +89,8 @@ impl<P> Cold<P> {
             policy: StartPolicy::new(limits.backoff_jitter.then(fastrand::Rng::new)),
             demand: Demand::default(),
             expiries: Expiries::default(),
+            early: Expiries::default(),
+            prepaid: 0,
             next_id: 1,
         }
     }
@@ -94,6 +102,7 @@ impl<P> Cold<P> {
             && self.excess <= self.stopping
             && self.slots.len() == total
             && self.expiries.len() <= self.live
+            && self.early.len() <= self.live
     }
 
     /// Invariant #2 slot by slot against the hot core's counts, O(n); for tests.
@@ -261,6 +270,10 @@ impl<P> Cold<P> {
         slot.payload = Some(payload);
         if let Some(at) = expires_at {
             self.expiries.insert(at, key, slot.id);
+            if let Some(overlap) = self.limits.overlap {
+                self.early
+                    .insert(at.checked_sub(overlap).unwrap_or(at), key, slot.id);
+            }
         }
         self.policy.succeeded();
         self.owed = self.owed.saturating_sub(1);
@@ -344,6 +357,10 @@ impl<P> Cold<P> {
             && let Some(at) = slot.expires_at
         {
             self.expiries.remove(at, key, slot.id);
+            if let Some(overlap) = self.limits.overlap {
+                self.early
+                    .remove(at.checked_sub(overlap).unwrap_or(at), key, slot.id);
+            }
         }
         for (status, up) in [(from, false), (to, true)] {
             let count = match status {
@@ -380,6 +397,16 @@ impl<P> Cold<P> {
     /// A destroyed member is to be replaced once there is room.
     pub(crate) fn owe_replacement(&mut self) {
         self.owed = (self.owed + 1).min(self.limits.max_count);
+    }
+
+    /// A member retired at its `max_lifetime` is to be replaced, unless its replacement was
+    /// started ahead (`max_lifetime_overlap`).
+    pub(crate) fn owe_after_lifetime(&mut self) {
+        if self.prepaid > 0 {
+            self.prepaid -= 1;
+        } else {
+            self.owe_replacement();
+        }
     }
 
     /// A member's death signal. `id` guards against key reuse.
@@ -427,7 +454,22 @@ impl<P> Cold<P> {
 
     /// When the next lifetime of a live member ends.
     pub(crate) fn next_expiry(&self) -> Option<Instant> {
-        self.expiries.next()
+        match (self.expiries.next(), self.early.next()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Starts, within room, a replacement for each live member whose lifetime ends within
+    /// `max_lifetime_overlap` of `now` (make before break); each one started is prepaid.
+    pub(crate) fn start_early(&mut self, now: Instant, view: View) -> Starts {
+        let due = self.early.due(now).len();
+        if due == 0 || self.closed || self.policy.failing() {
+            return Starts::default();
+        }
+        let starts = self.reserve(due.min(self.room(view)), Duration::ZERO, now);
+        self.prepaid += starts.slots.len();
+        starts
     }
 
     /// The live members whose lifetime has ended by `now`; they leave the expiry set (a free
@@ -440,11 +482,16 @@ impl<P> Cold<P> {
     /// the lifetime); `expiry` also hands it to the member's payload.
     pub(crate) fn reschedule(&mut self, mut expiry: impl FnMut(Instant, &P) -> Option<Instant>) {
         self.expiries.clear();
+        self.early.clear();
         for (key, slot) in &mut self.slots {
             if let (Status::Live, Some(payload)) = (slot.status, &slot.payload) {
                 slot.expires_at = expiry(slot.born, payload);
                 if let Some(at) = slot.expires_at {
                     self.expiries.insert(at, key, slot.id);
+                    if let Some(overlap) = self.limits.overlap {
+                        self.early
+                            .insert(at.checked_sub(overlap).unwrap_or(at), key, slot.id);
+                    }
                 }
             }
         }
@@ -453,7 +500,19 @@ impl<P> Cold<P> {
     /// New limits from `reconfigure`. The caller has already made stopping every member
     /// beyond a lower `max_count` (invariant #1).
     pub(crate) fn set_limits(&mut self, limits: Limits, view: View) {
+        let overlap_changed = self.limits.overlap != limits.overlap;
         self.limits = limits;
+        if overlap_changed {
+            self.early.clear();
+            if let Some(overlap) = limits.overlap {
+                for (key, slot) in &self.slots {
+                    if let (Status::Live, Some(at)) = (slot.status, slot.expires_at) {
+                        self.early
+                            .insert(at.checked_sub(overlap).unwrap_or(at), key, slot.id);
+                    }
+                }
+            }
+        }
         self.excess =
             (view.live() + self.starting + self.stopping).saturating_sub(limits.max_count);
         debug_assert!(

@@ -130,6 +130,20 @@ pub struct PoolConfig {
         )
     )]
     pub max_lifetime: Option<Duration>,
+    /// Make before break: this long before a member's lifetime ends, its replacement starts
+    /// (within `max_count`), so that the member retires with its successor already free and
+    /// no take waits for a connection because of lifetimes. Must be shorter than
+    /// `max_lifetime`; longer than a start takes. Default: none (a member is replaced when it
+    /// retires).
+    #[cfg_attr(
+        feature = "serde",
+        serde(
+            default,
+            with = "crate::time::option",
+            skip_serializing_if = "Option::is_none"
+        )
+    )]
+    pub max_lifetime_overlap: Option<Duration>,
     /// Each member's lifetime is moved by a uniform random offset in `[-jitter, +jitter]`;
     /// must be less than `max_lifetime`. Default: 0.
     #[cfg_attr(feature = "serde", serde(default, with = "crate::time"))]
@@ -306,6 +320,7 @@ impl PoolConfig {
             auto_grow_threshold: None,
             max_concurrent_starts: None,
             max_lifetime: None,
+            max_lifetime_overlap: None,
             max_lifetime_jitter: Duration::ZERO,
             member_order: MemberOrder::Lifo,
             member_shutdown: defaults::member_shutdown(),
@@ -396,6 +411,21 @@ impl PoolConfig {
                 init_count: self.init_count,
                 max_count: self.max_count,
             });
+        }
+        match (self.max_lifetime_overlap, self.max_lifetime) {
+            (Some(_), None) => problems.push(ConfigError::InvalidValue {
+                pool: pool(),
+                key: "max_lifetime_overlap".into(),
+                reason: "needs a max_lifetime".into(),
+            }),
+            (Some(overlap), Some(lifetime)) if overlap >= lifetime => {
+                problems.push(ConfigError::InvalidValue {
+                    pool: pool(),
+                    key: "max_lifetime_overlap".into(),
+                    reason: "must be shorter than max_lifetime".into(),
+                });
+            }
+            _ => {}
         }
         if let Some(lifetime) = self.max_lifetime
             && self.max_lifetime_jitter >= lifetime

@@ -245,12 +245,15 @@ impl<M: Manager> Shared<M> {
     /// use are left to their holders and retired when they come back.
     pub(crate) fn expire_due(&self) {
         let expired = self.step(|s| {
+            // Make before break: replacements for lifetimes about to end start first.
+            let early = s.cold.engine.start_early(s.now, s.hot.view());
+            s.effects.starts.push(early);
             let due: std::collections::HashSet<_> = s.cold.engine.due(s.now).into_iter().collect();
             let expired = s.retire_free(due.len(), Reason::MaxLifetime, |h| {
                 due.contains(&(h.meta.key, h.meta.id))
             });
             for _ in 0..expired {
-                s.cold.engine.owe_replacement();
+                s.cold.engine.owe_after_lifetime();
             }
             s.refill();
             expired

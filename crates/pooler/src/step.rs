@@ -200,7 +200,17 @@ impl<M: Manager> Step<'_, M> {
         held.meta.set_since(stamp);
         self.cold.engine.begin_stop(held.meta.key);
         if owe && !self.cold.engine.is_closed() {
-            self.cold.engine.owe_replacement();
+            if matches!(
+                why,
+                Why::Replaced {
+                    reason: Reason::MaxLifetime,
+                    ..
+                }
+            ) {
+                self.cold.engine.owe_after_lifetime();
+            } else {
+                self.cold.engine.owe_replacement();
+            }
             self.refill();
         }
         self.effects.drained = true;

@@ -114,3 +114,66 @@ async fn without_max_lifetime_nothing_expires() {
     advance(Duration::from_secs(365 * 24 * 3600)).await;
     assert_eq!(probe.stops(), 0);
 }
+
+/// Make before break: with `max_lifetime_overlap`, members whose lifetimes end — in use or
+/// free — have their successors started and ready first, so takes right after the expiry are
+/// served at once (and the pool ends with `init_count` members, no more); without it they
+/// find nothing free while the replacements connect.
+#[tokio::test(start_paused = true)]
+async fn with_an_overlap_no_take_waits_for_a_connection_at_expiry() {
+    for overlap in [Some(Duration::from_secs(1)), None] {
+        let fake = Fake::default();
+        fake.probe.set_start(Step::Slow(ms(200)));
+        let config = config(2, 4, 10, 0)
+            .to_builder()
+            .max_lifetime_overlap(overlap)
+            .build()
+            .unwrap();
+        let (pool, probe) = pool_with(config, fake).await;
+        // One member held through its expiry, one free.
+        let held = pool.try_take_member().unwrap();
+        // Step through the second before the expiry as time would pass, then past it.
+        for _ in 0..101 {
+            advance(ms(100)).await;
+        }
+        drop(held);
+        settle().await;
+        let first = pool.try_take_member();
+        let second = pool.try_take_member();
+        match overlap {
+            Some(_) => {
+                assert!(first.is_ok() && second.is_ok(), "{first:?} {second:?}");
+                assert_eq!(probe.stops(), 2, "both old members retired");
+            }
+            None => assert!(
+                first.is_err() || second.is_err(),
+                "without an overlap the replacements are still connecting"
+            ),
+        }
+        drop((first, second));
+        advance(Duration::from_secs(1)).await;
+        if overlap.is_some() {
+            let u = pool.utilization();
+            assert_eq!(
+                (u.free_count, u.in_use_count, u.starting_count),
+                (2, 0, 0),
+                "back to init_count, nothing extra"
+            );
+        }
+    }
+}
+
+#[test]
+fn an_overlap_needs_a_longer_lifetime() {
+    let refused = |c: PoolConfig| match c.validate() {
+        Err(pooler::ConfigError::InvalidValue { key, .. }) => key == "max_lifetime_overlap",
+        _ => false,
+    };
+    let mut c = PoolConfig::new("p", 1, 2);
+    c.max_lifetime_overlap = Some(Duration::from_secs(1));
+    assert!(refused(c.clone()), "no lifetime");
+    c.max_lifetime = Some(Duration::from_secs(1));
+    assert!(refused(c.clone()), "not shorter than the lifetime");
+    c.max_lifetime = Some(Duration::from_secs(2));
+    assert!(c.validate().is_ok());
+}

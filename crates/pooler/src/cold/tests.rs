@@ -11,6 +11,7 @@ fn limits(init: usize, max: usize) -> Limits {
         order: MemberOrder::Lifo,
         auto_grow_threshold: None,
         max_starts: usize::MAX,
+        overlap: None,
         backoff_jitter: false,
     }
 }

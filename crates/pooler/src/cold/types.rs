@@ -22,6 +22,8 @@ pub(crate) struct Limits {
     pub(crate) auto_grow_threshold: Option<usize>,
     /// The most starts in progress at once (`usize::MAX`: no limit).
     pub(crate) max_starts: usize,
+    /// How long before a member's lifetime ends its replacement starts (make before break).
+    pub(crate) overlap: Option<Duration>,
     /// Backoff steps get full jitter.
     pub(crate) backoff_jitter: bool,
 }
@@ -36,6 +38,7 @@ impl Limits {
             order: config.member_order,
             auto_grow_threshold: config.auto_grow_threshold,
             max_starts: config.max_concurrent_starts.unwrap_or(usize::MAX),
+            overlap: config.max_lifetime_overlap,
             backoff_jitter: config.backoff_jitter,
         }
     }

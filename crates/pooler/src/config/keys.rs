@@ -121,6 +121,7 @@ keys! {
     auto_grow_threshold: Option<usize> => Kind::Count, exact;
     max_concurrent_starts: Option<usize> => Kind::Count, exact;
     max_lifetime: Option<Duration> => Kind::Time { zero_ok: false }, set;
+    max_lifetime_overlap: Option<Duration> => Kind::Time { zero_ok: false }, set;
     max_lifetime_jitter: Duration => Kind::Time { zero_ok: true }, exact;
     member_order: MemberOrder => Kind::Order, exact;
     member_shutdown: Duration => Kind::Time { zero_ok: false }, exact;
