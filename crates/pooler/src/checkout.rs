@@ -305,6 +305,18 @@ impl<M: Manager> Shared<M> {
         error
     }
 
+    /// The error of a take an overloaded pool shed, counted.
+    pub(crate) fn shed_error(&self, target: Duration, delay: Duration) -> TakeError {
+        tracing::debug!(pool = %self.name, "overloaded (queue_target); take shed");
+        let error = TakeError::Shed {
+            pool: self.name.clone(),
+            target,
+            delay,
+        };
+        self.metrics.no_member(&error);
+        error
+    }
+
     /// The error a take gets from a closed pool.
     pub(crate) fn closed_error(&self) -> TakeError {
         let pool = self.name.clone();

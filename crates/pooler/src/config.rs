@@ -101,6 +101,25 @@ pub struct PoolConfig {
     /// The most takers that may wait in the queue; zero means never queue. Default: 50.
     #[cfg_attr(feature = "serde", serde(default = "defaults::queue_max"))]
     pub queue_max: usize,
+    /// Queue-delay shedding: when even the shortest wait in the queue over a whole
+    /// `queue_interval` is longer than this, takes that would queue are refused at once with
+    /// [`TakeError::Shed`](crate::TakeError::Shed) for the next interval (DBConnection's
+    /// `queue_target`). Default: none (takes queue up to `queue_max`).
+    #[cfg_attr(
+        feature = "serde",
+        serde(
+            default,
+            with = "crate::time::option",
+            skip_serializing_if = "Option::is_none"
+        )
+    )]
+    pub queue_target: Option<Duration>,
+    /// The interval `queue_target` is judged over. Default: 1 s.
+    #[cfg_attr(
+        feature = "serde",
+        serde(default = "defaults::queue_interval", with = "crate::time")
+    )]
+    pub queue_interval: Duration,
     /// After a successful take, if at most this many members are free, start up to
     /// `init_count` more (within `max_count`). Default: none (grow only on demand).
     #[cfg_attr(
@@ -226,6 +245,9 @@ mod defaults {
     pub(super) fn queue_max() -> usize {
         50
     }
+    pub(super) fn queue_interval() -> Duration {
+        Duration::from_secs(1)
+    }
     pub(super) fn member_shutdown() -> Duration {
         Duration::from_secs(30)
     }
@@ -317,6 +339,8 @@ impl PoolConfig {
             max_age: defaults::max_age(),
             member_start_timeout: defaults::member_start_timeout(),
             queue_max: defaults::queue_max(),
+            queue_target: None,
+            queue_interval: defaults::queue_interval(),
             auto_grow_threshold: None,
             max_concurrent_starts: None,
             max_lifetime: None,

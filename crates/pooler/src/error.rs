@@ -117,6 +117,17 @@ pub enum TakeError {
         /// The pool's name.
         pool: Arc<str>,
     },
+    /// The pool is overloaded (`queue_target`): a take that would have queued was refused at
+    /// once.
+    #[error("pool `{pool}`: overloaded, take shed at once (the shortest wait in the queue was {} over the last interval, above queue_target = {})", humantime::format_duration(*.delay), humantime::format_duration(*.target))]
+    Shed {
+        /// The pool's name.
+        pool: Arc<str>,
+        /// The pool's `queue_target`.
+        target: Duration,
+        /// The shortest wait in the queue over the interval that judged the pool overloaded.
+        delay: Duration,
+    },
     /// The waiter was dropped from the queue because `reconfigure` lowered `queue_max`.
     #[error("pool `{pool}`: removed from the queue when queue_max was lowered to {queue_max}")]
     QueueShrunk {
@@ -146,7 +157,8 @@ impl TakeError {
             | Self::Closed { pool }
             | Self::RuntimeGone { pool }
             | Self::Unavailable { pool, .. }
-            | Self::QueueShrunk { pool, .. } => pool,
+            | Self::QueueShrunk { pool, .. }
+            | Self::Shed { pool, .. } => pool,
         }
     }
 
@@ -161,6 +173,7 @@ impl TakeError {
             Self::Closed { .. } | Self::RuntimeGone { .. } => "closed",
             Self::NoSuchGroup { .. } => "no_such_pool",
             Self::Unavailable { .. } => "failed",
+            Self::Shed { .. } => "shed",
         }
     }
 }

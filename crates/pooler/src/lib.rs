@@ -31,6 +31,7 @@ mod pool;
 mod reconfigure;
 mod registry;
 mod shared;
+mod shed;
 mod step;
 mod supervisor;
 mod sync;

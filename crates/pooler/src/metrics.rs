@@ -93,6 +93,7 @@ const NO_MEMBER_REASONS: &[&str] = &[
     "queue_full",
     "timeout",
     "failed",
+    "shed",
 ];
 
 impl Reason {

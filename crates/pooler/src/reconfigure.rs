@@ -87,6 +87,10 @@ impl<M: Manager> Shared<M> {
             s.cold.engine.set_limits(Limits::of(&new), s.hot.view());
             s.cold.config = new.clone();
             self.features.set(&new);
+            if new.queue_target != old.queue_target || new.queue_interval != old.queue_interval {
+                self.shedder
+                    .set(new.queue_target, new.queue_interval, s.now);
+            }
             if new.leak_detection_threshold.is_none() {
                 self.leaks.clear();
             }

@@ -32,6 +32,7 @@ use crate::lifecycle::{StartSlot, StopSlot, run_start, run_stop};
 use crate::manager::Manager;
 use crate::member::{Home, Member};
 use crate::metrics::PoolMetrics;
+use crate::shed::Shedder;
 use crate::step::{ColdLock, ColdState, Effects, Step, Why};
 use crate::supervisor::{RuntimeGone, Supervisor};
 
@@ -46,6 +47,8 @@ pub(crate) struct Shared<M: Manager> {
     pub(crate) features: Features,
     pub(crate) clock: Clock,
     pub(crate) leaks: Leaks,
+    /// Queue-delay shedding (`queue_target`).
+    pub(crate) shedder: Shedder,
     pub(crate) supervisor: Supervisor,
     pub(crate) metrics: PoolMetrics,
     /// Woken whenever a closing pool's counts change.
@@ -63,6 +66,7 @@ impl<M: Manager> Shared<M> {
         let metrics = PoolMetrics::new(&config.name);
         metrics.limits(config.init_count, config.max_count);
         let features = Features::new(&config, metrics.wait_live());
+        let shedder = Shedder::new(config.queue_target, config.queue_interval, Instant::now());
         Arc::new_cyclic(|this| Shared {
             name: config.name.as_str().into(),
             hot: Hot::new(config.member_order, config.queue_max, metrics.use_live()),
@@ -74,6 +78,7 @@ impl<M: Manager> Shared<M> {
             features,
             clock: Clock::new(),
             leaks: Leaks::default(),
+            shedder,
             metrics,
             manager,
             supervisor,

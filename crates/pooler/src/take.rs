@@ -288,6 +288,18 @@ async fn within_loop<M: Manager>(
                     span.record("grew", true);
                 }
                 let s = *started.get_or_insert_with(|| shared.clock.now());
+                // An overloaded pool (`queue_target`) sheds the take instead of queueing it;
+                // a member handed over in that instant is taken all the same.
+                if let Some((target, delay)) = shared.shedder.shed(s) {
+                    match shared.hot.leave(key) {
+                        None => return Err((shared.shed_error(target, delay), None)),
+                        Some(Ok(held)) => {
+                            attempt = shared.collected(held);
+                            continue;
+                        }
+                        Some(Err(e)) => return Err((e, None)),
+                    }
+                }
                 let mut waiting = Waiting {
                     shared,
                     key,
@@ -300,13 +312,18 @@ async fn within_loop<M: Manager>(
                         Err(_) => {
                             waiting.done = true;
                             match shared.hot.leave(key) {
-                                None => return Err((shared.timed_out(t), waited(started))),
+                                None => {
+                                    shared.shedder.waited(t, Instant::now());
+                                    return Err((shared.timed_out(t), waited(started)));
+                                }
                                 // Served in the very instant the timer fired: take it.
                                 Some(served) => served,
                             }
                         }
                     },
                 };
+                let now = Instant::now();
+                shared.shedder.waited(now.saturating_duration_since(s), now);
                 match served {
                     Ok(held) => shared.collected(held),
                     Err(e) => return Err((e, waited(started))),

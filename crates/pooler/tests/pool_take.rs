@@ -3,6 +3,8 @@
 
 mod common;
 
+use std::time::Duration;
+
 use common::*;
 use pooler::{Member, PoolConfig, TakeError};
 
@@ -327,4 +329,54 @@ async fn a_huge_count_is_refused_not_a_crash() {
     .map(drop)
     .unwrap_err();
     assert!(e.to_string().contains("init_count"), "{e}");
+}
+
+/// Queue-delay shedding: after an interval whose shortest wait beat `queue_target`, a take
+/// that would queue is refused at once with `Shed`, naming the target and the delay; an
+/// interval with no waits lets takes queue again.
+#[tokio::test(start_paused = true)]
+async fn an_overloaded_pool_sheds_takes_instead_of_queueing_them() {
+    let config = PoolConfig::new("shed", 1, 1)
+        .to_builder()
+        .queue_target(ms(50))
+        .queue_interval(Duration::from_secs(1))
+        .build()
+        .unwrap();
+    let (pool, _probe) = pool_with(config, Fake::default()).await;
+    let held = pool.try_take_member().unwrap();
+    let waiter = spawn_take(&pool, Duration::from_secs(5));
+    settle().await;
+    advance(ms(200)).await;
+    drop(held);
+    let served = waiter
+        .await
+        .unwrap()
+        .expect("served after 200 ms in the queue");
+
+    // The interval ends with 200 ms as its shortest wait, above the 50 ms target.
+    advance(ms(900)).await;
+    let asked = tokio::time::Instant::now();
+    let shed = pool.take_member(ms(500)).await;
+    assert!(
+        matches!(
+            &shed,
+            Err(TakeError::Shed { target, delay, .. }) if *target == ms(50) && *delay == ms(200)
+        ),
+        "{shed:?}"
+    );
+    assert_eq!(
+        asked.elapsed(),
+        Duration::ZERO,
+        "refused at once, not after waiting"
+    );
+    assert_eq!(shed.unwrap_err().reason(), "shed");
+
+    // Nobody queued for a whole interval: takes queue again (and this one times out).
+    advance(Duration::from_secs(1)).await;
+    let queued = pool.take_member(ms(100)).await;
+    assert!(
+        matches!(queued, Err(TakeError::Timeout { .. })),
+        "{queued:?}"
+    );
+    drop(served);
 }

@@ -118,6 +118,8 @@ keys! {
     max_age: Duration => Kind::Time { zero_ok: true }, exact;
     member_start_timeout: Duration => Kind::Time { zero_ok: false }, exact;
     queue_max: usize => Kind::Count, exact;
+    queue_target: Option<Duration> => Kind::Time { zero_ok: false }, set;
+    queue_interval: Duration => Kind::Time { zero_ok: false }, exact;
     auto_grow_threshold: Option<usize> => Kind::Count, exact;
     max_concurrent_starts: Option<usize> => Kind::Count, exact;
     max_lifetime: Option<Duration> => Kind::Time { zero_ok: false }, set;

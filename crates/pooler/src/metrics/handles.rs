@@ -37,7 +37,7 @@ fn reaches_recorder(touch: impl FnOnce(Probe<'_>)) -> bool {
 /// One pool's registered handles.
 pub(crate) struct PoolMetrics {
     take: Counter,
-    no_members: [Counter; 5],
+    no_members: [Counter; 6],
     killed_free: [Counter; 5],
     killed_in_use: [Counter; 5],
     queue_max_reached: Counter,
@@ -79,6 +79,9 @@ impl PoolMetrics {
         let by_reason = |name: &'static str, reasons: &[&'static str]| -> [Counter; 5] {
             std::array::from_fn(|i| counter(name, Some(reasons[i])))
         };
+        let no_members: [Counter; 6] = std::array::from_fn(|i| {
+            counter("pooler_error_no_members_total", Some(NO_MEMBER_REASONS[i]))
+        });
         for d in DESCRIPTORS {
             match d.kind {
                 MetricKind::Counter => metrics::describe_counter!(d.name, d.help),
@@ -125,7 +128,7 @@ impl PoolMetrics {
         let use_live = reaches_recorder(|p| member_use.record_many(p, 0));
         PoolMetrics {
             take: counter("pooler_take_total", None),
-            no_members: by_reason("pooler_error_no_members_total", NO_MEMBER_REASONS),
+            no_members,
             killed_free: by_reason("pooler_killed_free_total", REMOVAL_REASONS),
             killed_in_use: by_reason("pooler_killed_in_use_total", REMOVAL_REASONS),
             queue_max_reached: counter("pooler_queue_max_reached_total", None),
@@ -228,6 +231,7 @@ impl PoolMetrics {
             }
             TakeError::Timeout { .. } => 3,
             TakeError::Unavailable { .. } => 4,
+            TakeError::Shed { .. } => 5,
             _ => return,
         };
         debug_assert_eq!(NO_MEMBER_REASONS[at], error.reason());

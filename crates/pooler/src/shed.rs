@@ -1,0 +1,128 @@
+//! Queue-delay shedding (docs/design.md, "Shedding"), after DBConnection's `queue_target`
+//! and `queue_interval` and CoDel: the pool watches how long takes wait in its queue; when
+//! even the shortest wait of a whole interval stayed above the target, the pool is
+//! *overloaded* for the next interval, and a take that would queue is refused at once with
+//! [`TakeError::Shed`](crate::TakeError::Shed) — better than handing members to waiters that
+//! have spent their budget. An interval that sees a wait at or below the target, or none at
+//! all, ends the overload: takes queue again, and the next interval measures anew.
+//!
+//! # Invariants
+//!
+//! 1. `overloaded` is the verdict of the last interval that ended.
+//! 2. `min` is the shortest wait seen since `began`.
+//!
+//! Only takes that would queue look here (behind one small lock of its own), never a take
+//! that finds a member.
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::sync::{Mutex, lock};
+
+#[derive(Debug)]
+pub(crate) struct Shedder {
+    state: Mutex<Window>,
+}
+
+#[derive(Debug)]
+struct Window {
+    /// `queue_target`: none, no shedding.
+    target: Option<Duration>,
+    /// `queue_interval`.
+    interval: Duration,
+    began: Instant,
+    min: Option<Duration>,
+    /// The verdict's figure: the shortest wait of the interval that set it.
+    last_min: Duration,
+    overloaded: bool,
+}
+
+impl Shedder {
+    pub(crate) fn new(target: Option<Duration>, interval: Duration, now: Instant) -> Self {
+        Shedder {
+            state: Mutex::new(Window {
+                target,
+                interval,
+                began: now,
+                min: None,
+                last_min: Duration::ZERO,
+                overloaded: false,
+            }),
+        }
+    }
+
+    /// New settings from a reconfigure: a new interval begins, with no verdict.
+    pub(crate) fn set(&self, target: Option<Duration>, interval: Duration, now: Instant) {
+        let mut w = lock(&self.state);
+        *w = Window {
+            target,
+            interval,
+            began: now,
+            min: None,
+            last_min: Duration::ZERO,
+            overloaded: false,
+        };
+    }
+
+    /// Ends the interval if it is over, with its verdict.
+    fn roll(w: &mut Window, now: Instant) {
+        if now.saturating_duration_since(w.began) >= w.interval {
+            w.overloaded = w.target.is_some_and(|t| w.min.is_some_and(|m| m > t));
+            w.last_min = w.min.unwrap_or_default();
+            w.began = now;
+            w.min = None;
+        }
+    }
+
+    /// A take waited `delay` in the queue (served, or given up at its deadline).
+    pub(crate) fn waited(&self, delay: Duration, now: Instant) {
+        let mut w = lock(&self.state);
+        if w.target.is_none() {
+            return;
+        }
+        Self::roll(&mut w, now);
+        w.min = Some(w.min.map_or(delay, |m| m.min(delay)));
+    }
+
+    /// Whether a take that would queue now is refused: with the target and the shortest wait
+    /// that set the verdict.
+    pub(crate) fn shed(&self, now: Instant) -> Option<(Duration, Duration)> {
+        let mut w = lock(&self.state);
+        let target = w.target?;
+        Self::roll(&mut w, now);
+        w.overloaded.then_some((target, w.last_min))
+    }
+}
+
+#[cfg(all(test, not(pooler_loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_interval_whose_shortest_wait_beats_the_target_sheds_the_next() {
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        let s = Shedder::new(Some(ms(50)), ms(1000), t0);
+        s.waited(ms(80), t0 + ms(100));
+        s.waited(ms(120), t0 + ms(500));
+        assert_eq!(s.shed(t0 + ms(900)), None, "the interval has not ended");
+        // The next interval begins: its predecessor's shortest wait was 80 ms > 50 ms.
+        s.waited(ms(90), t0 + ms(1000));
+        assert_eq!(s.shed(t0 + ms(1100)), Some((ms(50), ms(80))));
+        // One wait at the target in this interval ends the overload at its end.
+        s.waited(ms(40), t0 + ms(1500));
+        assert_eq!(s.shed(t0 + ms(2000)), None);
+    }
+
+    #[test]
+    fn an_interval_with_no_wait_ends_the_overload() {
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        let s = Shedder::new(Some(ms(10)), ms(100), t0);
+        s.waited(ms(30), t0 + ms(10));
+        assert!(s.shed(t0 + ms(100)).is_some());
+        // Everything was shed: nobody waited, so the next interval lets takes queue again.
+        assert_eq!(s.shed(t0 + ms(200)), None);
+    }
+}
