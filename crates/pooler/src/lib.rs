@@ -46,7 +46,7 @@ pub use crate::file::Kinds;
 pub use crate::hooks::{HookFuture, HookResult, Hooks};
 pub use crate::manager::{Manager, MemberContext};
 pub use crate::member::{GroupMember, Member};
-pub use crate::pool::{MemberStats, MemberStatus, Pool, Shutdown, Utilization, WeakPool};
+pub use crate::pool::{Health, MemberStats, MemberStatus, Pool, Shutdown, Utilization, WeakPool};
 pub use crate::reconfigure::ReconfigureAction;
 pub use crate::registry::{GroupStrategy, Pooler};
 

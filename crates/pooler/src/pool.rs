@@ -130,6 +130,31 @@ pub struct Utilization {
     pub queue_max: usize,
 }
 
+/// How a pool is doing, at a glance ([`Pool::health`]): for a readiness probe or a
+/// dashboard. Read without waiting for anything.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub enum Health {
+    /// Taking and handing out members normally.
+    Serving,
+    /// Overloaded (`queue_target`): takes that would queue are refused at once.
+    Shedding {
+        /// The pool's `queue_target`.
+        target: Duration,
+        /// The shortest queue wait of the interval that judged it overloaded.
+        delay: Duration,
+    },
+    /// Starts are failing and the pool is backing off; `live` members still serve.
+    Failing {
+        /// Members that exist (free or in use).
+        live: usize,
+        /// The latest start error.
+        last_error: crate::StartError,
+    },
+    /// Closed or closing.
+    Closed,
+}
+
 /// Where a member is, in [`MemberStats`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
@@ -442,6 +467,41 @@ impl<M: Manager> Pool<M> {
             stopping_count: g.stopping,
             queued_count: g.queued,
             queue_max: limits.queue_max,
+        }
+    }
+
+    /// How the pool is doing now: closed, failing to start members, shedding load, or
+    /// serving. Never waits.
+    #[must_use]
+    pub fn health(&self) -> Health {
+        let shared = self.shared();
+        let (closed, failing, live) = shared.step(|s| {
+            (
+                s.cold.engine.is_closed(),
+                s.cold.engine.last_error().cloned(),
+                s.hot.view().live(),
+            )
+        });
+        if closed {
+            return Health::Closed;
+        }
+        if let Some(last_error) = failing {
+            return Health::Failing { live, last_error };
+        }
+        match shared.shedder.overloaded(Instant::now()) {
+            Some((target, delay)) => Health::Shedding { target, delay },
+            None => Health::Serving,
+        }
+    }
+
+    /// Whether the pool can serve a take now or soon: open, and not failing with no member
+    /// at all (a readiness probe's answer). Never waits.
+    #[must_use]
+    pub fn ready(&self) -> bool {
+        match self.health() {
+            Health::Serving | Health::Shedding { .. } => true,
+            Health::Failing { live, .. } => live > 0,
+            Health::Closed => false,
         }
     }
 

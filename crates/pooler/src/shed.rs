@@ -85,6 +85,12 @@ impl Shedder {
         w.min = Some(w.min.map_or(delay, |m| m.min(delay)));
     }
 
+    /// Whether the pool is overloaded now, for `Pool::health` (the same verdict as
+    /// [`shed`](Self::shed)).
+    pub(crate) fn overloaded(&self, now: Instant) -> Option<(Duration, Duration)> {
+        self.shed(now)
+    }
+
     /// Whether a take that would queue now is refused: with the target and the shortest wait
     /// that set the verdict.
     pub(crate) fn shed(&self, now: Instant) -> Option<(Duration, Duration)> {

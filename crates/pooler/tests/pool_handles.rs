@@ -112,3 +112,47 @@ async fn a_detached_member_is_the_callers_and_its_place_is_filled() {
     assert_eq!(probe.stops(), 1, "the close stopped the replacement only");
     drop(kept);
 }
+
+/// `health` and `ready` follow the pool: serving, failing to start with no member (not
+/// ready), failing with members still live (ready), and closed.
+#[tokio::test(start_paused = true)]
+async fn health_and_readiness_follow_the_pool() {
+    let fake = Fake::default();
+    let (pool, probe) = pool_with(
+        PoolConfig::new("h", 1, 2)
+            .to_builder()
+            .backoff_jitter(false)
+            .build()
+            .unwrap(),
+        fake,
+    )
+    .await;
+    assert!(matches!(pool.health(), pooler::Health::Serving));
+    assert!(pool.ready());
+
+    // The member dies and no start succeeds: failing, and nothing left to serve.
+    probe.set_start(Step::Err);
+    let id = pooler::Member::id(&pool.try_take_member().unwrap());
+    probe.crash(id);
+    settle().await;
+    advance(ms(50)).await;
+    match pool.health() {
+        pooler::Health::Failing { live, .. } => assert_eq!(live, 0),
+        other => panic!("{other:?}"),
+    }
+    assert!(!pool.ready());
+
+    // Starts succeed again: serving.
+    probe.set_start(Step::Ok);
+    advance(std::time::Duration::from_secs(11)).await;
+    assert!(
+        matches!(pool.health(), pooler::Health::Serving),
+        "{:?}",
+        pool.health()
+    );
+    assert!(pool.ready());
+
+    pool.close(Shutdown::Immediate).await;
+    assert!(matches!(pool.health(), pooler::Health::Closed));
+    assert!(!pool.ready());
+}

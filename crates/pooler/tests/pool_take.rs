@@ -370,6 +370,12 @@ async fn an_overloaded_pool_sheds_takes_instead_of_queueing_them() {
         "refused at once, not after waiting"
     );
     assert_eq!(shed.unwrap_err().reason(), "shed");
+    assert!(
+        matches!(pool.health(), pooler::Health::Shedding { .. }),
+        "{:?}",
+        pool.health()
+    );
+    assert!(pool.ready(), "shedding, but serving");
 
     // Nobody queued for a whole interval: takes queue again (and this one times out).
     advance(Duration::from_secs(1)).await;
