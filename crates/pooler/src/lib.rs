@@ -32,6 +32,7 @@ mod reconfigure;
 mod registry;
 mod shared;
 mod shed;
+mod status;
 mod step;
 mod supervisor;
 mod sync;

@@ -1,0 +1,78 @@
+//! The errors a take gets, each counted where it is made.
+
+use std::time::Duration;
+
+use crate::cold::Empty;
+use crate::error::{StartError, TakeError};
+use crate::manager::Manager;
+use crate::shared::Shared;
+
+impl<M: Manager> Shared<M> {
+    /// The error of a take that found the pool full, counted (the common refusal, kept small).
+    pub(crate) fn at_capacity(&self) -> TakeError {
+        self.metrics.at_capacity();
+        TakeError::AtCapacity {
+            pool: self.name.clone(),
+        }
+    }
+
+    /// The error of a take that found no member, counted.
+    pub(super) fn refused(&self, why: Empty, last_error: Option<StartError>) -> TakeError {
+        let pool = self.name.clone();
+        let error = match why {
+            Empty::AtCapacity => TakeError::AtCapacity { pool },
+            Empty::AllInUse => TakeError::AllInUse { pool },
+            Empty::Closed => return self.closed_error(),
+            Empty::Unavailable => match last_error {
+                Some(source) => TakeError::Unavailable { pool, source },
+                None => TakeError::AllInUse { pool },
+            },
+        };
+        self.metrics.no_member(&error);
+        error
+    }
+
+    pub(super) fn queue_full(&self, queue_max: usize) -> TakeError {
+        tracing::debug!(pool = %self.name, queue_max, "queue full; take refused");
+        let error = TakeError::QueueFull {
+            pool: self.name.clone(),
+            queue_max,
+        };
+        self.metrics.no_member(&error);
+        error
+    }
+
+    /// The error of a take an overloaded pool shed, counted.
+    pub(crate) fn shed_error(&self, target: Duration, delay: Duration) -> TakeError {
+        tracing::debug!(pool = %self.name, "overloaded (queue_target); take shed");
+        let error = TakeError::Shed {
+            pool: self.name.clone(),
+            target,
+            delay,
+        };
+        self.metrics.no_member(&error);
+        error
+    }
+
+    /// The error a take gets from a closed pool.
+    pub(crate) fn closed_error(&self) -> TakeError {
+        let pool = self.name.clone();
+        if self.features.is_gone() {
+            TakeError::RuntimeGone { pool }
+        } else {
+            TakeError::Closed { pool }
+        }
+    }
+
+    /// The error of a take that waited `waited` in vain, counted.
+    pub(crate) fn timed_out(&self, waited: Duration) -> TakeError {
+        let last_start_error = self.cold.read(|c| c.engine.last_error().cloned());
+        let error = TakeError::Timeout {
+            pool: self.name.clone(),
+            waited,
+            last_start_error,
+        };
+        self.metrics.no_member(&error);
+        error
+    }
+}
