@@ -44,7 +44,7 @@ pub enum Health {
         /// Members that exist (free or in use).
         live: usize,
         /// The latest start error.
-        last_error: crate::StartError,
+        last_error: crate::error::StartError,
     },
     /// Closed or closing.
     Closed,
