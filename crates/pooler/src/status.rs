@@ -25,8 +25,8 @@ pub struct Utilization {
     pub queue_max: usize,
 }
 
-/// How a pool is doing, at a glance ([`Pool::health`]): for a readiness probe or a
-/// dashboard. Read without waiting for anything.
+/// How a pool is doing, at a glance ([`Pool::health`](crate::Pool::health)): for a
+/// readiness probe or a dashboard. Read without waiting for anything.
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub enum Health {
@@ -62,7 +62,7 @@ pub enum MemberStatus {
     Stopping,
 }
 
-/// One member, as [`Pool::stats`] sees it.
+/// One member, as [`Pool::stats`](crate::Pool::stats) sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub struct MemberStats {
