@@ -14,7 +14,7 @@ use mysql_async::{Opts, OptsBuilder};
 /// password = "secret"
 /// database = "orders"
 /// tcp_keepalive = "30s"
-/// init = ["SET SESSION sql_mode = 'STRICT_ALL_TABLES'"]
+/// setup = ["SET SESSION sql_mode = 'STRICT_ALL_TABLES'"]
 /// stmt_cache_size = 64
 /// ```
 ///
@@ -46,8 +46,10 @@ pub struct MysqlSettings {
     pub tcp_keepalive: Option<Duration>,
     /// `TCP_NODELAY` on the socket (default on).
     pub tcp_nodelay: Option<bool>,
-    /// Statements run on every new connection, and again after each session reset.
-    pub init: Option<Vec<String>>,
+    /// Statements run on every new connection and again after each session reset (the
+    /// default recycling), so every user starts from them (mysql_async's `setup`; each must
+    /// stand on its own: their order is not promised).
+    pub setup: Option<Vec<String>>,
     /// How many prepared statements each connection keeps.
     pub stmt_cache_size: Option<usize>,
     /// The largest packet the client sends, in bytes (by default the server's
@@ -93,8 +95,8 @@ impl MysqlSettings {
         if let Some(nodelay) = self.tcp_nodelay {
             b = b.tcp_nodelay(nodelay);
         }
-        if let Some(init) = &self.init {
-            b = b.init(init.clone());
+        if let Some(setup) = &self.setup {
+            b = b.setup(setup.clone());
         }
         if let Some(size) = self.stmt_cache_size {
             b = b.stmt_cache_size(size);
@@ -121,7 +123,7 @@ mod tests {
             database = "orders"
             tcp_keepalive = "30s"
             tcp_nodelay = false
-            init = ["SET SESSION sql_mode = 'STRICT_ALL_TABLES'"]
+            setup = ["SET SESSION sql_mode = 'STRICT_ALL_TABLES'"]
             stmt_cache_size = 64
             max_allowed_packet = 1048576
             "#,
@@ -135,7 +137,11 @@ mod tests {
         assert_eq!(opts.db_name(), Some("orders"));
         assert_eq!(opts.tcp_keepalive(), Some(Duration::from_secs(30)));
         assert!(!opts.tcp_nodelay());
-        assert_eq!(opts.init(), ["SET SESSION sql_mode = 'STRICT_ALL_TABLES'"]);
+        assert_eq!(opts.setup(), ["SET SESSION sql_mode = 'STRICT_ALL_TABLES'"]);
+        assert!(
+            opts.init().is_empty(),
+            "init runs once a connection: not after a reset"
+        );
         assert_eq!(opts.stmt_cache_size(), 64);
         assert_eq!(opts.max_allowed_packet(), Some(1_048_576));
     }

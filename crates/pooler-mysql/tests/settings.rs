@@ -12,7 +12,7 @@ use pooler_mysql::{MysqlManager, MysqlSettings};
 async fn a_pool_from_settings_connects_where_they_say() {
     let Some(url) = url().await else { return };
     let settings: MysqlSettings = toml::from_str(&format!(
-        "url = \"{url}\"\ninit = [\"SET @from_settings = 42\", \"SET SESSION wait_timeout = 600\"]"
+        "url = \"{url}\"\nsetup = [\"SET @from_settings = 42\", \"SET SESSION wait_timeout = 600\"]"
     ))
     .unwrap();
     let pool = Pool::start(
@@ -22,9 +22,21 @@ async fn a_pool_from_settings_connects_where_they_say() {
     .await
     .unwrap();
     let mut conn = pool.take().await.unwrap();
-    let row: Option<(i64, i64)> = conn
-        .query_first("SELECT @from_settings, @@session.wait_timeout")
+    let id = pooler::Member::id(&conn);
+    let session = "SELECT @from_settings, @@session.wait_timeout";
+    let row: Option<(Option<i64>, i64)> = conn.query_first(session).await.unwrap();
+    assert_eq!(row, Some((Some(42), 600)));
+    // The user changes both; the session reset on return must bring the settings' back.
+    conn.query_drop("SET @from_settings = 1, SESSION wait_timeout = 30")
         .await
         .unwrap();
-    assert_eq!(row, Some((42, 600)));
+    drop(conn);
+    let mut conn = pool.take().await.unwrap();
+    assert_eq!(pooler::Member::id(&conn), id, "the same connection, reset");
+    let row: Option<(Option<i64>, i64)> = conn.query_first(session).await.unwrap();
+    assert_eq!(
+        row,
+        Some((Some(42), 600)),
+        "every user starts from the settings' statements"
+    );
 }
