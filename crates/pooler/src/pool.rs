@@ -418,7 +418,7 @@ impl<M: Manager> Pool<M> {
         if let Some(last_error) = failing {
             return Health::Failing { live, last_error };
         }
-        match shared.shedder.overloaded(Instant::now()) {
+        match shared.shedder.shed(Instant::now()) {
             Some((target, delay)) => Health::Shedding { target, delay },
             None => Health::Serving,
         }

@@ -10,18 +10,23 @@
 //!
 //! 1. `overloaded` is the verdict of the last interval that ended.
 //! 2. `min` is the shortest wait seen since `began`.
+//! 3. `on` is `target.is_some()`.
 //!
-//! Only takes that would queue look here (behind one small lock of its own), never a take
-//! that finds a member.
+//! Only takes that would queue, and waits that end, look here — never a take that finds a
+//! member — and with no `queue_target` they stop at a relaxed load (`on`): the lock of its
+//! own is taken only when shedding is configured.
 
 use std::time::Duration;
 
 use tokio::time::Instant;
 
+use crate::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use crate::sync::{Mutex, lock};
 
 #[derive(Debug)]
 pub(crate) struct Shedder {
+    /// A `queue_target` is set (a copy of `state.target.is_some()`, read without the lock).
+    on: AtomicBool,
     state: Mutex<Window>,
 }
 
@@ -38,31 +43,33 @@ struct Window {
     overloaded: bool,
 }
 
-impl Shedder {
-    pub(crate) fn new(target: Option<Duration>, interval: Duration, now: Instant) -> Self {
-        Shedder {
-            state: Mutex::new(Window {
-                target,
-                interval,
-                began: now,
-                min: None,
-                last_min: Duration::ZERO,
-                overloaded: false,
-            }),
-        }
-    }
-
-    /// New settings from a reconfigure: a new interval begins, with no verdict.
-    pub(crate) fn set(&self, target: Option<Duration>, interval: Duration, now: Instant) {
-        let mut w = lock(&self.state);
-        *w = Window {
+impl Window {
+    /// A first interval, beginning `now`, with no verdict.
+    fn new(target: Option<Duration>, interval: Duration, now: Instant) -> Self {
+        Window {
             target,
             interval,
             began: now,
             min: None,
             last_min: Duration::ZERO,
             overloaded: false,
-        };
+        }
+    }
+}
+
+impl Shedder {
+    pub(crate) fn new(target: Option<Duration>, interval: Duration, now: Instant) -> Self {
+        Shedder {
+            on: AtomicBool::new(target.is_some()),
+            state: Mutex::new(Window::new(target, interval, now)),
+        }
+    }
+
+    /// New settings from a reconfigure: a new interval begins, with no verdict.
+    pub(crate) fn set(&self, target: Option<Duration>, interval: Duration, now: Instant) {
+        let mut w = lock(&self.state);
+        *w = Window::new(target, interval, now);
+        self.on.store(target.is_some(), Relaxed);
     }
 
     /// Ends the interval if it is over, with its verdict.
@@ -75,9 +82,20 @@ impl Shedder {
         }
     }
 
-    /// A take waited `delay` in the queue (served, or given up at its deadline).
-    pub(crate) fn waited(&self, delay: Duration, now: Instant) {
+    /// A take that began waiting in the queue at `since` stopped waiting now (served, or
+    /// given up at its deadline).
+    pub(crate) fn waited(&self, since: Instant) {
+        if !self.on.load(Relaxed) {
+            return;
+        }
+        let now = Instant::now();
+        self.observe(now.saturating_duration_since(since), now);
+    }
+
+    /// A wait of `delay`, ended at `now`.
+    fn observe(&self, delay: Duration, now: Instant) {
         let mut w = lock(&self.state);
+        debug_assert_eq!(self.on.load(Relaxed), w.target.is_some(), "invariant #3");
         if w.target.is_none() {
             return;
         }
@@ -85,16 +103,14 @@ impl Shedder {
         w.min = Some(w.min.map_or(delay, |m| m.min(delay)));
     }
 
-    /// Whether the pool is overloaded now, for `Pool::health` (the same verdict as
-    /// [`shed`](Self::shed)).
-    pub(crate) fn overloaded(&self, now: Instant) -> Option<(Duration, Duration)> {
-        self.shed(now)
-    }
-
-    /// Whether a take that would queue now is refused: with the target and the shortest wait
-    /// that set the verdict.
+    /// Whether the pool is overloaded now (a take that would queue is refused; `Pool::health`
+    /// says `Shedding`): the target and the shortest wait that set the verdict.
     pub(crate) fn shed(&self, now: Instant) -> Option<(Duration, Duration)> {
+        if !self.on.load(Relaxed) {
+            return None;
+        }
         let mut w = lock(&self.state);
+        debug_assert_eq!(self.on.load(Relaxed), w.target.is_some(), "invariant #3");
         let target = w.target?;
         Self::roll(&mut w, now);
         w.overloaded.then_some((target, w.last_min))
@@ -110,14 +126,14 @@ mod tests {
         let t0 = Instant::now();
         let ms = Duration::from_millis;
         let s = Shedder::new(Some(ms(50)), ms(1000), t0);
-        s.waited(ms(80), t0 + ms(100));
-        s.waited(ms(120), t0 + ms(500));
+        s.observe(ms(80), t0 + ms(100));
+        s.observe(ms(120), t0 + ms(500));
         assert_eq!(s.shed(t0 + ms(900)), None, "the interval has not ended");
         // The next interval begins: its predecessor's shortest wait was 80 ms > 50 ms.
-        s.waited(ms(90), t0 + ms(1000));
+        s.observe(ms(90), t0 + ms(1000));
         assert_eq!(s.shed(t0 + ms(1100)), Some((ms(50), ms(80))));
         // One wait at the target in this interval ends the overload at its end.
-        s.waited(ms(40), t0 + ms(1500));
+        s.observe(ms(40), t0 + ms(1500));
         assert_eq!(s.shed(t0 + ms(2000)), None);
     }
 
@@ -126,7 +142,7 @@ mod tests {
         let t0 = Instant::now();
         let ms = Duration::from_millis;
         let s = Shedder::new(Some(ms(10)), ms(100), t0);
-        s.waited(ms(30), t0 + ms(10));
+        s.observe(ms(30), t0 + ms(10));
         assert!(s.shed(t0 + ms(100)).is_some());
         // Everything was shed: nobody waited, so the next interval lets takes queue again.
         assert_eq!(s.shed(t0 + ms(200)), None);

@@ -313,7 +313,7 @@ async fn within_loop<M: Manager>(
                             waiting.done = true;
                             match shared.hot.leave(key) {
                                 None => {
-                                    shared.shedder.waited(t, Instant::now());
+                                    shared.shedder.waited(s);
                                     return Err((shared.timed_out(t), waited(started)));
                                 }
                                 // Served in the very instant the timer fired: take it.
@@ -322,8 +322,7 @@ async fn within_loop<M: Manager>(
                         }
                     },
                 };
-                let now = Instant::now();
-                shared.shedder.waited(now.saturating_duration_since(s), now);
+                shared.shedder.waited(s);
                 match served {
                     Ok(held) => shared.collected(held),
                     Err(e) => return Err((e, waited(started))),
