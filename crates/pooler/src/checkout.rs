@@ -346,13 +346,13 @@ impl<M: Manager> Shared<M> {
     /// A member in use comes back to a closed pool: it is stopped (or dropped in place once
     /// the close has finished).
     fn stop_after_close(&self, held: Held<M::Member>) {
-        self.step(|s| s.stop_in_use(held, Why::Quiet, false));
+        self.step(|s| s.stop_in_use(held, Why::Quiet));
     }
 
     /// Replaces a member in use (or claimed for a check): stops it, owes its replacement and
     /// starts it if there is room. `after_use` says which removal counter it goes to.
     fn replace(&self, held: Held<M::Member>, reason: Reason, after_use: bool) {
-        self.step(|s| s.stop_in_use(held, Why::Replaced { reason, after_use }, true));
+        self.step(|s| s.stop_in_use(held, Why::Replaced { reason, after_use }));
     }
 
     /// Recycles a returned member in a supervised task; it stays in use meanwhile, held by a

@@ -184,9 +184,9 @@ impl<M: Manager> Step<'_, M> {
     }
 
     /// A member in use (or claimed for a check) leaves use and is stopped: dropped in place if
-    /// the close has finished, otherwise made `Stopping` and, with `owe` and the pool open,
-    /// replaced.
-    pub(crate) fn stop_in_use(&mut self, held: Held<M::Member>, why: Why, owe: bool) {
+    /// the close has finished, otherwise made `Stopping` and, if it is `Replaced` and the pool
+    /// open, replaced (a lifetime's end owes nothing when its successor started ahead).
+    pub(crate) fn stop_in_use(&mut self, held: Held<M::Member>, why: Why) {
         let stamp = self.stamp();
         self.hot.release(stamp);
         if self.cold.shut {
@@ -199,17 +199,12 @@ impl<M: Manager> Step<'_, M> {
         }
         held.meta.set_since(stamp);
         self.cold.engine.begin_stop(held.meta.key);
-        if owe && !self.cold.engine.is_closed() {
-            if matches!(
-                why,
-                Why::Replaced {
-                    reason: Reason::MaxLifetime,
-                    ..
-                }
-            ) {
-                self.cold.engine.owe_after_lifetime();
-            } else {
-                self.cold.engine.owe_replacement();
+        if let Why::Replaced { reason, .. } = why
+            && !self.cold.engine.is_closed()
+        {
+            match reason {
+                Reason::MaxLifetime => self.cold.engine.owe_after_lifetime(),
+                _ => self.cold.engine.owe_replacement(),
             }
             self.refill();
         }
@@ -313,7 +308,7 @@ mod tests {
         let ((), effects) = cold.step::<Numbers, _>(&hot, &clock, |s| {
             s.cold.engine.close();
             s.cold.shut = true;
-            s.stop_in_use(held, Why::Quiet, true);
+            s.stop_in_use(held, Why::Quiet);
             assert_eq!((s.cold.engine.starting(), s.cold.engine.stopping()), (0, 0));
             assert_eq!(s.hot.view().live(), 0);
         });
@@ -334,8 +329,7 @@ mod tests {
             reason: Reason::Failed,
             after_use: true,
         };
-        let ((), effects) =
-            cold.step::<Numbers, _>(&hot, &clock, |s| s.stop_in_use(held, why, true));
+        let ((), effects) = cold.step::<Numbers, _>(&hot, &clock, |s| s.stop_in_use(held, why));
         assert_eq!(effects.stops.len(), 1);
         assert_eq!(effects.stops[0].1, why);
         assert!(
