@@ -148,3 +148,23 @@ impl Drop for Proxy {
         self.cut();
     }
 }
+
+/// The code links written ``[`Name`]`` in `readme` that have no link definition: crates.io
+/// does not resolve rustdoc's paths, so a README must define each one to render there.
+pub fn undefined_code_links(readme: &str) -> Vec<String> {
+    let mut missing = Vec::new();
+    let mut rest = readme;
+    while let Some(at) = rest.find("[`") {
+        let after = &rest[at + 2..];
+        let Some(end) = after.find("`]") else { break };
+        let name = &after[..end];
+        let follows = after[end + 2..].chars().next();
+        let inline = matches!(follows, Some('(' | '[' | ':'));
+        let defined = readme.contains(&format!("\n[`{name}`]: "));
+        if !inline && !defined && !name.contains('\n') {
+            missing.push(name.to_owned());
+        }
+        rest = &after[end + 2..];
+    }
+    missing
+}

@@ -1,5 +1,6 @@
 //! The README renders on crates.io as well as in rustdoc: every code link written as
-//! ``[`Name`]`` has a link definition (crates.io does not resolve rustdoc's paths).
+//! ``[`Name`]`` has a link definition (crates.io does not resolve rustdoc's paths). The
+//! adapters use the same check from pooler-testkit, which pooler itself cannot depend on.
 
 #[test]
 fn every_code_link_in_the_readme_has_a_definition() {
