@@ -403,21 +403,8 @@ async fn cancel_token_cancels_a_long_query_from_another_task() {
         .unwrap()
         .get(0);
     let token = conn.cancel_token();
-    let admin = admin(&url).await;
-    let canceller = tokio::spawn(async move {
-        common::running(&admin, pid).await;
-        token.cancel_query(tokio_postgres::NoTls).await
-    });
-    let e = conn
-        .batch_execute("SELECT pg_sleep(60)")
-        .await
-        .expect_err("cancelled");
-    assert_eq!(
-        e.code(),
-        Some(&tokio_postgres::error::SqlState::QUERY_CANCELED),
-        "{e}"
-    );
-    canceller.await.unwrap().unwrap();
+    let cancel = async move { token.cancel_query(tokio_postgres::NoTls).await };
+    common::sleep_is_cancelled(&conn, admin(&url).await, pid, cancel).await;
     assert_eq!(conn.simple_query("SELECT 1").await.unwrap().len(), 3);
     drop(conn);
     pool.close(Shutdown::Graceful).await;

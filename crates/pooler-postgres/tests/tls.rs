@@ -186,23 +186,8 @@ async fn connections_over_rustls_keep_the_zero_round_trip_transaction_check() {
         .get(0);
     let token = conn.cancel_token();
     let tls = pooler_postgres::tokio_postgres_rustls::MakeRustlsConnect::new(config);
-    let canceller = tokio::spawn(async move {
-        common::running(&admin, pid).await;
-        token.cancel_query(tls).await
-    });
-    let e = conn
-        .batch_execute("SELECT pg_sleep(60)")
-        .await
-        .expect_err("cancelled");
-    assert_eq!(
-        e.code(),
-        Some(&tokio_postgres::error::SqlState::QUERY_CANCELED),
-        "{e}"
-    );
-    canceller
-        .await
-        .unwrap()
-        .expect("the cancel request went through over TLS");
+    let cancel = async move { token.cancel_query(tls).await };
+    common::sleep_is_cancelled(&conn, admin, pid, cancel).await;
     assert_eq!(settled(&conn).await, TxStatus::Idle);
     drop(conn);
     assert!(seen, "the connection came back");

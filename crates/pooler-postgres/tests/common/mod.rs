@@ -38,3 +38,33 @@ pub(crate) async fn running(admin: &tokio_postgres::Client, pid: i32) {
     }
     panic!("session {pid} never ran its statement");
 }
+
+/// `SELECT pg_sleep(60)` on `conn` ends with `query_canceled`: `cancel` (a cancel request for
+/// the session `pid`) is sent from another task once the query runs, and must go through.
+pub(crate) async fn sleep_is_cancelled<F, E>(
+    conn: &tokio_postgres::Client,
+    admin: tokio_postgres::Client,
+    pid: i32,
+    cancel: F,
+) where
+    F: std::future::Future<Output = Result<(), E>> + Send + 'static,
+    E: std::fmt::Debug + Send + 'static,
+{
+    let canceller = tokio::spawn(async move {
+        running(&admin, pid).await;
+        cancel.await
+    });
+    let e = conn
+        .batch_execute("SELECT pg_sleep(60)")
+        .await
+        .expect_err("cancelled");
+    assert_eq!(
+        e.code(),
+        Some(&tokio_postgres::error::SqlState::QUERY_CANCELED),
+        "{e}"
+    );
+    canceller
+        .await
+        .unwrap()
+        .expect("the cancel request went through");
+}
