@@ -397,11 +397,7 @@ async fn cancel_token_cancels_a_long_query_from_another_task() {
     let Some(url) = url().await else { return };
     let pool = one_of_one(&url, "pg-cancel-token", Recycle::default()).await;
     let conn = take(&pool).await;
-    let pid: i32 = conn
-        .query_one("SELECT pg_backend_pid()", &[])
-        .await
-        .unwrap()
-        .get(0);
+    let pid = common::backend_pid(&conn).await;
     let token = conn.cancel_token();
     let cancel = async move { token.cancel_query(tokio_postgres::NoTls).await };
     common::sleep_is_cancelled(&conn, admin(&url).await, pid, cancel).await;

@@ -88,14 +88,7 @@ async fn a_killed_backend_is_replaced_and_never_handed_out() {
     .unwrap();
 
     // Killed while free: the driver task ends, the member is replaced without any take.
-    let pid: i32 = pool
-        .take_member(Duration::from_secs(5))
-        .await
-        .unwrap()
-        .query_one("SELECT pg_backend_pid()", &[])
-        .await
-        .unwrap()
-        .get(0);
+    let pid = common::backend_pid(&pool.take_member(Duration::from_secs(5)).await.unwrap()).await;
     let before: Vec<u64> = pool.stats().iter().map(|s| s.id).collect();
     admin
         .execute("SELECT pg_terminate_backend($1)", &[&pid])
@@ -110,22 +103,14 @@ async fn a_killed_backend_is_replaced_and_never_handed_out() {
         let a = pool.take_member(Duration::from_secs(5)).await.unwrap();
         let b = pool.take_member(Duration::from_secs(5)).await.unwrap();
         for conn in [&a, &b] {
-            let alive: i32 = conn
-                .query_one("SELECT pg_backend_pid()", &[])
-                .await
-                .unwrap()
-                .get(0);
+            let alive = common::backend_pid(conn).await;
             assert_ne!(alive, pid, "the dead backend was handed out");
         }
     }
 
     // Killed while in use: the holder sees the error; the member is replaced on return.
     let conn = pool.take_member(Duration::from_secs(5)).await.unwrap();
-    let pid: i32 = conn
-        .query_one("SELECT pg_backend_pid()", &[])
-        .await
-        .unwrap()
-        .get(0);
+    let pid = common::backend_pid(&conn).await;
     admin
         .execute("SELECT pg_terminate_backend($1)", &[&pid])
         .await
@@ -191,11 +176,7 @@ async fn max_lifetime_with_jitter_recycles_real_connections() {
         .await
         .unwrap();
     scenarios::lifetimes_recycle_connections(&pool, async |conn| {
-        let pid: i32 = conn
-            .query_one("SELECT pg_backend_pid()", &[])
-            .await
-            .unwrap()
-            .get(0);
+        let pid = common::backend_pid(conn).await;
         i64::from(pid)
     })
     .await;

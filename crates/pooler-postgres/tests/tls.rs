@@ -179,11 +179,7 @@ async fn connections_over_rustls_keep_the_zero_round_trip_transaction_check() {
     // A long query cancelled from another task through the token, over TLS as the
     // connection itself (`sslmode=require`).
     let conn = pool.take_member(Duration::from_secs(5)).await.unwrap();
-    let pid: i32 = conn
-        .query_one("SELECT pg_backend_pid()", &[])
-        .await
-        .unwrap()
-        .get(0);
+    let pid = common::backend_pid(&conn).await;
     let token = conn.cancel_token();
     let tls = pooler_postgres::tokio_postgres_rustls::MakeRustlsConnect::new(config);
     let cancel = async move { token.cancel_query(tls).await };

@@ -68,3 +68,12 @@ pub(crate) async fn sleep_is_cancelled<F, E>(
         .unwrap()
         .expect("the cancel request went through");
 }
+
+/// The server process id of `client`'s session.
+pub(crate) async fn backend_pid(client: &tokio_postgres::Client) -> i32 {
+    client
+        .query_one("SELECT pg_backend_pid()", &[])
+        .await
+        .unwrap()
+        .get(0)
+}
