@@ -17,10 +17,11 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 #[cfg(unix)]
 use tokio::net::UnixStream;
-use tokio_postgres::config::{Host, LoadBalanceHosts, TargetSessionAttrs};
+use tokio_postgres::config::{Host, LoadBalanceHosts};
 use tokio_postgres::tls::{MakeTlsConnect, TlsConnect};
 use tokio_postgres::{CancelToken, Client, Config, NoTls};
 
+use crate::hosts::{Hosts, SessionTarget};
 use crate::watch::{Seen, Watched};
 
 /// The socket under a pooled connection.
@@ -152,6 +153,8 @@ pub(crate) struct Opened {
     pub(crate) connection: Driver,
     pub(crate) seen: Arc<Seen>,
     pub(crate) cancel: Cancel,
+    /// The index of its host in the config's list.
+    pub(crate) host: usize,
 }
 
 /// A connection's driver future.
@@ -189,34 +192,77 @@ impl Target {
 }
 
 /// Connects as `config` says, through `tls`, with the transaction status watched: each host
-/// in turn (shuffled when `load_balance_hosts=random`), the first that connects and is the
-/// kind of session `target_session_attrs` asks for wins, as with tokio-postgres's `connect`.
-pub(crate) async fn connect<T>(config: &Config, tls: &T) -> Result<Opened, PgError>
+/// in turn (shuffled when `load_balance_hosts=random`, then ordered by what `hosts` remembers),
+/// the first that connects and serves `want` wins; with `prefer-standby`, a standby first,
+/// else the first server that answered.
+pub(crate) async fn connect<T>(
+    config: &Config,
+    tls: &T,
+    want: SessionTarget,
+    hosts: &Hosts,
+) -> Result<Opened, PgError>
 where
     T: MakeTlsConnect<WatchedSocket> + Clone + Send + Sync + 'static,
     T::TlsConnect: Send + 'static,
     <T::TlsConnect as TlsConnect<WatchedSocket>>::Future: Send + 'static,
     <T::TlsConnect as TlsConnect<WatchedSocket>>::Stream: Send + Unpin + 'static,
 {
-    let (hosts, addrs) = (config.get_hosts(), config.get_hostaddrs());
-    let mut order: Vec<usize> = (0..hosts.len().max(addrs.len())).collect();
+    let (names, addrs) = (config.get_hosts(), config.get_hostaddrs());
+    let count = names.len().max(addrs.len());
+    let mut listed: Vec<usize> = (0..count).collect();
     if config.get_load_balance_hosts() == LoadBalanceHosts::Random {
-        fastrand::shuffle(&mut order);
+        fastrand::shuffle(&mut listed);
     }
-    let mut last = None;
-    for i in order {
+    let first = if want == SessionTarget::PreferStandby {
+        SessionTarget::Standby
+    } else {
+        want
+    };
+    // The error to give when no host serves: a host of the wrong kind says more than one
+    // that could not be reached.
+    let (mut last, mut wrong, mut fallback) = (None, None, None);
+    for i in hosts.order(listed) {
         let ports = config.get_ports();
         let target = Target {
-            host: hosts.get(i).cloned(),
+            host: names.get(i).cloned(),
             addr: addrs.get(i).copied(),
             port: ports.get(i).or(ports.first()).copied().unwrap_or(5432),
         };
-        match connect_to(config, tls, target).await {
-            Ok(opened) => return Ok(opened),
-            Err(e) => last = Some(e),
+        let mut opened = match connect_to(config, tls, target.clone()).await {
+            Ok(opened) => opened,
+            Err(e) => {
+                hosts.unreachable(i, count);
+                last = Some(e);
+                continue;
+            }
+        };
+        let (standby, read_only) = match kind(&mut opened, &target).await {
+            Ok(kind) => kind,
+            Err(e) => {
+                hosts.unreachable(i, count);
+                last = Some(e);
+                continue;
+            }
+        };
+        if first.accepts(standby, read_only) {
+            hosts.served(i, count);
+            opened.host = i;
+            return Ok(opened);
         }
+        hosts.wrong_kind(i, count);
+        if want.accepts(standby, read_only) && fallback.is_none() {
+            opened.host = i;
+            fallback = Some(opened);
+        }
+        wrong = Some(PgError::WrongSession {
+            host: target.shown(),
+            port: target.port,
+            want,
+            standby,
+            read_only,
+        });
     }
-    Err(last.unwrap_or(PgError::NoHost))
+    fallback.ok_or_else(|| wrong.or(last).unwrap_or(PgError::NoHost))
 }
 
 /// One attempt, at `target`.
@@ -243,27 +289,27 @@ where
         let (client, connection) = config.connect_raw(watched, WatchTls(connector)).await?;
         (client, Box::pin(connection))
     };
-    let mut opened = Opened {
+    Ok(Opened {
         client,
         connection,
         seen,
-        cancel: canceller(config.clone(), tls.clone(), target.clone()),
-    };
-    check_session(&mut opened, config.get_target_session_attrs(), &target).await?;
-    Ok(opened)
+        cancel: canceller(config.clone(), tls.clone(), target),
+        host: 0,
+    })
 }
 
-/// Refuses a session that is not of the kind `want` names (read-write or read-only), asking
-/// the server while driving the connection.
-async fn check_session(
-    opened: &mut Opened,
-    want: TargetSessionAttrs,
-    target: &Target,
-) -> Result<(), PgError> {
-    if want == TargetSessionAttrs::Any {
-        return Ok(());
+/// Whether the server is a standby, and whether its sessions are read-only: as it reported
+/// at the startup (PostgreSQL 14 and later), else asked while driving the connection.
+async fn kind(opened: &mut Opened, target: &Target) -> Result<(bool, bool), PgError> {
+    let heard = &opened.seen.heard;
+    if let (Some(standby), Some(read_only)) = (heard.hot_standby(), heard.read_only_default()) {
+        return Ok((standby, standby || read_only));
     }
-    let mut query = std::pin::pin!(opened.client.simple_query("SHOW transaction_read_only"));
+    let mut query = std::pin::pin!(
+        opened
+            .client
+            .simple_query("SELECT pg_is_in_recovery(), current_setting('transaction_read_only')")
+    );
     let connection = &mut opened.connection;
     let mut ended = false;
     let answer = std::future::poll_fn(|cx| {
@@ -283,17 +329,13 @@ async fn check_session(
         port: target.port,
         source: io::Error::new(io::ErrorKind::ConnectionAborted, "the connection ended"),
     })??;
-    let read_only = answer.iter().any(
-        |m| matches!(m, tokio_postgres::SimpleQueryMessage::Row(row) if row.get(0) == Some("on")),
-    );
-    if read_only == (want == TargetSessionAttrs::ReadWrite) {
-        return Err(PgError::WrongSession {
-            host: target.shown(),
-            port: target.port,
-            read_only,
-        });
-    }
-    Ok(())
+    let row = answer.iter().find_map(|m| match m {
+        tokio_postgres::SimpleQueryMessage::Row(row) => Some((row.get(0), row.get(1))),
+        _ => None,
+    });
+    let (standby, read_only) = row.unwrap_or_default();
+    let standby = standby == Some("t");
+    Ok((standby, standby || read_only == Some("on")))
 }
 
 /// How to cancel the running query of a connection made to `target`.
@@ -345,13 +387,17 @@ pub enum PgError {
     Unclean(&'static str),
     /// A hook of the manager's ([`Hooks`](pooler::Hooks)) failed.
     Hook(Box<dyn std::error::Error + Send + Sync>),
-    /// The session is not the kind `target_session_attrs` asks for.
+    /// No host's server is the kind `target_session_attrs` asks for (the last one tried).
     WrongSession {
         /// The host.
         host: String,
         /// The port.
         port: u16,
-        /// Whether the session is read-only (`transaction_read_only` is on).
+        /// The kind asked for.
+        want: SessionTarget,
+        /// Whether the server is a standby in recovery.
+        standby: bool,
+        /// Whether its sessions are read-only (a standby's always are).
         read_only: bool,
     },
 }
@@ -373,16 +419,18 @@ impl std::fmt::Display for PgError {
             PgError::WrongSession {
                 host,
                 port,
+                want,
+                standby,
                 read_only,
             } => {
-                let (is, wanted) = if *read_only {
-                    ("read-only", "read-write")
-                } else {
-                    ("read-write", "read-only")
+                let is = match (standby, read_only) {
+                    (true, _) => "a read-only standby",
+                    (false, true) => "a primary whose sessions are read-only",
+                    (false, false) => "a read-write primary",
                 };
                 write!(
                     f,
-                    "the session at {host}:{port} is {is}, and target_session_attrs asks for {wanted}"
+                    "the server at {host}:{port} is {is}, and target_session_attrs asks for {want}"
                 )
             }
         }

@@ -2,6 +2,8 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod connect;
+mod hosts;
+mod role;
 mod session;
 #[cfg(feature = "serde")]
 mod settings;
@@ -17,11 +19,10 @@ use tokio_postgres::types::Type;
 use tokio_postgres::{CancelToken, Client, Config, NoTls, SimpleQueryMessage, Statement};
 
 pub use crate::connect::{PgError, PgSocket, WatchTls, WatchedSocket};
+pub use crate::hosts::{HOST_RECHECK, SessionTarget};
 #[cfg(feature = "serde")]
 #[cfg_attr(docsrs, doc(cfg(feature = "serde")))]
-pub use crate::settings::{
-    ChannelBindingName, LoadBalanceName, PgSettings, SessionAttrsName, SslModeName,
-};
+pub use crate::settings::{ChannelBindingName, LoadBalanceName, PgSettings, SslModeName};
 pub use crate::statements::CacheStats;
 pub use crate::watch::{TxStatus, Watched};
 pub use pooler;
@@ -120,6 +121,8 @@ impl Recycle {
 #[derive(Debug, Clone)]
 pub struct PgManager<T = NoTls> {
     config: Config,
+    target: SessionTarget,
+    hosts: Arc<hosts::Hosts>,
     tls: T,
     recycle: Recycle,
     statement_cache: usize,
@@ -131,13 +134,18 @@ pub const STATEMENT_CACHE: usize = 256;
 
 impl PgManager<NoTls> {
     /// A manager for a connection string (`postgres://user@host:port/db` or key=value form),
-    /// without TLS.
+    /// without TLS. Its `target_session_attrs` may be any of libpq's ([`SessionTarget`]).
     ///
     /// # Errors
     ///
     /// When the string cannot be parsed.
     pub fn new(url: &str) -> Result<Self, PgError> {
-        Ok(Self::from_config(url.parse().map_err(PgError::Postgres)?))
+        let (url, target) = hosts::split_target(url);
+        let manager = Self::from_config(url.parse().map_err(PgError::Postgres)?);
+        Ok(match target {
+            Some(target) => manager.target_session_attrs(target),
+            None => manager,
+        })
     }
 
     /// A manager for settings read with serde (see [`PgSettings`]), without TLS.
@@ -148,14 +156,29 @@ impl PgManager<NoTls> {
     #[cfg(feature = "serde")]
     #[cfg_attr(docsrs, doc(cfg(feature = "serde")))]
     pub fn from_settings(settings: &PgSettings) -> Result<Self, PgError> {
-        Ok(Self::from_config(settings.to_config()?))
+        let manager = Self::from_config(settings.to_config()?);
+        let in_url = settings
+            .url
+            .as_deref()
+            .and_then(|url| hosts::split_target(url).1);
+        Ok(match settings.target_session_attrs.or(in_url) {
+            Some(target) => manager.target_session_attrs(target),
+            None => manager,
+        })
     }
 
     /// A manager for a parsed [`Config`], without TLS.
     #[must_use]
     pub fn from_config(config: Config) -> Self {
+        let target = match config.get_target_session_attrs() {
+            tokio_postgres::config::TargetSessionAttrs::ReadWrite => SessionTarget::ReadWrite,
+            tokio_postgres::config::TargetSessionAttrs::ReadOnly => SessionTarget::ReadOnly,
+            _ => SessionTarget::Any,
+        };
         PgManager {
             config,
+            target,
+            hosts: Arc::new(hosts::Hosts::new(HOST_RECHECK)),
             tls: NoTls,
             recycle: Recycle::default(),
             statement_cache: STATEMENT_CACHE,
@@ -170,6 +193,8 @@ impl<T> PgManager<T> {
     pub fn with_tls<U>(self, tls: U) -> PgManager<U> {
         PgManager {
             config: self.config,
+            target: self.target,
+            hosts: self.hosts,
             tls,
             recycle: self.recycle,
             statement_cache: self.statement_cache,
@@ -188,6 +213,33 @@ impl<T> PgManager<T> {
         config: rustls::ClientConfig,
     ) -> PgManager<tokio_postgres_rustls::MakeRustlsConnect> {
         self.with_tls(tokio_postgres_rustls::MakeRustlsConnect::new(config))
+    }
+
+    /// Which kind of server the connections must be on, among the config's hosts (libpq's
+    /// `target_session_attrs`; default: the config's, else [`SessionTarget::Any`]). A
+    /// connection that learns its server is no longer of that kind — a standby promoted, a
+    /// primary in recovery or made read-only, a write refused as read-only (SQLSTATE 25006) —
+    /// is replaced when it is next given back or taken, and its host is tried last until its
+    /// recheck (see [`PgManager::host_recheck`]).
+    #[must_use]
+    pub fn target_session_attrs(mut self, target: SessionTarget) -> Self {
+        self.target = target;
+        self
+    }
+
+    /// How long a host that could not be connected to, or was of the wrong kind, is tried
+    /// after the others (default [`HOST_RECHECK`]; a host that keeps failing waits up to
+    /// eight times as long). Every connect still tries every host: this only orders them.
+    #[must_use]
+    pub fn host_recheck(mut self, recheck: std::time::Duration) -> Self {
+        self.hosts = Arc::new(hosts::Hosts::new(recheck));
+        self
+    }
+
+    /// The kind of server the connections must be on.
+    #[must_use]
+    pub fn session_target(&self) -> SessionTarget {
+        self.target
     }
 
     /// What to do with connections given back (default: [`Recycle::Observed`]).
@@ -242,6 +294,8 @@ struct Parts {
     ended: tokio::sync::oneshot::Receiver<()>,
     /// Cancels the running query.
     cancel: connect::Cancel,
+    /// The index of its host in the config's list.
+    host: usize,
 }
 
 impl PgConnection {
@@ -540,7 +594,8 @@ where
             connection,
             seen,
             cancel,
-        } = connect::connect(&self.config, &self.tls).await?;
+            host,
+        } = connect::connect(&self.config, &self.tls, self.target, &self.hosts).await?;
         let (done, ended) = tokio::sync::oneshot::channel();
         let (pool, id) = (ctx.pool_name().to_owned(), ctx.member_id());
         let connection = watch::Driven::new(connection, seen.clone());
@@ -557,6 +612,7 @@ where
                 statements: statements::Statements::new(self.statement_cache),
                 ended,
                 cancel,
+                host,
             }),
         })
     }
@@ -580,7 +636,20 @@ where
     fn is_broken(&self, conn: &PgConnection) -> bool {
         // A connection whose server is in copy-in mode cannot serve anyone else: its COPY's
         // sink is still alive (or forgotten), and only the sink can end it.
-        conn.parts.client.is_closed() || conn.parts.seen.in_copy()
+        if conn.parts.client.is_closed() || conn.parts.seen.in_copy() {
+            return true;
+        }
+        // Its server changed role (a failover): retired, and its host tried last.
+        let lost = self.target.lost(&conn.parts.seen);
+        if lost {
+            let count = self
+                .config
+                .get_hosts()
+                .len()
+                .max(self.config.get_hostaddrs().len());
+            self.hosts.wrong_kind(conn.parts.host, count);
+        }
+        lost
     }
 
     async fn stop(&self, conn: PgConnection) {

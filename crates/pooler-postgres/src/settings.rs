@@ -4,6 +4,8 @@
 use std::time::Duration;
 
 use tokio_postgres::Config;
+
+use crate::hosts::SessionTarget;
 use tokio_postgres::config::{ChannelBinding, Host, LoadBalanceHosts, SslMode, TargetSessionAttrs};
 
 /// Connection settings, read with serde: every field is optional, as in a connection string.
@@ -60,9 +62,9 @@ pub struct PgSettings {
     pub ports: Option<Vec<u16>>,
     /// Command-line options sent to the server at startup (`-c name=value …`).
     pub options: Option<String>,
-    /// Which kind of session to accept among the hosts: `any` (the default), `read-write`
-    /// or `read-only`.
-    pub target_session_attrs: Option<SessionAttrsName>,
+    /// Which kind of server to accept among the hosts: `any` (the default), `read-write`,
+    /// `read-only`, `primary`, `standby` or `prefer-standby` (see [`SessionTarget`]).
+    pub target_session_attrs: Option<SessionTarget>,
     /// The order hosts are tried in: `disable` (as listed, the default) or `random`.
     pub load_balance_hosts: Option<LoadBalanceName>,
     /// SCRAM channel binding: `disable`, `prefer` (the default) or `require`.
@@ -81,19 +83,6 @@ pub struct PgSettings {
     /// `TCP_USER_TIMEOUT`), in pooler's time forms.
     #[serde(default, deserialize_with = "pooler::time::option::deserialize")]
     pub tcp_user_timeout: Option<Duration>,
-}
-
-/// The `target_session_attrs` values.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Deserialize)]
-#[serde(rename_all = "kebab-case")]
-#[non_exhaustive]
-pub enum SessionAttrsName {
-    /// Any session.
-    Any,
-    /// A session that accepts writes (a primary).
-    ReadWrite,
-    /// A read-only session (a standby).
-    ReadOnly,
 }
 
 /// The `load_balance_hosts` values.
@@ -141,7 +130,7 @@ impl PgSettings {
     /// When `url` cannot be parsed.
     pub fn to_config(&self) -> Result<Config, tokio_postgres::Error> {
         let base: Config = match &self.url {
-            Some(url) => url.parse()?,
+            Some(url) => crate::hosts::split_target(url).0.parse()?,
             None => Config::new(),
         };
         // tokio-postgres only adds to a config's hosts and ports: to replace the URL's, start
@@ -211,11 +200,13 @@ impl PgSettings {
         if let Some(options) = &self.options {
             config.options(options);
         }
-        if let Some(attrs) = self.target_session_attrs {
-            config.target_session_attrs(match attrs {
-                SessionAttrsName::Any => TargetSessionAttrs::Any,
-                SessionAttrsName::ReadWrite => TargetSessionAttrs::ReadWrite,
-                SessionAttrsName::ReadOnly => TargetSessionAttrs::ReadOnly,
+        if let Some(target) = self.target_session_attrs {
+            // tokio-postgres's config knows two of the kinds; the manager keeps the others
+            // (`PgManager::from_settings`).
+            config.target_session_attrs(match target {
+                SessionTarget::ReadWrite => TargetSessionAttrs::ReadWrite,
+                SessionTarget::ReadOnly => TargetSessionAttrs::ReadOnly,
+                _ => TargetSessionAttrs::Any,
             });
         }
         if let Some(order) = self.load_balance_hosts {
@@ -368,6 +359,36 @@ mod tests {
         );
         let e = toml::from_str::<PgSettings>("target_session_attrs = \"primary-ish\"").unwrap_err();
         assert!(e.to_string().contains("primary-ish"), "{e}");
+    }
+
+    #[test]
+    fn every_kind_of_session_reaches_the_manager() {
+        use crate::PgManager;
+        for (settings, target) in [
+            (
+                "target_session_attrs = \"prefer-standby\"",
+                SessionTarget::PreferStandby,
+            ),
+            (
+                "target_session_attrs = \"read-write\"",
+                SessionTarget::ReadWrite,
+            ),
+            (
+                "url = \"postgres://h/db?target_session_attrs=standby\"",
+                SessionTarget::Standby,
+            ),
+            (
+                "url = \"postgres://h/db?target_session_attrs=standby\"\ntarget_session_attrs = \"primary\"",
+                SessionTarget::Primary,
+            ),
+            ("host = \"h\"", SessionTarget::Any),
+        ] {
+            let settings: PgSettings = toml::from_str(settings).unwrap();
+            let manager = PgManager::from_settings(&settings).unwrap();
+            assert_eq!(manager.session_target(), target, "{settings:?}");
+        }
+        let manager = PgManager::new("host=a,b target_session_attrs=standby").unwrap();
+        assert_eq!(manager.session_target(), SessionTarget::Standby);
     }
 
     #[test]

@@ -41,6 +41,7 @@ use futures_util::task::AtomicWaker;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio_postgres::tls::{ChannelBinding, TlsStream};
 
+use crate::role::{Heard, Listen};
 use crate::session::{Dirt, Scan};
 
 /// The code of SSLRequest (and GSSENCRequest one above it): the server answers it with a
@@ -89,6 +90,8 @@ pub(crate) struct Seen {
     in_copy: AtomicBool,
     /// Session state left by the statements written, as [`Dirt`] bits.
     dirt: AtomicU8,
+    /// What the server said of its role.
+    pub(crate) heard: Heard,
 }
 
 impl Seen {
@@ -381,6 +384,8 @@ pub struct Watched<S> {
     doubtful_syncs: u64,
     /// The SQL of the Query or Parse being written.
     scan: Scan,
+    /// The start of the server message being read, for what it says of the server's role.
+    listen: Listen,
     /// The last write waited on the socket (mirrors `Seen::blocked`, stored only on change).
     blocked: bool,
 }
@@ -398,6 +403,7 @@ impl<S> Watched<S> {
             syncs_since_execute: 0,
             doubtful_syncs: 0,
             scan: Scan::default(),
+            listen: Listen::default(),
             blocked: false,
         }
     }
@@ -436,6 +442,7 @@ impl<S> Watched<S> {
         let mut reader = Reader {
             seen: &self.seen,
             doubtful: &mut self.doubtful_syncs,
+            listen: &mut self.listen,
         };
         self.reading.feed(bytes, &mut 0, &mut reader);
     }
@@ -512,11 +519,15 @@ impl Visit for Writer<'_> {
 struct Reader<'a> {
     seen: &'a Seen,
     doubtful: &'a mut u64,
+    listen: &'a mut Listen,
 }
 
 impl Visit for Reader<'_> {
     fn header(&mut self, header: Header) -> bool {
         let seen = self.seen;
+        if let Header::Typed(kind) = header {
+            self.listen.begin(kind);
+        }
         match header {
             Header::Typed(b'G') if *self.doubtful > 0 => {
                 // The copy began, and the client has ended it already: the Syncs it sent in
@@ -537,6 +548,7 @@ impl Visit for Reader<'_> {
 
     #[inline]
     fn body(&mut self, kind: u8, payload: &[u8]) {
+        self.listen.feed(payload, &self.seen.heard);
         if kind == b'Z'
             && let Some(&status) = payload.first()
         {

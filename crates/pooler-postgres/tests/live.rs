@@ -560,7 +560,7 @@ async fn the_session_kind_and_every_host_are_honoured() {
         .unwrap_err();
     assert!(
         e.to_string()
-            .contains("is read-write, and target_session_attrs asks for read-only"),
+            .contains("is a read-write primary, and target_session_attrs asks for read-only"),
         "{e}"
     );
     pool.close(Shutdown::Graceful).await;
