@@ -179,8 +179,9 @@ impl<M: Manager> Shared<M> {
         timed: u32,
     ) -> Attempt<M> {
         let flags = self.features.flags();
-        let exact =
-            timed > 0 || flags & (Features::LIFETIMES | Features::LEAKS | Features::IDLE) != 0;
+        let exact = timed > 0
+            || flags & (Features::LIFETIMES | Features::LEAKS | Features::IDLE | Features::ADMIT)
+                != 0;
         let now = exact.then(|| self.clock.now());
         let stamp = now.map_or_else(|| self.clock.coarse(), |n| self.clock.stamp(n));
         if held.meta.is_dead()
@@ -343,6 +344,24 @@ impl<M: Manager> Shared<M> {
         }
     }
 
+    /// A member an admitted take held comes back (docs/design.md, "Admission"): returned as
+    /// any other, then its admission released with the hold it measured (a hold that ended in
+    /// failure measures nothing). Released after the member is back, so the take admitted
+    /// next finds it.
+    #[cold]
+    fn give_back_admitted(&self, held: Held<M::Member>, fate: Fate, timed: u32) {
+        let since = self.clock.instant(held.meta.since());
+        let returned = match fate {
+            Fate::Ok => manager::returned(&self.manager, &held.value, &self.name, true),
+            Fate::Failed | Fate::Crashed => Returned::Fit,
+        };
+        let now = self.clock.now();
+        self.give_back_slow(held, fate, Origin::Taken, returned, timed);
+        let measured = (fate == Fate::Ok && returned != Returned::Broken)
+            .then(|| now.saturating_duration_since(since));
+        self.admission.release(measured);
+    }
+
     /// A member in use comes back to a closed pool: it is stopped (or dropped in place once
     /// the close has finished).
     fn stop_after_close(&self, held: Held<M::Member>) {
@@ -375,6 +394,9 @@ impl<M: Manager> Shared<M> {
 impl<M: Manager> Home<M::Member> for Shared<M> {
     #[inline]
     fn give_back(&self, held: Held<M::Member>, fate: Fate, origin: Origin, timed: u32) {
+        if self.features.flags() & Features::ADMIT != 0 && origin == Origin::Taken {
+            return self.give_back_admitted(held, fate, timed);
+        }
         // The fast path: a member in good order, its hold not timed, no feature that needs a
         // look at it.
         if fate == Fate::Ok
@@ -411,8 +433,12 @@ impl<M: Manager> Home<M::Member> for Shared<M> {
     }
 
     fn detach(&self, meta: &Meta, origin: Origin) {
-        if self.features.flags() & Features::LEAKS != 0 && origin == Origin::Taken {
+        let flags = self.features.flags();
+        if flags & Features::LEAKS != 0 && origin == Origin::Taken {
             self.leaks.returned(meta.id);
+        }
+        if flags & Features::ADMIT != 0 && origin == Origin::Taken {
+            self.admission.release(None);
         }
         let key = meta.key;
         self.step(|s| {

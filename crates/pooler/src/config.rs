@@ -11,6 +11,7 @@ use std::time::Duration;
 #[cfg(feature = "serde")]
 use serde::{Deserialize, Serialize};
 
+use crate::admission::AdmissionMode;
 use crate::error::ConfigError;
 use crate::time::MAX_TIME;
 
@@ -120,6 +121,11 @@ pub struct PoolConfig {
         serde(default = "defaults::queue_interval", with = "crate::time")
     )]
     pub queue_interval: Duration,
+    /// Adaptive admission: `vegas` or `gradient` let at most a limit of takes hold members
+    /// at once, the limit following the latency of holds between 1 and `max_count`; takes
+    /// over it wait at the pool's gate (docs/design.md, "Admission"). Default: off.
+    #[cfg_attr(feature = "serde", serde(default))]
+    pub admission: AdmissionMode,
     /// After a successful take, if at most this many members are free, start up to
     /// `init_count` more (within `max_count`). Default: none (grow only on demand).
     #[cfg_attr(
@@ -341,6 +347,7 @@ impl PoolConfig {
             queue_max: defaults::queue_max(),
             queue_target: None,
             queue_interval: defaults::queue_interval(),
+            admission: AdmissionMode::Off,
             auto_grow_threshold: None,
             max_concurrent_starts: None,
             max_lifetime: None,

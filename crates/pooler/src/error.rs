@@ -128,6 +128,15 @@ pub enum TakeError {
         /// The shortest wait in the queue over the interval that judged the pool overloaded.
         delay: Duration,
     },
+    /// The pool's admission limit (`admission`) is reached and the take could not wait
+    /// (`try_take_member`, or a timeout of zero): reason `over_limit`.
+    #[error("pool `{pool}`: {limit} takes hold members, the admission limit now")]
+    OverLimit {
+        /// The pool's name.
+        pool: Arc<str>,
+        /// The admission limit when the take was refused.
+        limit: usize,
+    },
     /// The waiter was dropped from the queue because `reconfigure` lowered `queue_max`.
     #[error("pool `{pool}`: removed from the queue when queue_max was lowered to {queue_max}")]
     QueueShrunk {
@@ -157,6 +166,7 @@ impl TakeError {
             | Self::Closed { pool }
             | Self::RuntimeGone { pool }
             | Self::Unavailable { pool, .. }
+            | Self::OverLimit { pool, .. }
             | Self::QueueShrunk { pool, .. }
             | Self::Shed { pool, .. } => pool,
         }
@@ -174,6 +184,7 @@ impl TakeError {
             Self::NoSuchGroup { .. } => "no_such_pool",
             Self::Unavailable { .. } => "failed",
             Self::Shed { .. } => "shed",
+            Self::OverLimit { .. } => "over_limit",
         }
     }
 }

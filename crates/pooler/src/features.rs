@@ -47,7 +47,7 @@ impl Nanos {
 #[derive(Debug)]
 pub(crate) struct Features {
     /// Bits of [`Features::LIFETIMES`], [`Features::LEAKS`], [`Features::IDLE`],
-    /// [`Features::GROW`], [`Features::ZERO_WAITS`].
+    /// [`Features::GROW`], [`Features::ZERO_WAITS`], [`Features::ADMIT`].
     flags: AtomicU64,
     idle_check: Nanos,
     take_timeout: Nanos,
@@ -71,10 +71,14 @@ impl Features {
     /// Takes served at once are counted as waits of zero (the wait histogram reaches a
     /// recorder and no idle check makes a take wait). Not a feature the fast path minds.
     pub(crate) const ZERO_WAITS: u64 = 32;
+    /// `admission` is on: takes go through the gate, holds are timed exactly, and returns
+    /// release their admission with the hold they measured.
+    pub(crate) const ADMIT: u64 = 64;
     /// The bits a take's fast path minds.
-    pub(crate) const SLOW: u64 = Self::LIFETIMES | Self::LEAKS | Self::IDLE | Self::GROW;
+    pub(crate) const SLOW: u64 =
+        Self::LIFETIMES | Self::LEAKS | Self::IDLE | Self::GROW | Self::ADMIT;
     /// The bits a return's fast path minds.
-    pub(crate) const SLOW_RETURN: u64 = Self::LIFETIMES | Self::LEAKS;
+    pub(crate) const SLOW_RETURN: u64 = Self::LIFETIMES | Self::LEAKS | Self::ADMIT;
 
     pub(crate) fn new(config: &PoolConfig, waits_live: bool) -> Self {
         let f = Features {
@@ -107,6 +111,9 @@ impl Features {
         }
         if config.auto_grow_threshold.is_some() {
             flags |= Self::GROW;
+        }
+        if config.admission != crate::admission::AdmissionMode::Off {
+            flags |= Self::ADMIT;
         }
         self.idle_check.set(config.idle_check_threshold);
         self.take_timeout.set(config.take_timeout);

@@ -202,6 +202,13 @@ pub(crate) fn pool_from_table(table: &toml::Table) -> Result<PoolConfig, ConfigE
                 .then(|| invalid(format!("expected a string, found {}", value.type_str()))),
             Some(Kind::Order) => (!matches!(value.as_str(), Some("lifo" | "fifo")))
                 .then(|| invalid(format!("expected \"lifo\" or \"fifo\", found {value}"))),
+            Some(Kind::Admission) => {
+                (!matches!(value.as_str(), Some("off" | "vegas" | "gradient"))).then(|| {
+                    invalid(format!(
+                        "expected \"off\", \"vegas\" or \"gradient\", found {value}"
+                    ))
+                })
+            }
         };
         match problem {
             Some(problem) => problems.push(problem),

@@ -229,6 +229,7 @@ impl<M: Manager> Shared<M> {
     pub(crate) fn publish(&self) {
         let (gauges, (takes, zero_waits)) = self.step(|s| (s.gauges(), s.hot.take_counts()));
         self.metrics.publish(gauges);
+        self.metrics.admission(self.admission.status());
         self.metrics.flush(takes, zero_waits);
     }
 

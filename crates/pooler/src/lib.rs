@@ -2,6 +2,7 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![forbid(unsafe_code)]
 
+mod admission;
 mod backoff;
 mod checkout;
 mod clock;
@@ -40,6 +41,7 @@ mod take;
 pub mod time;
 mod waiters;
 
+pub use crate::admission::{AdmissionMode, AdmissionStatus, LimitMove};
 pub use crate::config::{MAX_COUNT, MemberOrder, PoolConfig, PoolConfigBuilder};
 pub use crate::error::{ConfigError, PoolerError, StartError, TakeError};
 #[cfg(feature = "file")]

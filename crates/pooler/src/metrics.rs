@@ -94,6 +94,7 @@ const NO_MEMBER_REASONS: &[&str] = &[
     "timeout",
     "failed",
     "shed",
+    "over_limit",
 ];
 
 impl Reason {
@@ -220,6 +221,27 @@ const DESCRIPTORS: &[Descriptor] = &[
         "Takers waiting in the queue."
     ),
     descriptor!(
+        "pooler_admission_limit",
+        Gauge,
+        POOL,
+        &[],
+        "Takes that may hold a member at once now (admission on)."
+    ),
+    descriptor!(
+        "pooler_admission_latency_seconds",
+        Gauge,
+        POOL,
+        &[],
+        "The mean hold of the admission limiter's last batch."
+    ),
+    descriptor!(
+        "pooler_admission_baseline_seconds",
+        Gauge,
+        POOL,
+        &[],
+        "The latency the admission limiter compares holds with (vegas: unloaded; gradient: long-term)."
+    ),
+    descriptor!(
         "pooler_take_wait_seconds",
         Histogram,
         POOL,
@@ -284,6 +306,7 @@ impl PoolMetrics {
         false
     }
     pub(crate) fn publish(&self, _: Gauges) {}
+    pub(crate) fn admission(&self, _: Option<crate::AdmissionStatus>) {}
     pub(crate) fn flush(&self, _: u64, _: u64) {}
     pub(crate) fn waited(&self, _: tokio::time::Instant) {}
     pub(crate) fn used(&self, _: tokio::time::Instant, _: tokio::time::Instant, _: u32) {}

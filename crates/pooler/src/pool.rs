@@ -10,6 +10,7 @@ use tokio::runtime::Handle;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
+use crate::admission::AdmissionStatus;
 use crate::cold::Status;
 use crate::config::PoolConfig;
 use crate::error::{ConfigError, TakeError};
@@ -422,6 +423,13 @@ impl<M: Manager> Pool<M> {
             Some((target, delay)) => Health::Shedding { target, delay },
             None => Health::Serving,
         }
+    }
+
+    /// The admission gate's limit and what moved it, if `admission` is on
+    /// (docs/design.md, "Admission"). Never waits.
+    #[must_use]
+    pub fn admission(&self) -> Option<AdmissionStatus> {
+        self.shared().admission.status()
     }
 
     /// Whether the pool can serve a take now or soon: open, and not failing with no member

@@ -2,6 +2,7 @@
 //! whole, then applied at once under the pool's lock, and the actions taken are returned in
 //! pooler's order. A rejected config changes nothing.
 
+use crate::admission::AdmissionMode;
 use crate::cold::Limits;
 use crate::config::{MemberOrder, PoolConfig};
 use crate::error::{ConfigError, TakeError};
@@ -86,7 +87,16 @@ impl<M: Manager> Shared<M> {
             s.hot.set_limits(new.member_order, new.queue_max);
             s.cold.engine.set_limits(Limits::of(&new), s.hot.view());
             s.cold.config = new.clone();
+            // The gate exists before takes are sent to it, and lets its waiters through after
+            // takes stop coming.
+            let gate_on = new.admission != AdmissionMode::Off;
+            if gate_on {
+                self.admission.set(new.admission, new.max_count);
+            }
             self.features.set(&new);
+            if !gate_on {
+                self.admission.set(new.admission, new.max_count);
+            }
             if new.queue_target != old.queue_target || new.queue_interval != old.queue_interval {
                 self.shedder
                     .set(new.queue_target, new.queue_interval, s.now);

@@ -19,6 +19,7 @@ use std::task::Waker;
 use tokio::sync::{Notify, mpsc, watch};
 use tokio::time::Instant;
 
+use crate::admission::Admission;
 use crate::clock::Clock;
 use crate::cold::{Cold, Limits, Starts};
 use crate::config::PoolConfig;
@@ -49,6 +50,8 @@ pub(crate) struct Shared<M: Manager> {
     pub(crate) leaks: Leaks,
     /// Queue-delay shedding (`queue_target`).
     pub(crate) shedder: Shedder,
+    /// The admission gate (`admission`).
+    pub(crate) admission: Admission,
     pub(crate) supervisor: Supervisor,
     pub(crate) metrics: PoolMetrics,
     /// Woken whenever a closing pool's counts change.
@@ -67,6 +70,7 @@ impl<M: Manager> Shared<M> {
         metrics.limits(config.init_count, config.max_count);
         let features = Features::new(&config, metrics.wait_live());
         let shedder = Shedder::new(config.queue_target, config.queue_interval, Instant::now());
+        let admission = Admission::new(config.admission, config.max_count);
         Arc::new_cyclic(|this| Shared {
             name: config.name.as_str().into(),
             hot: Hot::new(config.member_order, config.queue_max, metrics.use_live()),
@@ -79,6 +83,7 @@ impl<M: Manager> Shared<M> {
             clock: Clock::new(),
             leaks: Leaks::default(),
             shedder,
+            admission,
             metrics,
             manager,
             supervisor,

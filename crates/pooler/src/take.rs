@@ -22,6 +22,7 @@ use tracing::{Instrument, Span};
 
 use crate::checkout::{Attempt, Deadline};
 use crate::error::TakeError;
+use crate::features::Features;
 use crate::health::Hook;
 use crate::held::Held;
 use crate::hot::{Found, Wait};
@@ -39,6 +40,8 @@ pub(crate) struct Take<'a, M: Manager> {
     caller: Caller,
     timeout: Option<Duration>,
     waits: Option<Waits<'a, M>>,
+    /// The take still has to pass the admission gate, if the pool has one.
+    gated: bool,
 }
 
 impl<'a, M: Manager> Take<'a, M> {
@@ -56,6 +59,7 @@ impl<'a, M: Manager> Take<'a, M> {
             caller,
             timeout,
             waits: None,
+            gated: true,
         }
     }
 }
@@ -70,7 +74,9 @@ impl<M: Manager> Future for Take<'_, M> {
             if this.timeout.is_some_and(|t| t.is_zero()) {
                 return Poll::Ready(at_once(this.shared, this.caller));
             }
-            if traced() {
+            if this.gated && this.shared.features.flags() & Features::ADMIT != 0 {
+                this.waits = Some(Box::pin(admitted(this.shared, this.caller, this.timeout)));
+            } else if traced() {
                 if let Some(decided) = this.first_traced() {
                     return Poll::Ready(decided);
                 }
@@ -143,10 +149,99 @@ pub(crate) fn at_once<M: Manager>(
     shared: &Arc<Shared<M>>,
     caller: Caller,
 ) -> Result<Member<M>, TakeError> {
+    if shared.features.flags() & Features::ADMIT != 0 {
+        return at_once_admitted(shared, caller);
+    }
+    at_once_ungated(shared, caller)
+}
+
+#[inline(always)]
+fn at_once_ungated<M: Manager>(
+    shared: &Arc<Shared<M>>,
+    caller: Caller,
+) -> Result<Member<M>, TakeError> {
     if traced() {
         return at_once_traced(shared, caller);
     }
     at_once_untraced(shared, caller)
+}
+
+/// [`at_once`] through the admission gate: admitted at once, or refused.
+#[cold]
+fn at_once_admitted<M: Manager>(
+    shared: &Arc<Shared<M>>,
+    caller: Caller,
+) -> Result<Member<M>, TakeError> {
+    if !shared.admission.try_admit() {
+        return Err(shared.over_limit());
+    }
+    let ticket = Ticket::new(shared);
+    let taken = at_once_ungated(shared, caller)?;
+    ticket.used();
+    Ok(taken)
+}
+
+/// A take through the admission gate (docs/design.md, "Admission"): it waits at the gate
+/// under its deadline — refused at once instead while the pool sheds — then takes a member
+/// as any other take with the time left.
+async fn admitted<M: Manager>(
+    shared: &Arc<Shared<M>>,
+    caller: Caller,
+    timeout: Option<Duration>,
+) -> Result<Member<M>, TakeError> {
+    let begun = Instant::now();
+    let deadline = timeout.map(|t| begun + t);
+    if !shared.admission.try_admit() {
+        if let Some((target, delay)) = shared.shedder.shed(begun) {
+            return Err(shared.shed_error(target, delay));
+        }
+        let admitted = shared.admission.admit(deadline).await;
+        shared.shedder.waited(begun);
+        if !admitted {
+            return Err(shared.timed_out(timeout.unwrap_or_default()));
+        }
+    }
+    let ticket = Ticket::new(shared);
+    let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+    let taken = match left {
+        Some(left) if left.is_zero() => at_once_ungated(shared, caller)?,
+        _ => {
+            let mut take = Take::new(shared, caller, left);
+            take.gated = false;
+            take.await?
+        }
+    };
+    ticket.used();
+    Ok(taken)
+}
+
+/// An admission not yet handed to a member: released if the take ends without one
+/// (refused, timed out, or dropped).
+struct Ticket<'a, M: Manager> {
+    shared: &'a Shared<M>,
+    armed: bool,
+}
+
+impl<'a, M: Manager> Ticket<'a, M> {
+    fn new(shared: &'a Shared<M>) -> Self {
+        Ticket {
+            shared,
+            armed: true,
+        }
+    }
+
+    /// The take holds a member: the member's return releases the admission.
+    fn used(mut self) {
+        self.armed = false;
+    }
+}
+
+impl<M: Manager> Drop for Ticket<'_, M> {
+    fn drop(&mut self) {
+        if self.armed {
+            self.shared.admission.release(None);
+        }
+    }
 }
 
 /// [`at_once`] in the take's span.

@@ -54,6 +54,17 @@ impl<M: Manager> Shared<M> {
         error
     }
 
+    /// The error a take that cannot wait gets over the admission limit.
+    pub(crate) fn over_limit(&self) -> TakeError {
+        let limit = self.admission.status().map_or(0, |s| s.limit);
+        let error = TakeError::OverLimit {
+            pool: self.name.clone(),
+            limit,
+        };
+        self.metrics.no_member(&error);
+        error
+    }
+
     /// The error a take gets from a closed pool.
     pub(crate) fn closed_error(&self) -> TakeError {
         let pool = self.name.clone();

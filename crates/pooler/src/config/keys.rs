@@ -5,6 +5,7 @@
 use std::time::Duration;
 
 use super::{MemberOrder, PoolConfig, PoolConfigBuilder};
+use crate::admission::AdmissionMode;
 
 /// What kind of value a key takes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -17,6 +18,8 @@ pub(crate) enum Kind {
     Time { zero_ok: bool },
     /// `"lifo"` or `"fifo"`.
     Order,
+    /// `"off"`, `"vegas"` or `"gradient"`.
+    Admission,
 }
 
 /// What a key's value looks like to validation.
@@ -34,6 +37,7 @@ pub(super) trait Value {
 impl Value for String {}
 impl Value for Option<String> {}
 impl Value for MemberOrder {}
+impl Value for AdmissionMode {}
 impl Value for Duration {
     fn time(&self) -> Option<Option<Duration>> {
         Some(Some(*self))
@@ -120,6 +124,7 @@ keys! {
     queue_max: usize => Kind::Count, exact;
     queue_target: Option<Duration> => Kind::Time { zero_ok: false }, set;
     queue_interval: Duration => Kind::Time { zero_ok: false }, exact;
+    admission: AdmissionMode => Kind::Admission, exact;
     auto_grow_threshold: Option<usize> => Kind::Count, exact;
     max_concurrent_starts: Option<usize> => Kind::Count, exact;
     max_lifetime: Option<Duration> => Kind::Time { zero_ok: false }, set;

@@ -37,7 +37,7 @@ fn reaches_recorder(touch: impl FnOnce(Probe<'_>)) -> bool {
 /// One pool's registered handles.
 pub(crate) struct PoolMetrics {
     take: Counter,
-    no_members: [Counter; 6],
+    no_members: [Counter; 7],
     killed_free: [Counter; 5],
     killed_in_use: [Counter; 5],
     queue_max_reached: Counter,
@@ -51,6 +51,9 @@ pub(crate) struct PoolMetrics {
     starting: Gauge,
     stopping: Gauge,
     queue: Gauge,
+    admission_limit: Gauge,
+    admission_latency: Gauge,
+    admission_baseline: Gauge,
     take_wait: Histogram,
     member_use: Histogram,
     /// Some gauge reaches a recorder: publish counts.
@@ -79,7 +82,7 @@ impl PoolMetrics {
         let by_reason = |name: &'static str, reasons: &[&'static str]| -> [Counter; 5] {
             std::array::from_fn(|i| counter(name, Some(reasons[i])))
         };
-        let no_members: [Counter; 6] = std::array::from_fn(|i| {
+        let no_members: [Counter; 7] = std::array::from_fn(|i| {
             counter("pooler_error_no_members_total", Some(NO_MEMBER_REASONS[i]))
         });
         for d in DESCRIPTORS {
@@ -119,11 +122,21 @@ impl PoolMetrics {
         let starting = gauge("pooler_starting");
         let stopping = gauge("pooler_stopping");
         let queue = gauge("pooler_queue");
+        let admission_limit = gauge("pooler_admission_limit");
+        let admission_latency = gauge("pooler_admission_latency_seconds");
+        let admission_baseline = gauge("pooler_admission_baseline_seconds");
         let take_wait = histogram("pooler_take_wait_seconds");
         let member_use = histogram("pooler_member_use_seconds");
-        let gauges_live = [&free, &in_use, &starting, &stopping, &queue]
-            .into_iter()
-            .any(|g| reaches_recorder(|p| g.increment(p)));
+        let gauges_live = [
+            &free,
+            &in_use,
+            &starting,
+            &stopping,
+            &queue,
+            &admission_limit,
+        ]
+        .into_iter()
+        .any(|g| reaches_recorder(|p| g.increment(p)));
         let wait_live = reaches_recorder(|p| take_wait.record_many(p, 0));
         let use_live = reaches_recorder(|p| member_use.record_many(p, 0));
         PoolMetrics {
@@ -142,6 +155,9 @@ impl PoolMetrics {
             starting,
             stopping,
             queue,
+            admission_limit,
+            admission_latency,
+            admission_baseline,
             take_wait,
             member_use,
             gauges_live,
@@ -174,6 +190,19 @@ impl PoolMetrics {
             (&self.queue, g.queued),
         ] {
             gauge.set(u32::try_from(n).unwrap_or(u32::MAX));
+        }
+    }
+
+    /// Sets the admission gauges: the limit, the last batch's latency and its baseline.
+    pub(crate) fn admission(&self, status: Option<crate::AdmissionStatus>) {
+        if !self.gauges_live {
+            return;
+        }
+        if let Some(a) = status {
+            self.admission_limit
+                .set(u32::try_from(a.limit).unwrap_or(u32::MAX));
+            self.admission_latency.set(a.latency.as_secs_f64());
+            self.admission_baseline.set(a.baseline.as_secs_f64());
         }
     }
 
@@ -232,6 +261,7 @@ impl PoolMetrics {
             TakeError::Timeout { .. } => 3,
             TakeError::Unavailable { .. } => 4,
             TakeError::Shed { .. } => 5,
+            TakeError::OverLimit { .. } => 6,
             _ => return,
         };
         debug_assert_eq!(NO_MEMBER_REASONS[at], error.reason());

@@ -1,0 +1,185 @@
+//! Adaptive admission (`admission = "vegas"`): the limit follows the latency of holds, takes
+//! over it wait at the gate (or are refused when they cannot wait), lowering it closes nothing,
+//! and every way a take can end gives its admission back.
+#![allow(clippy::disallowed_methods)] // tests spawn their own consumers
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use common::{Fake, advance, ms, pool_with, settle, spawn_take};
+use pooler::{AdmissionMode, LimitMove, PoolConfig, TakeError};
+
+fn config(name: &str, max: usize) -> PoolConfig {
+    PoolConfig::new(name, max, max)
+        .to_builder()
+        .admission(AdmissionMode::Vegas)
+        .build()
+        .unwrap()
+}
+
+/// Users that each take, hold for a time that grows with how many hold at once past
+/// `capacity` (a database sharing itself among its queries), and give back.
+async fn load(
+    pool: &pooler::Pool<Fake>,
+    users: usize,
+    capacity: usize,
+    base: Duration,
+    rounds: usize,
+) {
+    let holding = Arc::new(AtomicUsize::new(0));
+    let mut tasks = Vec::new();
+    for _ in 0..users {
+        let (pool, holding) = (pool.clone(), holding.clone());
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..rounds {
+                let member = pool.take_member(Duration::from_secs(60)).await.unwrap();
+                let now = holding.fetch_add(1, Ordering::SeqCst) + 1;
+                let share = now.max(capacity) as u32;
+                tokio::time::sleep(base * share / capacity as u32).await;
+                holding.fetch_sub(1, Ordering::SeqCst);
+                drop(member);
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+}
+
+/// Four users, then twenty, on a pool of 20 over a database that serves 4 at once: the limit
+/// comes down toward what the database serves, the members all stay open, and when the load
+/// stops the gate admits the same number again (nothing is lost to the limit's moves).
+#[tokio::test(start_paused = true)]
+async fn the_limit_follows_latency_and_closes_nothing() {
+    let (pool, probe) = pool_with(config("admit", 20), Fake::default()).await;
+    let before = pool.admission().unwrap();
+    assert_eq!(
+        (before.limit, before.admitted, before.last_move),
+        (20, 0, LimitMove::Starting)
+    );
+    // The database's own latency first, then more users than it serves at once.
+    load(&pool, 4, 4, ms(10), 100).await;
+    load(&pool, 20, 4, ms(10), 60).await;
+    let after = pool.admission().unwrap();
+    assert!(after.limit < 12, "the limit came down: {after:?}");
+    assert!(
+        matches!(after.last_move, LimitMove::Shrank | LimitMove::Held),
+        "{after:?}"
+    );
+    assert_eq!(after.admitted, 0);
+    assert!(after.latency > after.baseline, "{after:?}");
+    assert_eq!(probe.alive(), 20, "lowering the limit closes no member");
+    // Exactly `limit` takes are admitted, then refused without waiting.
+    let held: Vec<_> = (0..after.limit)
+        .map(|_| pool.try_take_member().unwrap())
+        .collect();
+    let refused = pool.try_take_member().map(drop).unwrap_err();
+    assert!(
+        matches!(refused, TakeError::OverLimit { limit, .. } if limit == after.limit),
+        "{refused}"
+    );
+    assert_eq!(refused.reason(), "over_limit");
+    assert_eq!(
+        pool.utilization().free_count,
+        20 - after.limit,
+        "free members stay open"
+    );
+    drop(held);
+    assert_eq!(pool.admission().unwrap().admitted, 0);
+}
+
+/// A take over the limit waits at the gate, first come first served, and is admitted when a
+/// holder gives back; one that waits out its deadline there times out; one dropped while
+/// waiting leaves no trace; one admitted that then fails to get a member gives its admission
+/// back.
+#[tokio::test(start_paused = true)]
+async fn every_way_a_take_ends_gives_its_admission_back() {
+    let (pool, probe) = pool_with(config("admit-ends", 2), Fake::default()).await;
+    let a = pool.try_take_member().unwrap();
+    let b = pool.try_take_member().unwrap();
+    assert_eq!(pool.admission().unwrap().admitted, 2);
+
+    // Waits out its deadline at the gate.
+    let timed_out = spawn_take(&pool, ms(100));
+    settle().await;
+    advance(ms(100)).await;
+    let e = timed_out.await.unwrap().map(drop).unwrap_err();
+    assert_eq!(e.reason(), "timeout", "{e}");
+
+    // Dropped while waiting at the gate.
+    let dropped = spawn_take(&pool, Duration::from_secs(10));
+    settle().await;
+    dropped.abort();
+    settle().await;
+
+    // First come, first served.
+    let first = spawn_take(&pool, Duration::from_secs(10));
+    settle().await;
+    let second = spawn_take(&pool, Duration::from_secs(10));
+    settle().await;
+    drop(a);
+    settle().await;
+    assert!(first.is_finished() && !second.is_finished());
+    let first = first.await.unwrap().unwrap();
+    drop(b);
+    let second = second.await.unwrap().unwrap();
+    assert_eq!(pool.admission().unwrap().admitted, 2);
+    drop((first, second));
+    assert_eq!(pool.admission().unwrap().admitted, 0);
+
+    // Admitted, then no member within the deadline (the one failed is replaced slowly):
+    // the admission is given back with the refusal.
+    probe_slow_starts(&probe);
+    pooler::Member::fail(pool.try_take_member().unwrap());
+    let busy = pool.try_take_member().unwrap();
+    let late = spawn_take(&pool, ms(100));
+    settle().await;
+    advance(ms(100)).await;
+    let e = late.await.unwrap().map(drop).unwrap_err();
+    assert_eq!(e.reason(), "timeout", "{e}");
+    assert_eq!(
+        pool.admission().unwrap().admitted,
+        1,
+        "only the holder is admitted"
+    );
+    drop(busy);
+    advance(Duration::from_secs(1)).await;
+    settle().await;
+
+    // Two admitted again: a member failed and one detached give theirs back too.
+    pooler::Member::fail(pool.try_take_member().unwrap());
+    let kept = pooler::Member::detach(pool.try_take_member().unwrap());
+    settle().await;
+    assert_eq!(pool.admission().unwrap().admitted, 0);
+    drop(kept);
+}
+
+fn probe_slow_starts(probe: &common::Probe) {
+    probe.set_start(common::Step::Slow(Duration::from_secs(1)));
+}
+
+/// Turned on and off by `reconfigure`: on, takes go through the gate from then; off, a take
+/// waiting at the gate goes through at once.
+#[tokio::test(start_paused = true)]
+async fn reconfigure_turns_the_gate_on_and_off() {
+    let plain = PoolConfig::new("admit-reconf", 2, 4);
+    let (pool, _probe) = pool_with(plain.clone(), Fake::default()).await;
+    assert!(pool.admission().is_none());
+    pool.reconfigure(config("admit-reconf", 1)).unwrap();
+    let status = pool.admission().unwrap();
+    assert_eq!(status.limit, 1);
+    let held = pool.try_take_member().unwrap();
+    let waiting = spawn_take(&pool, Duration::from_secs(10));
+    settle().await;
+    assert!(!waiting.is_finished());
+    let mut off = plain;
+    off.max_count = 1;
+    off.init_count = 1;
+    pool.reconfigure(off).unwrap();
+    assert!(pool.admission().is_none());
+    drop(held);
+    drop(waiting.await.unwrap().unwrap());
+}
