@@ -16,6 +16,9 @@
 //! `driver-cost` compares a supervised member driver with a plain spawn; `driver-fixed
 //! plain|supervised` and `postgres-fixed pooler|pooler-nothing|deadpool` do a fixed amount of
 //! work for counting instructions under callgrind.
+//! `overload [--only SCENARIO] [--write] [--check]` runs the overload simulation
+//! (`overload.rs`, docs/overload.md): prints the scores, `--write` rewrites the report, its
+//! chart and its baseline, `--check` fails when a score falls below the baseline.
 //! `instructions` alone counts instructions per take+return with callgrind (see
 //! `instructions.rs`).
 //! `lifetime` alone measures the cost of `max_lifetime`; `churn-memory` prints the resident
@@ -29,6 +32,8 @@ mod backends;
 mod baseline;
 mod driver;
 mod instructions;
+mod overload;
+mod overload_report;
 mod peers;
 mod report;
 mod suites;
@@ -439,6 +444,28 @@ fn main() {
         } else {
             report::write(&results, &out).expect("the report is written");
             println!("wrote {}", out.join("benchmarks.md").display());
+        }
+        return;
+    }
+    if mode == "overload" {
+        let dir = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/scenarios"));
+        let started = Instant::now();
+        let runs = overload::run_dir(&dir, value_of("--only").as_deref());
+        print!("{}", overload_report::table(&runs));
+        println!("(simulated in {:.1} s)", started.elapsed().as_secs_f64());
+        if args.iter().any(|a| a == "--write") {
+            overload_report::write(&runs, &docs).expect("the overload report is written");
+            println!("wrote {}", docs.join("overload.md").display());
+        }
+        if args.iter().any(|a| a == "--check") {
+            let failures = overload_report::check(&runs, &docs);
+            if !failures.is_empty() {
+                for f in &failures {
+                    eprintln!("below the baseline: {f}");
+                }
+                std::process::exit(1);
+            }
+            println!("every score is at or above its baseline");
         }
         return;
     }

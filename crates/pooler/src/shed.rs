@@ -4,7 +4,9 @@
 //! *overloaded* for the next interval, and a take that would queue is refused at once with
 //! [`TakeError::Shed`](crate::TakeError::Shed) — better than handing members to waiters that
 //! have spent their budget. An interval that sees a wait at or below the target, or none at
-//! all, ends the overload: takes queue again, and the next interval measures anew.
+//! all, ends the overload: takes queue again, and the next interval measures anew. While
+//! overloaded, a take that has waited more than twice the target when its turn comes is
+//! refused too ([`Shedder::stale`]).
 //!
 //! # Invariants
 //!
@@ -101,6 +103,15 @@ impl Shedder {
         }
         Self::roll(&mut w, now);
         w.min = Some(w.min.map_or(delay, |m| m.min(delay)));
+    }
+
+    /// Whether a take that waited `waited` and is about to be served should be refused
+    /// instead: the pool is overloaded and the take waited more than twice the target
+    /// (DBConnection's rule: its caller has likely spent its budget, and serving it would
+    /// spend a member on an answer nobody waits for). The target and the wait, if so.
+    pub(crate) fn stale(&self, waited: Duration, now: Instant) -> Option<(Duration, Duration)> {
+        let (target, _) = self.shed(now)?;
+        (waited > target.saturating_mul(2)).then_some((target, waited))
     }
 
     /// Whether the pool is overloaded now (a take that would queue is refused; `Pool::health`

@@ -200,6 +200,11 @@ async fn admitted<M: Manager>(
         if !admitted {
             return Err(shared.timed_out(timeout.unwrap_or_default()));
         }
+        let now = Instant::now();
+        if let Some((target, waited)) = shared.shedder.stale(now - begun, now) {
+            shared.admission.release(None);
+            return Err(shared.shed_error(target, waited));
+        }
     }
     let ticket = Ticket::new(shared);
     let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
@@ -418,8 +423,18 @@ async fn within_loop<M: Manager>(
                     },
                 };
                 shared.shedder.waited(s);
+                let now = Instant::now();
                 match served {
-                    Ok(held) => shared.collected(held),
+                    Ok(held) => match shared.shedder.stale(now - s, now) {
+                        // Its turn came too late: the member goes on to the next waiter.
+                        Some((target, waited)) => {
+                            if let Attempt::Member(m) | Attempt::Check(m) = shared.collected(held) {
+                                drop(m);
+                            }
+                            return Err((shared.shed_error(target, waited), Some(waited)));
+                        }
+                        None => shared.collected(held),
+                    },
                     Err(e) => return Err((e, waited(started))),
                 }
             }

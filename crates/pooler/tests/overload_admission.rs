@@ -183,3 +183,41 @@ async fn reconfigure_turns_the_gate_on_and_off() {
     drop(held);
     drop(waiting.await.unwrap().unwrap());
 }
+
+/// With shedding too, a take whose turn at the gate comes after more than twice
+/// `queue_target` while the pool is overloaded is refused with `Shed` and its admission passes
+/// on; a take over the limit while the pool sheds is refused at once.
+#[tokio::test(start_paused = true)]
+async fn a_take_admitted_too_late_is_shed() {
+    let config = config("admit-shed", 1)
+        .to_builder()
+        .queue_target(ms(50))
+        .queue_interval(Duration::from_secs(1))
+        .build()
+        .unwrap();
+    let (pool, _probe) = pool_with(config, Fake::default()).await;
+    let held = pool.try_take_member().unwrap();
+    let waiter = spawn_take(&pool, Duration::from_secs(5));
+    settle().await;
+    advance(ms(200)).await;
+    drop(held);
+    let held = waiter.await.unwrap().unwrap();
+    advance(ms(700)).await;
+    let stale = spawn_take(&pool, Duration::from_secs(5));
+    settle().await;
+    advance(ms(150)).await;
+    let at_once = pool
+        .take_member(Duration::from_secs(5))
+        .await
+        .map(drop)
+        .unwrap_err();
+    assert_eq!(at_once.reason(), "shed", "{at_once}");
+    drop(held);
+    let refused = stale.await.unwrap().map(drop).unwrap_err();
+    assert!(
+        matches!(&refused, TakeError::Shed { delay, .. } if *delay == ms(150)),
+        "{refused}"
+    );
+    assert_eq!(pool.admission().unwrap().admitted, 0);
+    drop(pool.try_take_member().unwrap());
+}

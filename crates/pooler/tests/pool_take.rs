@@ -386,3 +386,41 @@ async fn an_overloaded_pool_sheds_takes_instead_of_queueing_them() {
     );
     drop(served);
 }
+
+/// While overloaded, a take whose turn comes after more than twice `queue_target` is refused
+/// with `Shed` (its caller has likely given up), and the member goes on to the next waiter;
+/// one whose turn comes sooner is served.
+#[tokio::test(start_paused = true)]
+async fn an_overloaded_pool_refuses_a_take_whose_turn_came_too_late() {
+    let config = PoolConfig::new("shed-stale", 1, 1)
+        .to_builder()
+        .queue_target(ms(50))
+        .queue_interval(Duration::from_secs(1))
+        .build()
+        .unwrap();
+    let (pool, _probe) = pool_with(config, Fake::default()).await;
+    // An interval whose every wait beat the target: overloaded for the next one.
+    let held = pool.try_take_member().unwrap();
+    let waiter = spawn_take(&pool, Duration::from_secs(5));
+    settle().await;
+    advance(ms(200)).await;
+    drop(held);
+    let held = waiter.await.unwrap().unwrap();
+    advance(ms(700)).await;
+    // This take queues before the interval ends (no verdict yet) and waits 150 ms, past
+    // the verdict.
+    let stale = spawn_take(&pool, Duration::from_secs(5));
+    settle().await;
+    assert!(matches!(pool.health(), pooler::Health::Serving));
+    advance(ms(150)).await;
+    assert!(matches!(pool.health(), pooler::Health::Shedding { .. }));
+    drop(held);
+    let refused = stale.await.unwrap().map(drop).unwrap_err();
+    assert!(
+        matches!(&refused, TakeError::Shed { delay, .. } if *delay == ms(150)),
+        "{refused}"
+    );
+    // The member it would have had is free for the next take.
+    assert_eq!(pool.utilization().free_count, 1);
+    drop(pool.try_take_member().unwrap());
+}

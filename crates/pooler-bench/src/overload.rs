@@ -1,0 +1,649 @@
+//! The overload simulation (docs/overload.md): a simulated database in front of real pooler
+//! pools, on tokio's paused clock, so a run of minutes of simulated time takes seconds and
+//! gives the same figures every time.
+//!
+//! The database serves `capacity` queries at once at its `latency` (±20 %, drawn per query);
+//! a query that starts with more running takes proportionally longer (the database shares
+//! itself), so past `capacity` concurrency adds latency and no throughput. Connecting takes
+//! `connect`. A failover (`down`) ends every connection and refuses connects for a while.
+//!
+//! Load is open: requests arrive as a Poisson process at `rate` a second, each with a
+//! `budget` (its deadline covers the wait for a member and the query). A request is *good*
+//! when its query finished within its budget. Scenarios are the TOML files in `scenarios/`:
+//! the database, the load, the pool keys every mode gets, and changes at given times. Each
+//! scenario runs once per mode (the pool configurations compared: see [`Mode`]).
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use pooler::{Manager, MemberContext, Pool, PoolConfig, TakeError};
+use serde::Deserialize;
+use tokio::time::Instant;
+
+/// One scenario file.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct Scenario {
+    #[serde(skip)]
+    pub(crate) name: String,
+    /// One line saying what it stages.
+    pub(crate) about: String,
+    /// How long it runs.
+    #[serde(with = "pooler::time")]
+    length: Duration,
+    /// Each request's deadline, from its arrival.
+    #[serde(with = "pooler::time")]
+    budget: Duration,
+    /// The part of the run the scores are about: [from, to).
+    #[serde(default, with = "window")]
+    window: Option<(Duration, Duration)>,
+    /// The modes compared (names of [`Mode`]).
+    modes: Vec<String>,
+    /// Pools side by side over the one database, each taking an equal share of the load
+    /// (a fleet of services).
+    #[serde(default = "one")]
+    pools: usize,
+    database: DbParams,
+    load: Load,
+    /// Pool keys every mode gets (a pools-file table: `max_lifetime = "60s"`, …).
+    #[serde(default)]
+    pool: toml::Table,
+    #[serde(default)]
+    change: Vec<Change>,
+}
+
+fn one() -> usize {
+    1
+}
+
+mod window {
+    use serde::{Deserialize, Deserializer};
+    use std::time::Duration;
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(
+        d: D,
+    ) -> Result<Option<(Duration, Duration)>, D::Error> {
+        let pair: Option<[toml::Value; 2]> = Option::deserialize(d)?;
+        pair.map(|[a, b]| {
+            let time =
+                |v: toml::Value| pooler::time::deserialize(v).map_err(serde::de::Error::custom);
+            Ok((time(a)?, time(b)?))
+        })
+        .transpose()
+    }
+}
+
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DbParams {
+    capacity: usize,
+    #[serde(with = "pooler::time")]
+    latency: Duration,
+    #[serde(with = "pooler::time")]
+    connect: Duration,
+}
+
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Load {
+    /// Requests a second.
+    rate: f64,
+}
+
+/// A change at `at`: any of the database's latency or capacity, the arrival rate, or an
+/// outage of `down`.
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Change {
+    #[serde(with = "pooler::time")]
+    at: Duration,
+    #[serde(default, with = "pooler::time::option")]
+    latency: Option<Duration>,
+    capacity: Option<usize>,
+    rate: Option<f64>,
+    #[serde(default, with = "pooler::time::option")]
+    down: Option<Duration>,
+}
+
+/// The pool configurations compared.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Mode {
+    /// `max_count` = the database's capacity; takes wait up to the budget; a query runs to
+    /// its end even past its request's deadline.
+    Fixed,
+    /// The same, four times larger.
+    Fixed4x,
+    /// 4×, queue-delay shedding (50 ms over 200 ms), and each query cancelled at its
+    /// request's deadline (the deadline handed to the database).
+    Shed,
+    /// `Shed` and `admission = "vegas"`.
+    Vegas,
+    /// `Shed` and `admission = "gradient"`.
+    Gradient,
+}
+
+impl Mode {
+    pub(crate) fn from_name(name: &str) -> Option<Mode> {
+        [
+            Mode::Fixed,
+            Mode::Fixed4x,
+            Mode::Shed,
+            Mode::Vegas,
+            Mode::Gradient,
+        ]
+        .into_iter()
+        .find(|m| m.name() == name)
+    }
+
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Mode::Fixed => "fixed",
+            Mode::Fixed4x => "fixed-4x",
+            Mode::Shed => "shed",
+            Mode::Vegas => "vegas",
+            Mode::Gradient => "gradient",
+        }
+    }
+
+    /// Whether a query is cancelled when its request's deadline passes.
+    fn cancels(self) -> bool {
+        !matches!(self, Mode::Fixed | Mode::Fixed4x)
+    }
+
+    fn config(self, name: &str, capacity: usize, extra: &toml::Table) -> PoolConfig {
+        let max = if self == Mode::Fixed {
+            capacity
+        } else {
+            capacity * 4
+        };
+        let mut table = toml::Table::new();
+        table.insert("name".into(), name.into());
+        table.insert("init_count".into(), (capacity as i64).into());
+        table.insert("max_count".into(), (max as i64).into());
+        table.insert("queue_max".into(), 100_000.into());
+        if self.cancels() {
+            table.insert("queue_target".into(), "50ms".into());
+            table.insert("queue_interval".into(), "100ms".into());
+        }
+        match self {
+            Mode::Vegas => drop(table.insert("admission".into(), "vegas".into())),
+            Mode::Gradient => drop(table.insert("admission".into(), "gradient".into())),
+            _ => {}
+        }
+        for (k, v) in extra {
+            table.insert(k.clone(), v.clone());
+        }
+        PoolConfig::from_toml_str(&toml::to_string(&table).expect("a table"))
+            .unwrap_or_else(|e| panic!("scenario pool keys: {e}"))
+    }
+}
+
+/// The database's state.
+#[derive(Debug)]
+struct Db {
+    state: Mutex<DbState>,
+}
+
+#[derive(Debug)]
+struct DbState {
+    params: DbParams,
+    running: usize,
+    /// Connections made before the last outage are dead.
+    epoch: u64,
+    down_until: Option<Instant>,
+    connects: Vec<Duration>,
+    connecting: usize,
+    peak_connecting: usize,
+    rng: fastrand::Rng,
+    begun: Instant,
+}
+
+impl Db {
+    fn lock(&self) -> std::sync::MutexGuard<'_, DbState> {
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn is_down(s: &DbState) -> bool {
+        s.down_until.is_some_and(|t| Instant::now() < t)
+    }
+
+    /// Runs one query on a connection of `epoch`; `Err` when the connection is dead.
+    async fn query(&self, epoch: u64) -> Result<(), ()> {
+        let took = {
+            let mut s = self.lock();
+            if s.epoch != epoch || Db::is_down(&s) {
+                return Err(());
+            }
+            s.running += 1;
+            let share = (s.running as f64 / s.params.capacity as f64).max(1.0);
+            let jitter = 0.8 + 0.4 * s.rng.f64();
+            s.params.latency.mul_f64(share * jitter)
+        };
+        let _running = Running(self);
+        tokio::time::sleep(took).await;
+        Ok(())
+    }
+}
+
+/// A running query: the database's count goes down however it ends (done or cancelled).
+struct Running<'a>(&'a Db);
+
+impl Drop for Running<'_> {
+    fn drop(&mut self) {
+        self.0.lock().running -= 1;
+    }
+}
+
+/// Connections to the simulated database.
+#[derive(Debug, Clone)]
+struct SimManager(Arc<Db>);
+
+#[derive(Debug)]
+struct Refused;
+
+impl std::fmt::Display for Refused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("the database refused the connection")
+    }
+}
+
+impl std::error::Error for Refused {}
+
+impl Manager for SimManager {
+    type Member = u64;
+    type Error = Refused;
+
+    async fn start(&self, _: &MemberContext) -> Result<u64, Refused> {
+        let connect = {
+            let mut s = self.0.lock();
+            s.connecting += 1;
+            s.peak_connecting = s.peak_connecting.max(s.connecting);
+            s.params.connect
+        };
+        tokio::time::sleep(connect).await;
+        let mut s = self.0.lock();
+        s.connecting -= 1;
+        if Db::is_down(&s) {
+            return Err(Refused);
+        }
+        let at = s.begun.elapsed();
+        s.connects.push(at);
+        Ok(s.epoch)
+    }
+
+    fn is_broken(&self, epoch: &u64) -> bool {
+        *epoch != self.0.lock().epoch
+    }
+}
+
+/// How one request ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Outcome {
+    /// Its query finished within the budget.
+    Good,
+    /// Its query finished, past the budget.
+    Late,
+    /// Cancelled at the deadline while its query ran.
+    Cancelled,
+    /// Refused at once (shed, or over the admission limit).
+    Shed,
+    /// Waited its whole budget for a member.
+    TimedOut,
+    /// No member for another reason, or its connection was dead.
+    Failed,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Request {
+    arrived: Duration,
+    outcome: Outcome,
+    /// From arrival until the query ended, for requests that got a member.
+    admitted: Option<Duration>,
+    /// Whether its take waited at least half a connect (a wait for a new connection, not
+    /// for a member on its way back).
+    waited: bool,
+}
+
+/// A run's scores (see docs/overload.md for what each means).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Score {
+    pub(crate) goodput: f64,
+    pub(crate) servable: f64,
+    pub(crate) p50: f64,
+    pub(crate) p99: f64,
+    pub(crate) db_latency: f64,
+    pub(crate) timed_out: usize,
+    pub(crate) shed: usize,
+    pub(crate) late: usize,
+    pub(crate) waited: usize,
+    pub(crate) recovery: Option<f64>,
+    pub(crate) connects: usize,
+    pub(crate) connects_peak: f64,
+    pub(crate) connects_mean: f64,
+    pub(crate) peak_connecting: usize,
+    /// Good requests per second, second by second.
+    pub(crate) timeline: Vec<f64>,
+}
+
+impl Score {
+    /// Goodput as a share of what the database could serve in the window.
+    pub(crate) fn goodput_share(&self) -> f64 {
+        if self.servable > 0.0 {
+            self.goodput / self.servable
+        } else {
+            1.0
+        }
+    }
+
+    /// The figures a baseline keeps, by name.
+    pub(crate) fn figures(&self) -> BTreeMap<&'static str, f64> {
+        let mut f = BTreeMap::new();
+        f.insert("goodput share", self.goodput_share());
+        f.insert("p99 ms", self.p99 * 1e3);
+        f.insert("timed out", self.timed_out as f64);
+        f.insert("peak connecting", self.peak_connecting as f64);
+        if let Some(r) = self.recovery {
+            f.insert("recovery s", r);
+        }
+        f
+    }
+}
+
+/// Runs every scenario in `dir` for each of its modes: (scenario, mode, score).
+pub(crate) fn run_dir(dir: &Path, only: Option<&str>) -> Vec<(Scenario, Mode, Score)> {
+    let mut files: Vec<_> = std::fs::read_dir(dir)
+        .expect("the scenarios directory")
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|e| e == "toml"))
+        .filter(|p| only.is_none_or(|o| p.file_stem().is_some_and(|s| s == o)))
+        .collect();
+    files.sort();
+    let mut out = Vec::new();
+    for file in files {
+        let text = std::fs::read_to_string(&file).expect("a scenario file");
+        let mut scenario: Scenario =
+            toml::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+        scenario.name = file
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        for mode in &scenario.modes {
+            let mode = Mode::from_name(mode)
+                .unwrap_or_else(|| panic!("{}: no mode `{mode}`", scenario.name));
+            let score = run(&scenario, mode);
+            out.push((scenario.clone(), mode, score));
+        }
+    }
+    out
+}
+
+/// One scenario in one mode, on a paused clock.
+pub(crate) fn run(scenario: &Scenario, mode: Mode) -> Score {
+    // pooler's jitter (start backoff, lifetimes) draws from this thread's generator: seeded,
+    // a run is the same every time.
+    fastrand::seed(1);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .start_paused(true)
+        .build()
+        .expect("a runtime");
+    runtime.block_on(simulate(scenario, mode))
+}
+
+async fn simulate(sc: &Scenario, mode: Mode) -> Score {
+    let begun = Instant::now();
+    let db = Arc::new(Db {
+        state: Mutex::new(DbState {
+            params: sc.database,
+            running: 0,
+            epoch: 0,
+            down_until: None,
+            connects: Vec::new(),
+            connecting: 0,
+            peak_connecting: 0,
+            rng: fastrand::Rng::with_seed(7),
+            begun,
+        }),
+    });
+    let mut pools = Vec::new();
+    for i in 0..sc.pools {
+        let config = mode.config(&format!("{}-{i}", sc.name), sc.database.capacity, &sc.pool);
+        let pool = Pool::start(config, SimManager(db.clone()))
+            .await
+            .expect("the pool starts");
+        pools.push(pool);
+    }
+    // The run begins once the pools are up: their first connects are not counted.
+    let begun = Instant::now();
+    {
+        let mut s = db.lock();
+        s.begun = begun;
+        s.connects.clear();
+        s.peak_connecting = s.connecting;
+    }
+    let requests = Arc::new(Mutex::new(Vec::new()));
+    // The changes, applied in time.
+    let changes = {
+        let (db, changes) = (db.clone(), sc.change.clone());
+        tokio::spawn(async move {
+            for c in changes {
+                tokio::time::sleep_until(begun + c.at).await;
+                let mut s = db.lock();
+                if let Some(l) = c.latency {
+                    s.params.latency = l;
+                }
+                if let Some(n) = c.capacity {
+                    s.params.capacity = n;
+                }
+                if let Some(d) = c.down {
+                    s.epoch += 1;
+                    s.down_until = Some(Instant::now() + d);
+                }
+            }
+        })
+    };
+    let mut rng = fastrand::Rng::with_seed(42);
+    let mut rate = sc.load.rate;
+    let mut next_change = 0;
+    let mut at = Duration::ZERO;
+    let mut tasks = Vec::new();
+    let mut n = 0usize;
+    loop {
+        at += Duration::from_secs_f64(-rng.f64().max(1e-12).ln() / rate.max(1e-9));
+        if at >= sc.length {
+            break;
+        }
+        while let Some(c) = sc.change.get(next_change).filter(|c| c.at <= at) {
+            if let Some(r) = c.rate {
+                rate = r;
+            }
+            next_change += 1;
+        }
+        tokio::time::sleep_until(begun + at).await;
+        let pool = pools[n % pools.len()].clone();
+        n += 1;
+        let (db, requests, budget) = (db.clone(), requests.clone(), sc.budget);
+        tasks.push(tokio::spawn(async move {
+            let request = one_request(&pool, &db, mode, budget, begun).await;
+            requests.lock().expect("requests").push(request);
+        }));
+        if tasks.len() > 4096 {
+            tasks.retain(|t| !t.is_finished());
+        }
+    }
+    for t in tasks {
+        let _ = t.await;
+    }
+    changes.abort();
+    for pool in pools {
+        pool.close(pooler::Shutdown::Immediate).await;
+    }
+    let requests = std::mem::take(&mut *requests.lock().expect("requests"));
+    let s = db.lock();
+    score(sc, &requests, &s)
+}
+
+async fn one_request(
+    pool: &Pool<SimManager>,
+    db: &Db,
+    mode: Mode,
+    budget: Duration,
+    begun: Instant,
+) -> Request {
+    let connect = db.lock().params.connect;
+    let arrival = Instant::now();
+    let deadline = arrival + budget;
+    let mut request = Request {
+        arrived: arrival - begun,
+        outcome: Outcome::Failed,
+        admitted: None,
+        waited: false,
+    };
+    let member = match pool.take_member(budget).await {
+        Ok(m) => m,
+        Err(e) => {
+            request.outcome = match e {
+                TakeError::Shed { .. } | TakeError::OverLimit { .. } => Outcome::Shed,
+                TakeError::Timeout { .. } => Outcome::TimedOut,
+                _ => Outcome::Failed,
+            };
+            request.waited = Instant::now() - arrival >= connect / 2;
+            return request;
+        }
+    };
+    request.waited = Instant::now() - arrival >= connect / 2;
+    let epoch = *member;
+    let ran = if mode.cancels() {
+        tokio::time::timeout_at(deadline, db.query(epoch)).await
+    } else {
+        Ok(db.query(epoch).await)
+    };
+    let ended = Instant::now();
+    request.admitted = Some(ended - arrival);
+    request.outcome = match ran {
+        Err(_) => Outcome::Cancelled,
+        Ok(Err(())) => {
+            pooler::Member::fail(member);
+            return Request {
+                outcome: Outcome::Failed,
+                ..request
+            };
+        }
+        Ok(Ok(())) if ended <= deadline => Outcome::Good,
+        Ok(Ok(())) => Outcome::Late,
+    };
+    drop(member);
+    request
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    sorted[((sorted.len() - 1) as f64 * p).round() as usize]
+}
+
+/// The database's own latency and what it can serve a second, at `t`.
+fn db_at(sc: &Scenario, t: Duration) -> (Duration, f64) {
+    let mut p = sc.database;
+    for c in sc.change.iter().filter(|c| c.at <= t) {
+        if let Some(l) = c.latency {
+            p.latency = l;
+        }
+        if let Some(n) = c.capacity {
+            p.capacity = n;
+        }
+    }
+    let down = sc
+        .change
+        .iter()
+        .any(|c| c.down.is_some_and(|d| c.at <= t && t < c.at + d));
+    let serves = if down {
+        0.0
+    } else {
+        p.capacity as f64 / p.latency.as_secs_f64()
+    };
+    (p.latency, serves)
+}
+
+fn rate_at(sc: &Scenario, t: Duration) -> f64 {
+    sc.change
+        .iter()
+        .filter(|c| c.at <= t)
+        .fold(sc.load.rate, |r, c| c.rate.unwrap_or(r))
+}
+
+fn score(sc: &Scenario, requests: &[Request], db: &DbState) -> Score {
+    let (from, to) = sc.window.unwrap_or((Duration::ZERO, sc.length));
+    let in_window: Vec<&Request> = requests
+        .iter()
+        .filter(|r| r.arrived >= from && r.arrived < to)
+        .collect();
+    let seconds = (to - from).as_secs_f64();
+    let count = |o: Outcome| in_window.iter().filter(|r| r.outcome == o).count();
+    let good = count(Outcome::Good);
+    // What the database could serve in the window, second by second: the lesser of the
+    // load and its throughput then.
+    let whole = (to - from).as_secs() as usize;
+    let servable: f64 = (0..whole.max(1))
+        .map(|i| {
+            let t = from + Duration::from_secs(i as u64);
+            rate_at(sc, t).min(db_at(sc, t).1)
+        })
+        .sum::<f64>()
+        / whole.max(1) as f64;
+    let mut admitted: Vec<f64> = in_window
+        .iter()
+        .filter_map(|r| r.admitted.map(|d| d.as_secs_f64()))
+        .collect();
+    admitted.sort_by(f64::total_cmp);
+    let mid = from + (to - from) / 2;
+    let length = sc.length.as_secs() as usize;
+    let mut timeline = vec![0.0; length.max(1)];
+    for r in requests.iter().filter(|r| r.outcome == Outcome::Good) {
+        let i = (r.arrived.as_secs() as usize).min(timeline.len() - 1);
+        timeline[i] += 1.0;
+    }
+    // Back to full service: the first second after the window whose good requests reach
+    // 90 % of what was servable then.
+    let recovery = (sc.window.is_some() && to < sc.length).then(|| {
+        let first = to.as_secs() as usize;
+        (first..length)
+            .find(|&i| {
+                let t = Duration::from_secs(i as u64);
+                timeline[i] >= 0.9 * rate_at(sc, t).min(db_at(sc, t).1)
+            })
+            .map_or(f64::INFINITY, |i| (i - first) as f64)
+    });
+    // Connects a second, counted over 10 s buckets (a storm shows; the Poisson noise of a
+    // few connects a second does not).
+    let buckets = length.div_ceil(10).max(1);
+    let mut per_bucket = vec![0.0; buckets];
+    for c in &db.connects {
+        let i = (c.as_secs() as usize / 10).min(buckets - 1);
+        per_bucket[i] += 0.1;
+    }
+    let connects_mean = per_bucket.iter().sum::<f64>() / buckets as f64;
+    Score {
+        goodput: good as f64 / seconds,
+        servable,
+        p50: percentile(&admitted, 0.5),
+        p99: percentile(&admitted, 0.99),
+        db_latency: db_at(sc, mid).0.as_secs_f64(),
+        timed_out: count(Outcome::TimedOut),
+        shed: count(Outcome::Shed),
+        late: count(Outcome::Late) + count(Outcome::Cancelled),
+        waited: in_window.iter().filter(|r| r.waited).count(),
+        recovery,
+        connects: db.connects.len(),
+        connects_peak: per_bucket.iter().copied().fold(0.0, f64::max),
+        connects_mean,
+        peak_connecting: db.peak_connecting,
+        timeline,
+    }
+}

@@ -1,0 +1,298 @@
+//! The overload simulation's report (docs/overload.md, a chart beside it), its baseline
+//! (docs/baselines/overload.toml) and the check CI runs against it.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::Path;
+
+use plotters::prelude::*;
+
+use crate::overload::{Mode, Scenario, Score};
+
+type Runs = [(Scenario, Mode, Score)];
+
+fn ms(s: f64) -> String {
+    if s >= 1.0 {
+        format!("{:.2} s", s)
+    } else {
+        format!("{:.0} ms", s * 1e3)
+    }
+}
+
+/// The score table, one row per scenario and mode.
+pub(crate) fn table(runs: &Runs) -> String {
+    let mut t = String::from(
+        "| scenario | mode | goodput /s (of servable) | admitted p50 / p99 (db latency) | timed out | shed | late | waited ≥ ½ connect | back in | connects (peak /s, mean /s) | connecting at once |\n\
+         |---|---|---|---|---|---|---|---|---|---|---|\n",
+    );
+    for (sc, mode, s) in runs {
+        let _ = writeln!(
+            t,
+            "| {} | {} | {:.0} ({:.0} %) | {} / {} ({}) | {} | {} | {} | {} | {} | {} ({:.0}, {:.1}) | {} |",
+            sc.name,
+            mode.name(),
+            s.goodput,
+            s.goodput_share() * 100.0,
+            ms(s.p50),
+            ms(s.p99),
+            ms(s.db_latency),
+            s.timed_out,
+            s.shed,
+            s.late,
+            s.waited,
+            s.recovery.map_or("—".into(), |r| {
+                if r.is_finite() {
+                    format!("{r:.0} s")
+                } else {
+                    "never".into()
+                }
+            }),
+            s.connects,
+            s.connects_peak,
+            s.connects_mean,
+            s.peak_connecting,
+        );
+    }
+    t
+}
+
+/// The issue's goals, each with the figure the run gave.
+pub(crate) fn goals(runs: &Runs) -> String {
+    let find = |sc: &str, mode: &str| {
+        runs.iter()
+            .find(|(s, m, _)| s.name == sc && m.name() == mode)
+            .map(|r| &r.2)
+    };
+    let mut t = String::from("| goal | figure | met |\n|---|---|---|\n");
+    let mut row = |goal: &str, figure: String, met: bool| {
+        let _ = writeln!(
+            t,
+            "| {goal} | {figure} | {} |",
+            if met { "yes" } else { "no" }
+        );
+    };
+    if let (Some(plain), Some(overlap)) = (
+        find("lifetimes", "fixed-4x"),
+        find("lifetimes-overlap", "fixed-4x"),
+    ) {
+        row(
+            "lifetimes ending together: no take waits for a connect",
+            format!(
+                "{} takes waited (without make before break: {})",
+                overlap.waited, plain.waited
+            ),
+            overlap.waited == 0,
+        );
+        row(
+            "lifetimes ending together: connects at once never exceed the cap (2)",
+            format!(
+                "at most {} (without the cap: {})",
+                overlap.peak_connecting, plain.peak_connecting
+            ),
+            overlap.peak_connecting <= 2,
+        );
+    }
+    for mode in ["vegas", "gradient", "shed"] {
+        let Some(s) = find("latency-step", mode) else {
+            continue;
+        };
+        row(
+            &format!(
+                "latency ×10 at 70 % load, `{mode}`: goodput ≥ 90 % of what the database serves"
+            ),
+            format!("{:.0} %", s.goodput_share() * 100.0),
+            s.goodput_share() >= 0.9,
+        );
+        row(
+            &format!("… `{mode}`: admitted p99 ≤ 2 × the database's latency"),
+            format!("{} against {}", ms(s.p99), ms(2.0 * s.db_latency)),
+            s.p99 <= 2.0 * s.db_latency,
+        );
+        row(
+            &format!("… `{mode}`: no take waits out its whole budget"),
+            format!("{} timed out", s.timed_out),
+            s.timed_out == 0,
+        );
+        let back = s.recovery.unwrap_or(f64::INFINITY);
+        row(
+            &format!("… `{mode}`: full throughput ≤ 5 s after the database recovers"),
+            format!("{back:.0} s"),
+            back <= 5.0,
+        );
+    }
+    if let Some(fixed) = find("latency-step", "fixed") {
+        row(
+            "(for comparison) a fixed FIFO pool the size of the database",
+            format!(
+                "goodput {:.0} %, {} timed out",
+                fixed.goodput_share() * 100.0,
+                fixed.timed_out
+            ),
+            false,
+        );
+    }
+    for mode in ["vegas", "shed", "fixed"] {
+        let Some(s) = find("failover", mode) else {
+            continue;
+        };
+        let back = s.recovery.unwrap_or(f64::INFINITY);
+        row(
+            &format!(
+                "failover, `{mode}`: serving again within 2 × the longest start backoff (20 s)"
+            ),
+            format!("{back:.0} s after the new primary is up"),
+            back <= 20.0,
+        );
+    }
+    if let (Some(plain), Some(jitter)) = (find("fleet", "fixed"), find("fleet-jitter", "fixed")) {
+        row(
+            "20 pools together: peak connects/s ≤ 2 × the mean (10 s buckets)",
+            format!(
+                "{:.1} against {:.1} ({:.1}×; without jitter {:.1}×)",
+                jitter.connects_peak,
+                jitter.connects_mean,
+                jitter.connects_peak / jitter.connects_mean.max(1e-9),
+                plain.connects_peak / plain.connects_mean.max(1e-9)
+            ),
+            jitter.connects_peak <= 2.0 * jitter.connects_mean,
+        );
+    }
+    t
+}
+
+/// The figures a baseline holds: `scenario.mode` → figure → value.
+fn figures(runs: &Runs) -> BTreeMap<String, BTreeMap<&'static str, f64>> {
+    runs.iter()
+        .map(|(sc, mode, s)| (format!("{}.{}", sc.name, mode.name()), s.figures()))
+        .collect()
+}
+
+fn baseline_path(docs: &Path) -> std::path::PathBuf {
+    docs.join("baselines/overload.toml")
+}
+
+/// Writes docs/overload.md, its chart and the baseline.
+pub(crate) fn write(runs: &Runs, docs: &Path) -> Result<(), Box<dyn std::error::Error>> {
+    let mut base = toml::Table::new();
+    for (key, figs) in figures(runs) {
+        let mut t = toml::Table::new();
+        for (name, v) in figs {
+            t.insert(name.into(), ((v * 1000.0).round() / 1000.0).into());
+        }
+        base.insert(key, t.into());
+    }
+    std::fs::write(baseline_path(docs), toml::to_string(&base)?)?;
+    chart(
+        runs,
+        "latency-step",
+        &docs.join("overload-latency-step.svg"),
+    )?;
+    let template = include_str!("overload_report.md");
+    let mut scenarios = String::new();
+    let mut seen = Vec::new();
+    for (sc, _, _) in runs {
+        if !seen.contains(&sc.name) {
+            seen.push(sc.name.clone());
+            let _ = writeln!(scenarios, "- `{}`: {}", sc.name, sc.about);
+        }
+    }
+    let text = template
+        .replace("{scenarios}", &scenarios)
+        .replace("{goals}", &goals(runs))
+        .replace("{table}", &table(runs));
+    std::fs::write(docs.join("overload.md"), text)?;
+    Ok(())
+}
+
+/// Every score of `runs` worse than the committed baseline allows: goodput share more than
+/// 3 points lower, p99 more than 25 % higher, more timeouts (beyond 5 % and 5), more
+/// connects at once, a slower recovery (beyond a second). The simulation is deterministic;
+/// the slack is for changes of pooler's own timing that move a figure a little.
+pub(crate) fn check(runs: &Runs, docs: &Path) -> Vec<String> {
+    let text = match std::fs::read_to_string(baseline_path(docs)) {
+        Ok(text) => text,
+        Err(e) => return vec![format!("no baseline: {e}")],
+    };
+    let base: toml::Table = match text.parse() {
+        Ok(t) => t,
+        Err(e) => return vec![format!("the baseline does not parse: {e}")],
+    };
+    let mut failures = Vec::new();
+    for (key, now) in figures(runs) {
+        let Some(before) = base.get(&key).and_then(toml::Value::as_table) else {
+            failures.push(format!("{key}: not in the baseline"));
+            continue;
+        };
+        for (name, v) in now {
+            let Some(b) = before
+                .get(name)
+                .and_then(|b| b.as_float().or(b.as_integer().map(|i| i as f64)))
+            else {
+                continue;
+            };
+            let worse = match name {
+                "goodput share" => v < b - 0.03,
+                "p99 ms" => v > b * 1.25 + 1.0,
+                "timed out" => v > b * 1.05 + 5.0,
+                "peak connecting" => v > b,
+                "recovery s" => v > b + 1.0,
+                _ => false,
+            };
+            if worse {
+                failures.push(format!("{key}: {name} {v:.3} (baseline {b:.3})"));
+            }
+        }
+    }
+    failures
+}
+
+/// Good requests a second over time, one line per mode, for `scenario`.
+fn chart(runs: &Runs, scenario: &str, path: &Path) -> Result<(), Box<dyn std::error::Error>> {
+    let lines: Vec<_> = runs
+        .iter()
+        .filter(|(sc, _, _)| sc.name == scenario)
+        .collect();
+    let Some((sc, _, _)) = lines.first() else {
+        return Ok(());
+    };
+    let length = lines.iter().map(|l| l.2.timeline.len()).max().unwrap_or(1) as f64;
+    let top = lines
+        .iter()
+        .flat_map(|l| l.2.timeline.iter().copied())
+        .fold(1.0, f64::max)
+        * 1.1;
+    let root = SVGBackend::new(path, (900, 420)).into_drawing_area();
+    root.fill(&WHITE)?;
+    let mut c = ChartBuilder::on(&root)
+        .caption(
+            format!(
+                "{}: requests served within their budget, per second",
+                sc.name
+            ),
+            ("sans-serif", 18),
+        )
+        .margin(10)
+        .x_label_area_size(30)
+        .y_label_area_size(50)
+        .build_cartesian_2d(0f64..length, 0f64..top)?;
+    c.configure_mesh().x_desc("seconds").draw()?;
+    for (i, (_, mode, s)) in lines.iter().enumerate() {
+        let color = Palette99::pick(i).to_rgba();
+        let points: Vec<(f64, f64)> = s
+            .timeline
+            .iter()
+            .enumerate()
+            .map(|(x, y)| (x as f64 + 0.5, *y))
+            .collect();
+        c.draw_series(LineSeries::new(points, color.stroke_width(2)))?
+            .label(mode.name())
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color));
+    }
+    c.configure_series_labels()
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .position(SeriesLabelPosition::LowerRight)
+        .draw()?;
+    root.present()?;
+    Ok(())
+}
