@@ -29,6 +29,9 @@ pub enum MemberOrder {
     Fifo,
 }
 
+/// The shortest `max_lifetime` accepted: below it a pool would do little but reconnect.
+pub const MIN_LIFETIME: Duration = Duration::from_millis(100);
+
 /// The largest count any key accepts (`init_count`, `max_count`, `queue_max`,
 /// `auto_grow_threshold`): a million members or waiters, far above any real pool and far
 /// below what would exhaust memory.
@@ -441,6 +444,20 @@ impl PoolConfig {
                 pool: pool(),
                 init_count: self.init_count,
                 max_count: self.max_count,
+            });
+        }
+        if let Some(lifetime) = self.max_lifetime
+            && lifetime < MIN_LIFETIME
+        {
+            problems.push(ConfigError::InvalidValue {
+                pool: pool(),
+                key: "max_lifetime".into(),
+                reason: format!(
+                    "{} is shorter than {}: members would spend their lives reconnecting (a \
+                     connection storm) instead of serving",
+                    humantime::format_duration(lifetime),
+                    humantime::format_duration(MIN_LIFETIME)
+                ),
             });
         }
         match (self.max_lifetime_overlap, self.max_lifetime) {

@@ -42,7 +42,7 @@ pub mod time;
 mod waiters;
 
 pub use crate::admission::{AdmissionMode, AdmissionStatus, LimitMove};
-pub use crate::config::{MAX_COUNT, MemberOrder, PoolConfig, PoolConfigBuilder};
+pub use crate::config::{MAX_COUNT, MIN_LIFETIME, MemberOrder, PoolConfig, PoolConfigBuilder};
 pub use crate::error::{ConfigError, PoolerError, StartError, TakeError};
 #[cfg(feature = "file")]
 pub use crate::file::Kinds;

@@ -177,3 +177,24 @@ fn an_overlap_needs_a_longer_lifetime() {
     c.max_lifetime = Some(Duration::from_secs(2));
     assert!(c.validate().is_ok());
 }
+
+/// A lifetime too short to serve (a typo of units, `"2ns"`) is refused, naming the key and
+/// the floor, instead of a pool that reconnects tens of thousands of times a second.
+#[test]
+fn a_lifetime_too_short_to_serve_is_refused() {
+    let e = PoolConfig::new("storm", 1, 4)
+        .to_builder()
+        .max_lifetime(Duration::from_nanos(2))
+        .build()
+        .unwrap_err();
+    assert!(
+        matches!(&e, pooler::ConfigError::InvalidValue { key, reason, .. }
+            if key == "max_lifetime" && reason.contains("100ms")),
+        "{e}"
+    );
+    PoolConfig::new("ok", 1, 4)
+        .to_builder()
+        .max_lifetime(pooler::MIN_LIFETIME)
+        .build()
+        .unwrap();
+}

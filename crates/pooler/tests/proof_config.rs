@@ -93,7 +93,10 @@ fn config() -> impl Strategy<Value = PoolConfig> {
             some_time.clone(),
         ),
         (
-            proptest::option::of((some_time.clone(), 0u64..100)),
+            proptest::option::of((
+                (100_000u64..10_000_000).prop_map(Duration::from_micros),
+                0u64..100,
+            )),
             any::<bool>(),
         ),
         (
