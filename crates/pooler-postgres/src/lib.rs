@@ -417,6 +417,63 @@ impl PgConnection {
             .await
     }
 
+    /// Runs `query` — a request on this connection — until `deadline`; past it the server is
+    /// asked to cancel the request ([`cancel_query`](Self::cancel_query)), which then ends
+    /// with SQLSTATE 57014 (`query_canceled`). So one deadline covers a whole request: take
+    /// the connection with the budget, hand the database what is left of it.
+    ///
+    /// ```no_run
+    /// # async fn f(pool: pooler_postgres::Pool) -> Result<(), Box<dyn std::error::Error>> {
+    /// use std::time::Duration;
+    /// let budget = Duration::from_secs(1);
+    /// let deadline = tokio::time::Instant::now() + budget;
+    /// let conn = pool.take_member(budget).await?;
+    /// let rows = conn.until(deadline, conn.query("SELECT 1", &[])).await?;
+    /// # drop(rows); Ok(()) }
+    /// ```
+    ///
+    /// A query that ends just as the cancel request reaches the server may leave the request
+    /// to cancel whatever this connection runs next, as with any PostgreSQL cancel; the next
+    /// statement then fails with `query_canceled`.
+    ///
+    /// # Errors
+    ///
+    /// The query's own: `query_canceled` when it was cancelled at the deadline. A cancel
+    /// request that cannot be sent (the server unreachable) leaves the query running to its
+    /// end.
+    ///
+    /// # Cancel safety
+    ///
+    /// As the query's own: dropped, its request is abandoned as any dropped query is, and the
+    /// connection is made clean when it is given back.
+    pub async fn until<F, T>(
+        &self,
+        deadline: tokio::time::Instant,
+        query: F,
+    ) -> Result<T, tokio_postgres::Error>
+    where
+        F: Future<Output = Result<T, tokio_postgres::Error>>,
+    {
+        let mut query = std::pin::pin!(query);
+        if let Ok(done) = tokio::time::timeout_at(deadline, query.as_mut()).await {
+            return done;
+        }
+        let mut cancel = std::pin::pin!(self.cancel_query());
+        let mut sent = false;
+        std::future::poll_fn(|cx| {
+            // The query first: once it has ended, the cancel request is not sent (or, if it
+            // is on its way, not waited for).
+            if let std::task::Poll::Ready(done) = query.as_mut().poll(cx) {
+                return std::task::Poll::Ready(done);
+            }
+            if !sent && cancel.as_mut().poll(cx).is_ready() {
+                sent = true;
+            }
+            std::task::Poll::Pending
+        })
+        .await
+    }
+
     /// The statement cache's size, capacity, hits and misses.
     #[must_use]
     pub fn statement_cache(&self) -> CacheStats {

@@ -581,3 +581,40 @@ async fn the_session_kind_and_every_host_are_honoured() {
     drop(conn);
     pool.close(Shutdown::Graceful).await;
 }
+
+/// One deadline for a whole request: `until` hands what is left of it to the server, which
+/// cancels the statement when it passes; the connection then serves the next user at once,
+/// and a statement that ends in time is untouched.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deadline_handed_to_the_server_cancels_the_statement() {
+    let Some(url) = url().await else { return };
+    let pool = Pool::start(PoolConfig::new("pg-until", 1, 1), PgManager::new(&url).unwrap())
+        .await
+        .unwrap();
+    let conn = pool.take_member(Duration::from_secs(5)).await.unwrap();
+    let begun = tokio::time::Instant::now();
+    let deadline = begun + Duration::from_millis(200);
+    let e = conn
+        .until(deadline, conn.batch_execute("SELECT pg_sleep(30)"))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        e.code(),
+        Some(&tokio_postgres::error::SqlState::QUERY_CANCELED),
+        "{e}"
+    );
+    assert!(begun.elapsed() < Duration::from_secs(5), "{:?}", begun.elapsed());
+    let rows = conn
+        .until(
+            tokio::time::Instant::now() + Duration::from_secs(5),
+            conn.query("SELECT 1", &[]),
+        )
+        .await
+        .unwrap();
+    assert_eq!(rows.len(), 1);
+    drop(conn);
+    let conn = pool.take_member(Duration::from_secs(5)).await.unwrap();
+    assert_eq!(conn.simple_query("SELECT 1").await.unwrap().len(), 3);
+    drop(conn);
+    pool.close(Shutdown::Graceful).await;
+}
