@@ -156,13 +156,15 @@ impl View {
             Paragraph::new(Line::from(vec![
                 Span::from(name.to_owned()).bold(),
                 Span::from(format!(
-                    "{group}  in use {} · free {} · starting {} · stopping {} · queued {}/{}",
+                    "{group}  in use {} · free {} · starting {} · stopping {} · queued {}/{}{}",
                     u.in_use_count,
                     u.free_count,
                     u.starting_count,
                     u.stopping_count,
                     u.queued_count,
-                    u.queue_max
+                    u.queue_max,
+                    u.admission_limit
+                        .map_or_else(String::new, |l| format!(" · admits {l}")),
                 )),
             ])),
             title,
@@ -265,8 +267,11 @@ pub(crate) fn pool_line(name: &str, u: &Utilization) -> String {
         + &bar(u.free_count, '=')
         + &bar(u.starting_count, '+')
         + &bar(u.stopping_count, '-');
+    let limit = u
+        .admission_limit
+        .map_or_else(String::new, |l| format!(" limit={l}"));
     format!(
-        "{name:<10} [{pool:<max$}] in_use={:<2} free={:<2} starting={:<2} stopping={:<2} queued={:<3}",
+        "{name:<10} [{pool:<max$}] in_use={:<2} free={:<2} starting={:<2} stopping={:<2} queued={:<3}{limit}",
         u.in_use_count,
         u.free_count,
         u.starting_count,

@@ -588,9 +588,12 @@ async fn the_session_kind_and_every_host_are_honoured() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_deadline_handed_to_the_server_cancels_the_statement() {
     let Some(url) = url().await else { return };
-    let pool = Pool::start(PoolConfig::new("pg-until", 1, 1), PgManager::new(&url).unwrap())
-        .await
-        .unwrap();
+    let pool = Pool::start(
+        PoolConfig::new("pg-until", 1, 1),
+        PgManager::new(&url).unwrap(),
+    )
+    .await
+    .unwrap();
     let conn = pool.take_member(Duration::from_secs(5)).await.unwrap();
     let begun = tokio::time::Instant::now();
     let deadline = begun + Duration::from_millis(200);
@@ -603,7 +606,11 @@ async fn a_deadline_handed_to_the_server_cancels_the_statement() {
         Some(&tokio_postgres::error::SqlState::QUERY_CANCELED),
         "{e}"
     );
-    assert!(begun.elapsed() < Duration::from_secs(5), "{:?}", begun.elapsed());
+    assert!(
+        begun.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        begun.elapsed()
+    );
     let rows = conn
         .until(
             tokio::time::Instant::now() + Duration::from_secs(5),

@@ -398,6 +398,7 @@ impl<M: Manager> Pool<M> {
             stopping_count: g.stopping,
             queued_count: g.queued,
             queue_max: limits.queue_max,
+            admission_limit: self.shared().admission.status().map(|a| a.limit),
         }
     }
 

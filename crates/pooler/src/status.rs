@@ -23,6 +23,8 @@ pub struct Utilization {
     pub queued_count: usize,
     /// The queue's limit.
     pub queue_max: usize,
+    /// The admission limit, when `admission` is on: takes that may hold a member at once.
+    pub admission_limit: Option<usize>,
 }
 
 /// How a pool is doing, at a glance ([`Pool::health`](crate::Pool::health)): for a
