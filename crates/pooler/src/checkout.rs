@@ -54,6 +54,8 @@ pub(crate) enum Attempt<M: Manager> {
     Check(Member<M>),
     /// A place in the queue; whether this attempt started members (it grew the pool).
     Queued(WaitKey, bool),
+    /// The pool has an admission gate the take must pass first (nothing was taken).
+    Gate,
     Failed(TakeError),
     /// The member found was unusable and is being replaced: attempt again.
     Again,
@@ -82,8 +84,12 @@ impl<M: Manager> Shared<M> {
         self: &Arc<Self>,
         wait: Wait,
         deadline: Deadline,
+        gated: bool,
     ) -> Result<Member<M>, Attempt<M>> {
         let flags = self.features.flags();
+        if gated && flags & Features::ADMIT != 0 {
+            return Err(Attempt::Gate);
+        }
         let zero_wait = wait == Wait::Queue && flags & Features::ZERO_WAITS != 0;
         match self.hot.take(wait, true, zero_wait) {
             Found::Member(held, timed) => match self.fast_member(held, false, timed) {
@@ -394,13 +400,11 @@ impl<M: Manager> Shared<M> {
 impl<M: Manager> Home<M::Member> for Shared<M> {
     #[inline]
     fn give_back(&self, held: Held<M::Member>, fate: Fate, origin: Origin, timed: u32) {
-        if self.features.flags() & Features::ADMIT != 0 && origin == Origin::Taken {
-            return self.give_back_admitted(held, fate, timed);
-        }
         // The fast path: a member in good order, its hold not timed, no feature that needs a
-        // look at it.
+        // look at it (admission is one).
+        let flags = self.features.flags();
         if fate == Fate::Ok
-            && self.features.flags() & Features::SLOW_RETURN | u64::from(timed) == 0
+            && flags & Features::SLOW_RETURN | u64::from(timed) == 0
             && !held.meta.is_dead()
         {
             // The manager's hooks run before any lock; a panic in one means broken.
@@ -419,6 +423,9 @@ impl<M: Manager> Home<M::Member> for Shared<M> {
                 return;
             }
             return self.give_back_slow(held, fate, origin, returned, timed);
+        }
+        if flags & Features::ADMIT != 0 && origin == Origin::Taken {
+            return self.give_back_admitted(held, fate, timed);
         }
         let returned = match fate {
             Fate::Ok => manager::returned(

@@ -40,8 +40,6 @@ pub(crate) struct Take<'a, M: Manager> {
     caller: Caller,
     timeout: Option<Duration>,
     waits: Option<Waits<'a, M>>,
-    /// The take still has to pass the admission gate, if the pool has one.
-    gated: bool,
 }
 
 impl<'a, M: Manager> Take<'a, M> {
@@ -59,7 +57,6 @@ impl<'a, M: Manager> Take<'a, M> {
             caller,
             timeout,
             waits: None,
-            gated: true,
         }
     }
 }
@@ -74,17 +71,23 @@ impl<M: Manager> Future for Take<'_, M> {
             if this.timeout.is_some_and(|t| t.is_zero()) {
                 return Poll::Ready(at_once(this.shared, this.caller));
             }
-            if this.gated && this.shared.features.flags() & Features::ADMIT != 0 {
-                this.waits = Some(Box::pin(admitted(this.shared, this.caller, this.timeout)));
-            } else if traced() {
+            if traced() {
                 if let Some(decided) = this.first_traced() {
                     return Poll::Ready(decided);
                 }
             } else {
                 let deadline = this.timeout.map_or(Deadline::Never, Deadline::In);
-                let attempt = match this.shared.first(Wait::Queue, deadline) {
+                let attempt = match this.shared.first(Wait::Queue, deadline, true) {
                     Ok(member) => return Poll::Ready(Ok(member)),
                     Err(Attempt::Failed(e)) => return Poll::Ready(Err(e)),
+                    Err(Attempt::Gate) => {
+                        let gate = admitted(this.shared, this.caller, this.timeout);
+                        this.waits = Some(Box::pin(gate));
+                        return this
+                            .waits
+                            .as_mut()
+                            .map_or(Poll::Pending, |w| w.as_mut().poll(cx));
+                    }
                     Err(attempt) => attempt,
                 };
                 let waits = within(this.shared, this.caller, this.timeout, attempt);
@@ -125,7 +128,7 @@ impl<M: Manager> Take<'_, M> {
         let span = span(self.shared);
         let entered = span.enter();
         let deadline = self.timeout.map_or(Deadline::Never, Deadline::In);
-        let attempt = match self.shared.first(Wait::Queue, deadline) {
+        let attempt = match self.shared.first(Wait::Queue, deadline, true) {
             Ok(member) => {
                 span.record("outcome", "at_once");
                 return Some(Ok(member));
@@ -133,6 +136,12 @@ impl<M: Manager> Take<'_, M> {
             Err(Attempt::Failed(e)) => {
                 span.record("outcome", e.reason());
                 return Some(Err(e));
+            }
+            Err(Attempt::Gate) => {
+                drop(entered);
+                let gate = admitted(self.shared, self.caller, self.timeout);
+                self.waits = Some(Box::pin(gate.instrument(span)));
+                return None;
             }
             Err(attempt) => attempt,
         };
@@ -211,9 +220,13 @@ async fn admitted<M: Manager>(
     let taken = match left {
         Some(left) if left.is_zero() => at_once_ungated(shared, caller)?,
         _ => {
-            let mut take = Take::new(shared, caller, left);
-            take.gated = false;
-            take.await?
+            // The rest of a take, past the gate.
+            let deadline = left.map_or(Deadline::Never, Deadline::In);
+            match shared.first(Wait::Queue, deadline, false) {
+                Ok(member) => member,
+                Err(Attempt::Failed(e)) => return Err(e),
+                Err(attempt) => within(shared, caller, left, attempt).await?,
+            }
         }
     };
     ticket.used();
@@ -305,6 +318,7 @@ fn at_once_slow<M: Manager>(
             Attempt::Failed(e) => return Err(e),
             Attempt::Again => shared.again(Wait::No, Deadline::In(Duration::ZERO)),
             Attempt::Queued(..) => unreachable!("a take that never waits never queues"),
+            Attempt::Gate => unreachable!("only a take's first attempt meets the gate"),
         };
     }
 }
@@ -363,6 +377,7 @@ async fn within_loop<M: Manager>(
                 return Ok((member, waited(started)));
             }
             Attempt::Failed(e) => return Err((e, waited(started))),
+            Attempt::Gate => unreachable!("only a take's first attempt meets the gate"),
             Attempt::Again => shared.again(Wait::Queue, deadline(started)),
             Attempt::Check(member) => {
                 let s = *started.get_or_insert_with(|| Member::taken_at(&member));
