@@ -23,6 +23,8 @@
 //!    early-start set, with `max_lifetime_overlap`, those expiries moved earlier by it.
 //! 6. No start is decided while `max_concurrent_starts` are in progress (a reconfigure that
 //!    lowers it lets the starts under way finish).
+//! 7. With `max_start_rate`, no two starts begin less than `1 s / rate` apart: each start
+//!    decided sleeps until its turn (it counts as in progress meanwhile).
 
 use std::time::Duration;
 
@@ -73,6 +75,8 @@ pub(crate) struct Cold<P> {
     /// Replacements started ahead of lifetimes still to end: each pays for one retirement at
     /// `max_lifetime`, which then owes none.
     prepaid: usize,
+    /// With `max_start_rate`: the earliest a next start may begin (invariant #7).
+    paced_until: Option<Instant>,
     next_id: u64,
 }
 
@@ -92,6 +96,7 @@ impl<P> Cold<P> {
             expiries: Expiries::default(),
             early: Expiries::default(),
             prepaid: 0,
+            paced_until: None,
             next_id: 1,
         }
     }
@@ -239,7 +244,21 @@ impl<P> Cold<P> {
             slots.push((key, id));
         }
         debug_assert!(self.holds(), "invariant #1: reserved past max_count");
-        Starts { slots, delay }
+        // Invariant #7: with `max_start_rate`, starts begin `spacing` apart, counted from the
+        // last one decided.
+        let (delay, spacing) = match self.limits.start_spacing {
+            Some(spacing) if n > 0 => {
+                let first = self.paced_until.map_or(now + delay, |p| p.max(now + delay));
+                self.paced_until = Some(first + spacing.saturating_mul(n as u32));
+                (first - now, spacing)
+            }
+            _ => (delay, Duration::ZERO),
+        };
+        Starts {
+            slots,
+            delay,
+            spacing,
+        }
     }
 
     // ---- starts -----------------------------------------------------------------------

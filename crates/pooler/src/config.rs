@@ -146,6 +146,15 @@ pub struct PoolConfig {
         serde(default, skip_serializing_if = "Option::is_none")
     )]
     pub max_concurrent_starts: Option<usize>,
+    /// The most member starts begun a second: starts beyond it wait their turn, spaced
+    /// evenly (each counts as in progress meanwhile). With `max_concurrent_starts` it bounds
+    /// the connects a pool makes whatever happens — a fill, a burst, lifetimes ending
+    /// together. Default: none.
+    #[cfg_attr(
+        feature = "serde",
+        serde(default, skip_serializing_if = "Option::is_none")
+    )]
+    pub max_start_rate: Option<usize>,
     /// Members are retired (and replaced) at this age: by timer while free, at take if the
     /// timer is late, at return if they expired in use. Default: none (no lifetime tracking at
     /// all).
@@ -352,6 +361,7 @@ impl PoolConfig {
             queue_interval: defaults::queue_interval(),
             admission: AdmissionMode::Off,
             auto_grow_threshold: None,
+            max_start_rate: None,
             max_concurrent_starts: None,
             max_lifetime: None,
             max_lifetime_overlap: None,
@@ -431,6 +441,13 @@ impl PoolConfig {
         }
         if self.max_count == 0 {
             problems.push(ConfigError::ZeroMaxCount { pool: pool() });
+        }
+        if self.max_start_rate == Some(0) {
+            problems.push(ConfigError::InvalidValue {
+                pool: pool(),
+                key: "max_start_rate".into(),
+                reason: "must be at least 1 (leave it out for no limit)".into(),
+            });
         }
         if self.max_concurrent_starts == Some(0) {
             problems.push(ConfigError::InvalidValue {

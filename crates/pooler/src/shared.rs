@@ -199,13 +199,13 @@ impl<M: Manager> Shared<M> {
                 "starts are failing; the next start waits out a backoff step"
             );
         }
-        for (key, id) in starts.slots {
+        for (i, (key, id)) in starts.slots.into_iter().enumerate() {
             // The slot's guard exists before the task does, so a task dropped unpolled still
             // gives the slot back.
             let token = self.supervisor.kill.child_token();
             let slot = StartSlot::new(self.arc(), key, id, token);
             let done = done.cloned();
-            let delay = starts.delay;
+            let delay = starts.delay + starts.spacing.saturating_mul(i as u32);
             let spawned = self.supervisor.spawn(async move {
                 run_start::<M, _>(slot, delay).await;
                 drop(done);

@@ -348,3 +348,39 @@ async fn starts_in_progress_never_exceed_max_concurrent_starts() {
 fn starting(fake: &Fake) -> usize {
     fake.probe.attempts() - fake.probe.started.load(SeqCst)
 }
+
+/// `max_start_rate` spaces starts evenly: five a second fill a burst of ten takes over two
+/// seconds, one start every 200 ms, and every taker is served.
+#[tokio::test(start_paused = true)]
+async fn starts_begin_no_faster_than_max_start_rate() {
+    let fake = Fake::default();
+    let config = PoolConfig::new("paced", 0, 10)
+        .to_builder()
+        .max_start_rate(Some(5))
+        .queue_max(100)
+        .build()
+        .unwrap();
+    let pool = Pool::start(config, fake.clone()).await.unwrap();
+    let takers: Vec<_> = (0..10)
+        .map(|_| spawn_take(&pool, Duration::from_secs(5)))
+        .collect();
+    // The takers ask now; then the starts are looked at halfway between two turns.
+    settle().await;
+    let mut seen = Vec::new();
+    tokio::time::advance(Duration::from_millis(100)).await;
+    for _ in 0..10 {
+        settle().await;
+        seen.push(fake.probe.attempts());
+        tokio::time::advance(Duration::from_millis(200)).await;
+    }
+    assert_eq!(seen, (1..=10).collect::<Vec<_>>(), "one start each 200 ms");
+    for taker in takers {
+        drop(taker.await.unwrap().expect("every taker is served"));
+    }
+    let e = PoolConfig::new("paced", 0, 10)
+        .to_builder()
+        .max_start_rate(Some(0))
+        .build()
+        .unwrap_err();
+    assert!(e.to_string().contains("max_start_rate"), "{e}");
+}

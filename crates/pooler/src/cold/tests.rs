@@ -11,6 +11,7 @@ fn limits(init: usize, max: usize) -> Limits {
         order: MemberOrder::Lifo,
         auto_grow_threshold: None,
         max_starts: usize::MAX,
+        start_spacing: None,
         overlap: None,
         backoff_jitter: false,
     }
@@ -287,6 +288,7 @@ fn lowering_max_count_keeps_the_excess_stopping_and_starts_nothing() {
 fn no_more_starts_than_max_concurrent_starts_are_ever_in_progress() {
     let mut c: C = Cold::new(Limits {
         max_starts: 2,
+        start_spacing: None,
         ..limits(6, 6)
     });
     let now = Instant::now();

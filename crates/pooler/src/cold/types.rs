@@ -22,6 +22,8 @@ pub(crate) struct Limits {
     pub(crate) auto_grow_threshold: Option<usize>,
     /// The most starts in progress at once (`usize::MAX`: no limit).
     pub(crate) max_starts: usize,
+    /// The least time between two starts (`max_start_rate`), if any.
+    pub(crate) start_spacing: Option<Duration>,
     /// How long before a member's lifetime ends its replacement starts (make before break).
     pub(crate) overlap: Option<Duration>,
     /// Backoff steps get full jitter.
@@ -38,6 +40,10 @@ impl Limits {
             order: config.member_order,
             auto_grow_threshold: config.auto_grow_threshold,
             max_starts: config.max_concurrent_starts.unwrap_or(usize::MAX),
+            start_spacing: config
+                .max_start_rate
+                .filter(|&r| r > 0)
+                .map(|r| Duration::from_secs(1) / u32::try_from(r).unwrap_or(u32::MAX)),
             overlap: config.max_lifetime_overlap,
             backoff_jitter: config.backoff_jitter,
         }
@@ -52,12 +58,14 @@ pub(crate) enum Status {
     Stopping,
 }
 
-/// Starts decided: the caller spawns one start task per slot, each first sleeping `delay`
-/// (non-zero only while backing off).
+/// Starts decided: the caller spawns one start task per slot, the first sleeping `delay`
+/// (non-zero while backing off, or paced by `max_start_rate`), each next one `spacing`
+/// longer.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub(crate) struct Starts {
     pub(crate) slots: Vec<(Key, u64)>,
     pub(crate) delay: Duration,
+    pub(crate) spacing: Duration,
 }
 
 impl Starts {

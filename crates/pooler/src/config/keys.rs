@@ -127,6 +127,7 @@ keys! {
     admission: AdmissionMode => Kind::Admission, exact;
     auto_grow_threshold: Option<usize> => Kind::Count, exact;
     max_concurrent_starts: Option<usize> => Kind::Count, exact;
+    max_start_rate: Option<usize> => Kind::Count, exact;
     max_lifetime: Option<Duration> => Kind::Time { zero_ok: false }, set;
     max_lifetime_overlap: Option<Duration> => Kind::Time { zero_ok: false }, set;
     max_lifetime_jitter: Duration => Kind::Time { zero_ok: true }, exact;
