@@ -201,11 +201,22 @@ async fn sixty_four_tasks_never_share_a_member_and_nothing_is_lost() {
                 probe.recycle_on.store(rng.random_bool(0.3), SeqCst);
                 if rng.random_bool(0.05) {
                     let max_count = rng.random_range(4..=12);
+                    // The admission gate comes and goes, with and without shedding and a
+                    // start rate: no admission may leak however takes end meanwhile.
+                    let admission = [
+                        pooler::AdmissionMode::Off,
+                        pooler::AdmissionMode::Vegas,
+                        pooler::AdmissionMode::Gradient,
+                    ][rng.random_range(0..3)];
                     let config = base()
                         .to_builder()
                         .init_count(rng.random_range(1..=4))
                         .max_count(max_count)
                         .queue_max(rng.random_range(48..=64))
+                        .admission(admission)
+                        .queue_target(rng.random_bool(0.3).then(|| ms(5)))
+                        .queue_interval(ms(50))
+                        .max_start_rate(rng.random_bool(0.3).then_some(500))
                         .build()
                         .unwrap();
                     // Refused when too few members are free to lower max_count: fine.
@@ -228,6 +239,9 @@ async fn sixty_four_tasks_never_share_a_member_and_nothing_is_lost() {
     probe.recycle_on.store(false, SeqCst);
     let u = pool.utilization();
     assert_eq!((u.in_use_count, u.queued_count), (0, 0), "{u:?}");
+    if let Some(a) = pool.admission() {
+        assert_eq!(a.admitted, 0, "an admission leaked: {a:?}");
+    }
     let calm = pool
         .config()
         .to_builder()
