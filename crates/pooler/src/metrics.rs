@@ -306,7 +306,7 @@ impl PoolMetrics {
         false
     }
     pub(crate) fn publish(&self, _: Gauges) {}
-    pub(crate) fn admission(&self, _: Option<crate::AdmissionStatus>) {}
+    pub(crate) fn admission(&self, _: Option<crate::admission::AdmissionStatus>) {}
     pub(crate) fn flush(&self, _: u64, _: u64) {}
     pub(crate) fn waited(&self, _: tokio::time::Instant) {}
     pub(crate) fn used(&self, _: tokio::time::Instant, _: tokio::time::Instant, _: u32) {}

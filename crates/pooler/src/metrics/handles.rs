@@ -194,7 +194,7 @@ impl PoolMetrics {
     }
 
     /// Sets the admission gauges: the limit, the last batch's latency and its baseline.
-    pub(crate) fn admission(&self, status: Option<crate::AdmissionStatus>) {
+    pub(crate) fn admission(&self, status: Option<crate::admission::AdmissionStatus>) {
         if !self.gauges_live {
             return;
         }
