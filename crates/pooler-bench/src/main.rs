@@ -17,7 +17,7 @@
 //! plain|supervised` and `postgres-fixed pooler|pooler-nothing|deadpool` do a fixed amount of
 //! work for counting instructions under callgrind.
 //! `overload [--only SCENARIO] [--write] [--check]` runs the overload simulation
-//! (`overload.rs`, docs/overload.md): prints the scores, `--write` rewrites the report, its
+//! (the `pooler-sim` crate, docs/overload.md): prints the scores, `--write` rewrites the report, its
 //! chart and its baseline, `--check` fails when a score falls below the baseline.
 //! `instructions` alone counts instructions per take+return with callgrind (see
 //! `instructions.rs`).
@@ -32,7 +32,6 @@ mod backends;
 mod baseline;
 mod driver;
 mod instructions;
-mod overload;
 mod overload_report;
 mod peers;
 mod report;
@@ -448,9 +447,8 @@ fn main() {
         return;
     }
     if mode == "overload" {
-        let dir = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/scenarios"));
         let started = Instant::now();
-        let runs = overload::run_dir(&dir, value_of("--only").as_deref());
+        let runs = pooler_sim::run_all(value_of("--only").as_deref());
         print!("{}", overload_report::table(&runs));
         println!("(simulated in {:.1} s)", started.elapsed().as_secs_f64());
         if args.iter().any(|a| a == "--write") {

@@ -7,7 +7,7 @@ use std::path::Path;
 
 use plotters::prelude::*;
 
-use crate::overload::{Mode, Scenario, Score};
+use pooler_sim::{Mode, Scenario, Score};
 
 type Runs = [(Scenario, Mode, Score)];
 

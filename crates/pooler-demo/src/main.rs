@@ -70,6 +70,44 @@ struct Args {
     /// Print the built-in pools file and exit.
     #[arg(long)]
     print_default_file: bool,
+    /// Run one of the overload scenarios live instead (a simulated database before real
+    /// pools, in real time: "latency-step", "burst", "failover", …; see docs/overload.md),
+    /// printing a line a second.
+    #[arg(long)]
+    scenario: Option<String>,
+    /// The pool configuration for --scenario: fixed, fixed-4x, shed, vegas or gradient.
+    #[arg(long, default_value = "vegas")]
+    mode: String,
+}
+
+/// Runs an overload scenario live, then prints its scores; a bad name exits with status 2.
+async fn run_scenario(name: &str, mode: &str) {
+    let scenario = pooler_sim::scenario(name).unwrap_or_else(|e| {
+        eprintln!("pooler-demo: {e}");
+        std::process::exit(2);
+    });
+    let Some(mode) = pooler_sim::Mode::from_name(mode) else {
+        eprintln!("pooler-demo: no mode `{mode}` (fixed, fixed-4x, shed, vegas, gradient)");
+        std::process::exit(2);
+    };
+    say(&format!(
+        "{}: {} ({})\n",
+        scenario.name,
+        scenario.about,
+        mode.name()
+    ));
+    let score = tokio::task::spawn_blocking(move || pooler_sim::run_live(&scenario, mode))
+        .await
+        .expect("the scenario runs");
+    say(&format!(
+        "goodput {:.0}/s ({:.0} % of what the database could serve), admitted p50 {:.0} ms, p99 {:.0} ms, {} timed out, {} shed\n",
+        score.goodput,
+        score.goodput_share() * 100.0,
+        score.p50 * 1e3,
+        score.p99 * 1e3,
+        score.timed_out,
+        score.shed
+    ));
 }
 
 /// What consumers saw, per pool (or group).
@@ -297,6 +335,9 @@ async fn main() {
     if args.print_default_file {
         say(DEFAULT_POOLS);
         return;
+    }
+    if let Some(name) = &args.scenario {
+        return run_scenario(name, &args.mode).await;
     }
     let live = !args.plain && std::io::stdout().is_terminal();
     // pooler's events feed the event pane (and the plain output); with --plain, the

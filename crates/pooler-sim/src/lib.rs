@@ -12,8 +12,12 @@
 //! when its query finished within its budget. Scenarios are the TOML files in `scenarios/`:
 //! the database, the load, the pool keys every mode gets, and changes at given times. Each
 //! scenario runs once per mode (the pool configurations compared: see [`Mode`]).
+//!
+//! `pooler-bench overload` scores every scenario (docs/overload.md); `pooler-demo --scenario`
+//! runs one live, in real time.
+#![allow(clippy::disallowed_methods)] // the simulation spawns its own load, not a pool's tasks
 
-use std::path::Path;
+use std::io::Write as _;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -21,7 +25,7 @@ use pooler::{Manager, MemberContext, Pool, PoolConfig, TakeError};
 
 mod score;
 
-pub(crate) use score::Score;
+pub use score::Score;
 use score::score;
 use serde::Deserialize;
 use tokio::time::Instant;
@@ -29,11 +33,12 @@ use tokio::time::Instant;
 /// One scenario file.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub(crate) struct Scenario {
+pub struct Scenario {
+    /// The file's name without `.toml`.
     #[serde(skip)]
-    pub(crate) name: String,
+    pub name: String,
     /// One line saying what it stages.
-    pub(crate) about: String,
+    pub about: String,
     /// How long it runs.
     #[serde(with = "pooler::time")]
     length: Duration,
@@ -113,7 +118,7 @@ struct Change {
 
 /// The pool configurations compared.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Mode {
+pub enum Mode {
     /// `max_count` = the database's capacity; takes wait up to the budget; a query runs to
     /// its end even past its request's deadline.
     Fixed,
@@ -129,7 +134,9 @@ pub(crate) enum Mode {
 }
 
 impl Mode {
-    pub(crate) fn from_name(name: &str) -> Option<Mode> {
+    /// The mode a scenario file names.
+    #[must_use]
+    pub fn from_name(name: &str) -> Option<Mode> {
         [
             Mode::Fixed,
             Mode::Fixed4x,
@@ -141,7 +148,9 @@ impl Mode {
         .find(|m| m.name() == name)
     }
 
-    pub(crate) fn name(self) -> &'static str {
+    /// Its name in scenario files and reports.
+    #[must_use]
+    pub fn name(self) -> &'static str {
         match self {
             Mode::Fixed => "fixed",
             Mode::Fixed4x => "fixed-4x",
@@ -312,25 +321,60 @@ struct Request {
     waited: bool,
 }
 
-/// Runs every scenario in `dir` for each of its modes: (scenario, mode, score).
-pub(crate) fn run_dir(dir: &Path, only: Option<&str>) -> Vec<(Scenario, Mode, Score)> {
-    let mut files: Vec<_> = std::fs::read_dir(dir)
-        .expect("the scenarios directory")
-        .filter_map(Result::ok)
-        .map(|e| e.path())
-        .filter(|p| p.extension().is_some_and(|e| e == "toml"))
-        .filter(|p| only.is_none_or(|o| p.file_stem().is_some_and(|s| s == o)))
-        .collect();
-    files.sort();
+/// The scenarios that come with the simulation (this crate's `scenarios/`), by name.
+pub const SCENARIOS: &[(&str, &str)] = &[
+    ("burst", include_str!("../scenarios/burst.toml")),
+    (
+        "capacity-halved",
+        include_str!("../scenarios/capacity-halved.toml"),
+    ),
+    ("failover", include_str!("../scenarios/failover.toml")),
+    ("fleet", include_str!("../scenarios/fleet.toml")),
+    (
+        "fleet-jitter",
+        include_str!("../scenarios/fleet-jitter.toml"),
+    ),
+    (
+        "latency-step",
+        include_str!("../scenarios/latency-step.toml"),
+    ),
+    ("lifetimes", include_str!("../scenarios/lifetimes.toml")),
+    (
+        "lifetimes-overlap",
+        include_str!("../scenarios/lifetimes-overlap.toml"),
+    ),
+    ("steady", include_str!("../scenarios/steady.toml")),
+];
+
+/// The scenario named `name`, read from [`SCENARIOS`].
+///
+/// # Errors
+///
+/// When there is no such scenario, or its file does not read.
+pub fn scenario(name: &str) -> Result<Scenario, String> {
+    let (_, text) = SCENARIOS.iter().find(|(n, _)| *n == name).ok_or_else(|| {
+        let known: Vec<_> = SCENARIOS.iter().map(|(n, _)| *n).collect();
+        format!("no scenario `{name}` (there are: {})", known.join(", "))
+    })?;
+    let mut scenario: Scenario = toml::from_str(text).map_err(|e| format!("{name}: {e}"))?;
+    scenario.name = name.to_owned();
+    Ok(scenario)
+}
+
+/// Runs every scenario (or the one named `only`) in each of its modes, on a paused clock:
+/// (scenario, mode, score).
+///
+/// # Panics
+///
+/// When a scenario file does not read or names a mode that does not exist.
+#[must_use]
+pub fn run_all(only: Option<&str>) -> Vec<(Scenario, Mode, Score)> {
     let mut out = Vec::new();
-    for file in files {
-        let text = std::fs::read_to_string(&file).expect("a scenario file");
-        let mut scenario: Scenario =
-            toml::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
-        scenario.name = file
-            .file_stem()
-            .map(|s| s.to_string_lossy().into_owned())
-            .unwrap_or_default();
+    for (name, _) in SCENARIOS
+        .iter()
+        .filter(|(n, _)| only.is_none_or(|o| o == *n))
+    {
+        let scenario = scenario(name).unwrap_or_else(|e| panic!("{e}"));
         for mode in &scenario.modes {
             let mode = Mode::from_name(mode)
                 .unwrap_or_else(|| panic!("{}: no mode `{mode}`", scenario.name));
@@ -341,8 +385,9 @@ pub(crate) fn run_dir(dir: &Path, only: Option<&str>) -> Vec<(Scenario, Mode, Sc
     out
 }
 
-/// One scenario in one mode, on a paused clock.
-pub(crate) fn run(scenario: &Scenario, mode: Mode) -> Score {
+/// One scenario in one mode, on a paused clock: minutes of simulated time in seconds.
+#[must_use]
+pub fn run(scenario: &Scenario, mode: Mode) -> Score {
     // pooler's jitter (start backoff, lifetimes) draws from this thread's generator: seeded,
     // a run is the same every time.
     fastrand::seed(1);
@@ -351,10 +396,22 @@ pub(crate) fn run(scenario: &Scenario, mode: Mode) -> Score {
         .start_paused(true)
         .build()
         .expect("a runtime");
-    runtime.block_on(simulate(scenario, mode))
+    runtime.block_on(simulate(scenario, mode, false))
 }
 
-async fn simulate(sc: &Scenario, mode: Mode) -> Score {
+/// One scenario in one mode in real time, printing a line a second of what happened in it:
+/// requests arrived, served within budget, shed, timed out, late; the members in use and
+/// the admission limit.
+#[must_use]
+pub fn run_live(scenario: &Scenario, mode: Mode) -> Score {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .expect("a runtime");
+    runtime.block_on(simulate(scenario, mode, true))
+}
+
+async fn simulate(sc: &Scenario, mode: Mode, live: bool) -> Score {
     let begun = Instant::now();
     let db = Arc::new(Db {
         state: Mutex::new(DbState {
@@ -406,6 +463,16 @@ async fn simulate(sc: &Scenario, mode: Mode) -> Score {
             }
         })
     };
+    let arrived = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let reporter = live.then(|| {
+        let (pool, requests, arrived, db) = (
+            pools[0].clone(),
+            requests.clone(),
+            arrived.clone(),
+            db.clone(),
+        );
+        tokio::spawn(report_live(pool, requests, arrived, db, begun))
+    });
     let mut rng = fastrand::Rng::with_seed(42);
     let mut rate = sc.load.rate;
     let mut next_change = 0;
@@ -424,6 +491,7 @@ async fn simulate(sc: &Scenario, mode: Mode) -> Score {
             next_change += 1;
         }
         tokio::time::sleep_until(begun + at).await;
+        arrived.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let pool = pools[n % pools.len()].clone();
         n += 1;
         let (db, requests, budget) = (db.clone(), requests.clone(), sc.budget);
@@ -439,12 +507,57 @@ async fn simulate(sc: &Scenario, mode: Mode) -> Score {
         let _ = t.await;
     }
     changes.abort();
+    if let Some(reporter) = reporter {
+        reporter.abort();
+    }
     for pool in pools {
         pool.close(pooler::Shutdown::Immediate).await;
     }
     let requests = std::mem::take(&mut *requests.lock().expect("requests"));
     let s = db.lock();
     score(sc, &requests, &s)
+}
+
+/// Prints, each second, what the last second's requests came to.
+async fn report_live(
+    pool: Pool<SimManager>,
+    requests: Arc<Mutex<Vec<Request>>>,
+    arrived: Arc<std::sync::atomic::AtomicUsize>,
+    db: Arc<Db>,
+    begun: Instant,
+) {
+    let (mut seen, mut arrivals) = (0, 0);
+    let mut tick = tokio::time::interval_at(begun + Duration::from_secs(1), Duration::from_secs(1));
+    loop {
+        tick.tick().await;
+        let ended: Vec<Request> = {
+            let requests = requests.lock().expect("requests");
+            let new = requests[seen..].to_vec();
+            seen = requests.len();
+            new
+        };
+        let now = arrived.load(std::sync::atomic::Ordering::Relaxed);
+        let count = |o: Outcome| ended.iter().filter(|r| r.outcome == o).count();
+        let u = pool.utilization();
+        let latency = db.lock().params.latency;
+        let line = format!(
+            "t={:>4}s  arrived {:>5}  good {:>5}  shed {:>5}  timed out {:>4}  late {:>4}  in use {:>3}  admits {:>4}  database latency {:?}",
+            begun.elapsed().as_secs(),
+            now - arrivals,
+            count(Outcome::Good),
+            count(Outcome::Shed),
+            count(Outcome::TimedOut),
+            count(Outcome::Late) + count(Outcome::Cancelled),
+            u.in_use_count,
+            u.admission_limit.map_or("-".into(), |l| l.to_string()),
+            latency,
+        );
+        // A closed output (piped into `head`) ends the report quietly.
+        if writeln!(std::io::stdout().lock(), "{line}").is_err() {
+            return;
+        }
+        arrivals = now;
+    }
 }
 
 async fn one_request(
@@ -498,4 +611,35 @@ async fn one_request(
     };
     drop(member);
     request
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every file in `scenarios/` is in [`SCENARIOS`] and reads, and every mode it names
+    /// exists.
+    #[test]
+    fn every_scenario_file_is_listed_and_reads() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("scenarios");
+        let mut files: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .filter_map(|e| {
+                let path = e.ok()?.path();
+                (path.extension()? == "toml")
+                    .then(|| path.file_stem()?.to_str().map(str::to_owned))?
+            })
+            .collect();
+        files.sort();
+        let listed: Vec<String> = SCENARIOS.iter().map(|(n, _)| (*n).to_owned()).collect();
+        assert_eq!(files, listed);
+        for name in listed {
+            let s = scenario(&name).unwrap();
+            assert!(
+                s.modes.iter().all(|m| Mode::from_name(m).is_some()),
+                "{name}"
+            );
+        }
+        assert!(scenario("nope").unwrap_err().contains("latency-step"));
+    }
 }

@@ -7,28 +7,44 @@ use super::{DbState, Outcome, Request, Scenario};
 
 /// A run's scores (see docs/overload.md for what each means).
 #[derive(Debug, Clone, Default)]
-pub(crate) struct Score {
-    pub(crate) goodput: f64,
-    pub(crate) servable: f64,
-    pub(crate) p50: f64,
-    pub(crate) p99: f64,
-    pub(crate) db_latency: f64,
-    pub(crate) timed_out: usize,
-    pub(crate) shed: usize,
-    pub(crate) late: usize,
-    pub(crate) waited: usize,
-    pub(crate) recovery: Option<f64>,
-    pub(crate) connects: usize,
-    pub(crate) connects_peak: f64,
-    pub(crate) connects_mean: f64,
-    pub(crate) peak_connecting: usize,
+pub struct Score {
+    /// Good requests a second over the window.
+    pub goodput: f64,
+    /// What the database could serve a second over the window (the lesser of the load and
+    /// its throughput, second by second).
+    pub servable: f64,
+    /// Admitted requests' time from arrival to the end of the query, median (s).
+    pub p50: f64,
+    /// … and 99th percentile (s).
+    pub p99: f64,
+    /// The database's own latency in the middle of the window (s).
+    pub db_latency: f64,
+    /// Takes that waited their whole budget.
+    pub timed_out: usize,
+    /// Takes refused at once (`Shed`, `OverLimit`).
+    pub shed: usize,
+    /// Queries that ended past their deadline or were cancelled at it.
+    pub late: usize,
+    /// Takes that waited at least half a connect.
+    pub waited: usize,
+    /// Seconds after the window until a second's goodput is back to 90 % of what was
+    /// servable (infinite: never); none without a window that ends before the run.
+    pub recovery: Option<f64>,
+    /// Connections made after the pools' first fill.
+    pub connects: usize,
+    /// Their peak rate a second, over 10 s buckets.
+    pub connects_peak: f64,
+    /// Their mean rate a second.
+    pub connects_mean: f64,
+    /// The most connects in progress together.
+    pub peak_connecting: usize,
     /// Good requests per second, second by second.
-    pub(crate) timeline: Vec<f64>,
+    pub timeline: Vec<f64>,
 }
 
 impl Score {
     /// Goodput as a share of what the database could serve in the window.
-    pub(crate) fn goodput_share(&self) -> f64 {
+    pub fn goodput_share(&self) -> f64 {
         if self.servable > 0.0 {
             self.goodput / self.servable
         } else {
@@ -37,7 +53,7 @@ impl Score {
     }
 
     /// The figures a baseline keeps, by name.
-    pub(crate) fn figures(&self) -> BTreeMap<&'static str, f64> {
+    pub fn figures(&self) -> BTreeMap<&'static str, f64> {
         let mut f = BTreeMap::new();
         f.insert("goodput share", self.goodput_share());
         f.insert("p99 ms", self.p99 * 1e3);
@@ -87,7 +103,7 @@ fn rate_at(sc: &Scenario, t: Duration) -> f64 {
         .fold(sc.load.rate, |r, c| c.rate.unwrap_or(r))
 }
 
-pub(super) fn score(sc: &Scenario, requests: &[Request], db: &DbState) -> Score {
+pub(crate) fn score(sc: &Scenario, requests: &[Request], db: &DbState) -> Score {
     let (from, to) = sc.window.unwrap_or((Duration::ZERO, sc.length));
     let in_window: Vec<&Request> = requests
         .iter()
