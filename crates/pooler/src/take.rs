@@ -441,9 +441,14 @@ async fn within_loop<M: Manager>(
                 let now = Instant::now();
                 match served {
                     Ok(held) => match shared.shedder.stale(now - s, now) {
-                        // Its turn came too late: the member goes on to the next waiter.
+                        // Its turn came too late: the member goes on to the next waiter,
+                        // returned as the pool's own (no user had it: its return is no
+                        // user's, and releases no admission — the take's ticket does).
                         Some((target, waited)) => {
-                            if let Attempt::Member(m) | Attempt::Check(m) = shared.collected(held) {
+                            if let Attempt::Member(mut m) | Attempt::Check(mut m) =
+                                shared.collected(held)
+                            {
+                                m.set_origin(Origin::Checked);
                                 drop(m);
                             }
                             return Err((shared.shed_error(target, waited), Some(waited)));

@@ -221,3 +221,41 @@ async fn a_take_admitted_too_late_is_shed() {
     assert_eq!(pool.admission().unwrap().admitted, 0);
     drop(pool.try_take_member().unwrap());
 }
+
+/// A take admitted at the gate that then waits in the pool's queue and is refused there as
+/// stale gives its admission back once, not twice: a holder admitted meanwhile is still
+/// counted, and the gate admits no more than its limit.
+#[tokio::test(start_paused = true)]
+async fn a_take_shed_in_the_queue_after_the_gate_gives_its_admission_back_once() {
+    let config = config("admit-once", 3)
+        .to_builder()
+        .init_count(2)
+        .queue_target(ms(50))
+        .queue_interval(Duration::from_secs(1))
+        .build()
+        .unwrap();
+    let (pool, probe) = pool_with(config, Fake::default()).await;
+    probe_slow_starts(&probe);
+    let kept = pool.try_take_member().unwrap();
+    let first = pool.try_take_member().unwrap();
+    // Admitted, but no member free: it waits in the pool's queue for the one it frees.
+    let waiter = spawn_take(&pool, Duration::from_secs(5));
+    settle().await;
+    advance(ms(200)).await;
+    drop(first);
+    let second = waiter.await.unwrap().unwrap();
+    advance(ms(700)).await;
+    let stale = spawn_take(&pool, Duration::from_secs(5));
+    settle().await;
+    advance(ms(150)).await;
+    drop(second);
+    let refused = stale.await.unwrap().map(drop).unwrap_err();
+    assert_eq!(refused.reason(), "shed", "{refused}");
+    assert_eq!(
+        pool.admission().unwrap().admitted,
+        1,
+        "the holder kept all along is still counted"
+    );
+    drop(kept);
+    assert_eq!(pool.admission().unwrap().admitted, 0);
+}
