@@ -237,8 +237,17 @@ async fn sixty_four_tasks_never_share_a_member_and_nothing_is_lost() {
     // is free.
     probe.chaos_permille.store(0, SeqCst);
     probe.recycle_on.store(false, SeqCst);
-    let u = pool.utilization();
-    assert_eq!((u.in_use_count, u.queued_count), (0, 0), "{u:?}");
+    // A health check or a recycle under way holds its member in use for a moment after the
+    // last consumer ended: what is still in use must come back within a bound, or it is lost.
+    let settle_by = Instant::now() + Duration::from_secs(5);
+    loop {
+        let u = pool.utilization();
+        if (u.in_use_count, u.queued_count) == (0, 0) {
+            break;
+        }
+        assert!(Instant::now() < settle_by, "members stayed in use: {u:?}");
+        tokio::time::sleep(ms(1)).await;
+    }
     if let Some(a) = pool.admission() {
         assert_eq!(a.admitted, 0, "an admission leaked: {a:?}");
     }
