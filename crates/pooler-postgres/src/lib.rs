@@ -294,6 +294,9 @@ struct Parts {
     ended: tokio::sync::oneshot::Receiver<()>,
     /// Cancels the running query.
     cancel: connect::Cancel,
+    /// A cancel request was sent and not seen to land (its query ended otherwise): it may
+    /// still cancel whatever the connection runs next, so the connection serves nobody else.
+    stray_cancel: std::sync::atomic::AtomicBool,
     /// The index of its host in the config's list.
     host: usize,
 }
@@ -432,9 +435,9 @@ impl PgConnection {
     /// # drop(rows); Ok(()) }
     /// ```
     ///
-    /// A query that ends just as the cancel request reaches the server may leave the request
-    /// to cancel whatever this connection runs next, as with any PostgreSQL cancel; the next
-    /// statement then fails with `query_canceled`.
+    /// A query that ends otherwise once the cancel request is on its way (done in time after
+    /// all, or failed) may leave that request to cancel whatever the connection runs next:
+    /// such a connection is replaced when it is given back, never handed to another user.
     ///
     /// # Errors
     ///
@@ -458,11 +461,14 @@ impl PgConnection {
         if let Ok(done) = tokio::time::timeout_at(deadline, query.as_mut()).await {
             return done;
         }
+        // Marked before the request may leave, cleared once it is seen to land: so a `until`
+        // dropped meanwhile leaves the connection marked too.
+        let stray = &self.parts.stray_cancel;
+        stray.store(true, std::sync::atomic::Ordering::Release);
         let mut cancel = std::pin::pin!(self.cancel_query());
         let mut sent = false;
-        std::future::poll_fn(|cx| {
-            // The query first: once it has ended, the cancel request is not sent (or, if it
-            // is on its way, not waited for).
+        let done = std::future::poll_fn(|cx| {
+            // The query first: once it has ended, the cancel request is not waited for.
             if let std::task::Poll::Ready(done) = query.as_mut().poll(cx) {
                 return std::task::Poll::Ready(done);
             }
@@ -471,7 +477,12 @@ impl PgConnection {
             }
             std::task::Poll::Pending
         })
-        .await
+        .await;
+        let landed = matches!(&done, Err(e) if e.code() == Some(&tokio_postgres::error::SqlState::QUERY_CANCELED));
+        if landed {
+            stray.store(false, std::sync::atomic::Ordering::Release);
+        }
+        done
     }
 
     /// The statement cache's size, capacity, hits and misses.
@@ -669,6 +680,7 @@ where
                 statements: statements::Statements::new(self.statement_cache),
                 ended,
                 cancel,
+                stray_cancel: std::sync::atomic::AtomicBool::new(false),
                 host,
             }),
         })
@@ -693,7 +705,14 @@ where
     fn is_broken(&self, conn: &PgConnection) -> bool {
         // A connection whose server is in copy-in mode cannot serve anyone else: its COPY's
         // sink is still alive (or forgotten), and only the sink can end it.
-        if conn.parts.client.is_closed() || conn.parts.seen.in_copy() {
+        // Nor one a cancel request may still reach (`until`).
+        if conn.parts.client.is_closed()
+            || conn.parts.seen.in_copy()
+            || conn
+                .parts
+                .stray_cancel
+                .load(std::sync::atomic::Ordering::Acquire)
+        {
             return true;
         }
         // Its server changed role (a failover): retired, and its host tried last.

@@ -7,7 +7,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{admin, url};
+use common::{admin, backend_pid, url};
 use pooler::Manager as _;
 use pooler::{Member, Pool, PoolConfig, Shutdown};
 use pooler_postgres::{PgManager, Recycle, TxStatus};
@@ -88,7 +88,7 @@ async fn a_killed_backend_is_replaced_and_never_handed_out() {
     .unwrap();
 
     // Killed while free: the driver task ends, the member is replaced without any take.
-    let pid = common::backend_pid(&pool.take_member(Duration::from_secs(5)).await.unwrap()).await;
+    let pid = backend_pid(&pool.take_member(Duration::from_secs(5)).await.unwrap()).await;
     let before: Vec<u64> = pool.stats().iter().map(|s| s.id).collect();
     admin
         .execute("SELECT pg_terminate_backend($1)", &[&pid])
@@ -110,7 +110,7 @@ async fn a_killed_backend_is_replaced_and_never_handed_out() {
 
     // Killed while in use: the holder sees the error; the member is replaced on return.
     let conn = pool.take_member(Duration::from_secs(5)).await.unwrap();
-    let pid = common::backend_pid(&conn).await;
+    let pid = backend_pid(&conn).await;
     admin
         .execute("SELECT pg_terminate_backend($1)", &[&pid])
         .await
@@ -176,7 +176,7 @@ async fn max_lifetime_with_jitter_recycles_real_connections() {
         .await
         .unwrap();
     scenarios::lifetimes_recycle_connections(&pool, async |conn| {
-        let pid = common::backend_pid(conn).await;
+        let pid = backend_pid(conn).await;
         i64::from(pid)
     })
     .await;
@@ -622,6 +622,56 @@ async fn a_deadline_handed_to_the_server_cancels_the_statement() {
     drop(conn);
     let conn = pool.take_member(Duration::from_secs(5)).await.unwrap();
     assert_eq!(conn.simple_query("SELECT 1").await.unwrap().len(), 3);
+    drop(conn);
+    pool.close(Shutdown::Graceful).await;
+}
+
+/// A request that ends otherwise once `until` has sent its cancel (in time after all) leaves
+/// a cancel that may still land: the connection is replaced, never handed to the next user,
+/// whose statement it could cancel. One whose cancel landed is kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancel_that_may_still_land_never_reaches_the_next_user() {
+    let Some(url) = url().await else { return };
+    let pool = Pool::start(
+        PoolConfig::new("pg-until-stray", 1, 1),
+        PgManager::new(&url).unwrap(),
+    )
+    .await
+    .unwrap();
+    let conn = pool.take_member(Duration::from_secs(5)).await.unwrap();
+    let first = backend_pid(&conn).await;
+    // The deadline has passed when the request is still pending; it then ends well.
+    let late = async {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        Ok::<_, tokio_postgres::Error>(())
+    };
+    conn.until(tokio::time::Instant::now(), late).await.unwrap();
+    drop(conn);
+    let conn = pool.take_member(Duration::from_secs(5)).await.unwrap();
+    let second = backend_pid(&conn).await;
+    assert_ne!(
+        second, first,
+        "the connection a cancel may still reach was replaced"
+    );
+    // A cancel that lands ends with query_canceled: the connection is kept.
+    let e = conn
+        .until(
+            tokio::time::Instant::now() + Duration::from_millis(100),
+            conn.batch_execute("SELECT pg_sleep(30)"),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(
+        e.code(),
+        Some(&tokio_postgres::error::SqlState::QUERY_CANCELED)
+    );
+    drop(conn);
+    let conn = pool.take_member(Duration::from_secs(5)).await.unwrap();
+    assert_eq!(
+        backend_pid(&conn).await,
+        second,
+        "a landed cancel leaves nothing behind"
+    );
     drop(conn);
     pool.close(Shutdown::Graceful).await;
 }
