@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use common::{Fake, advance, ms, pool_with, settle, spawn_take};
+use common::{Fake, advance, ms, pool_with, settle, spawn_take, wait_200ms_for};
 use pooler::{AdmissionMode, LimitMove, PoolConfig, TakeError};
 
 fn config(name: &str, max: usize) -> PoolConfig {
@@ -196,12 +196,7 @@ async fn a_take_admitted_too_late_is_shed() {
         .build()
         .unwrap();
     let (pool, _probe) = pool_with(config, Fake::default()).await;
-    let held = pool.try_take_member().unwrap();
-    let waiter = spawn_take(&pool, Duration::from_secs(5));
-    settle().await;
-    advance(ms(200)).await;
-    drop(held);
-    let held = waiter.await.unwrap().unwrap();
+    let held = wait_200ms_for(&pool, pool.try_take_member().unwrap()).await;
     advance(ms(700)).await;
     let stale = spawn_take(&pool, Duration::from_secs(5));
     settle().await;
@@ -237,13 +232,8 @@ async fn a_take_shed_in_the_queue_after_the_gate_gives_its_admission_back_once()
     let (pool, probe) = pool_with(config, Fake::default()).await;
     probe_slow_starts(&probe);
     let kept = pool.try_take_member().unwrap();
-    let first = pool.try_take_member().unwrap();
-    // Admitted, but no member free: it waits in the pool's queue for the one it frees.
-    let waiter = spawn_take(&pool, Duration::from_secs(5));
-    settle().await;
-    advance(ms(200)).await;
-    drop(first);
-    let second = waiter.await.unwrap().unwrap();
+    // Admitted, but no member free: it waits in the pool's queue for the one given back.
+    let second = wait_200ms_for(&pool, pool.try_take_member().unwrap()).await;
     advance(ms(700)).await;
     let stale = spawn_take(&pool, Duration::from_secs(5));
     settle().await;

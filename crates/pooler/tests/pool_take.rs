@@ -343,15 +343,7 @@ async fn an_overloaded_pool_sheds_takes_instead_of_queueing_them() {
         .build()
         .unwrap();
     let (pool, _probe) = pool_with(config, Fake::default()).await;
-    let held = pool.try_take_member().unwrap();
-    let waiter = spawn_take(&pool, Duration::from_secs(5));
-    settle().await;
-    advance(ms(200)).await;
-    drop(held);
-    let served = waiter
-        .await
-        .unwrap()
-        .expect("served after 200 ms in the queue");
+    let served = wait_200ms_for(&pool, pool.try_take_member().unwrap()).await;
 
     // The interval ends with 200 ms as its shortest wait, above the 50 ms target.
     advance(ms(900)).await;
@@ -400,12 +392,7 @@ async fn an_overloaded_pool_refuses_a_take_whose_turn_came_too_late() {
         .unwrap();
     let (pool, _probe) = pool_with(config, Fake::default()).await;
     // An interval whose every wait beat the target: overloaded for the next one.
-    let held = pool.try_take_member().unwrap();
-    let waiter = spawn_take(&pool, Duration::from_secs(5));
-    settle().await;
-    advance(ms(200)).await;
-    drop(held);
-    let held = waiter.await.unwrap().unwrap();
+    let held = wait_200ms_for(&pool, pool.try_take_member().unwrap()).await;
     advance(ms(700)).await;
     // This take queues before the interval ends (no verdict yet) and waits 150 ms, past
     // the verdict.

@@ -393,6 +393,20 @@ pub fn spawn_take(
     tokio::spawn(async move { pool.take_member(timeout).await })
 }
 
+/// For `queue_target` tests: a take waits 200 ms for `held` (a member whose pool has no other
+/// free), which is then given back to it — the interval now has a 200 ms wait as its
+/// shortest. Returns the member that take got.
+pub async fn wait_200ms_for(pool: &Pool<Fake>, held: pooler::Member<Fake>) -> pooler::Member<Fake> {
+    let waiter = spawn_take(pool, Duration::from_secs(5));
+    settle().await;
+    advance(ms(200)).await;
+    drop(held);
+    waiter
+        .await
+        .unwrap()
+        .expect("served after 200 ms in the queue")
+}
+
 /// Captures `tracing` output on this thread (the paused-clock runtime runs every task here).
 ///
 /// One global subscriber writes into a per-thread buffer: a thread-scoped subscriber would let
