@@ -325,7 +325,7 @@ impl<M: Manager> Shared<M> {
             tracing::warn!(
                 pool = %self.name,
                 member = held.meta.id,
-                held_for = %humantime::format_duration(now.saturating_duration_since(taken_at)),
+                held_for = %crate::time::Human(now.saturating_duration_since(taken_at)),
                 "member reported as a possible leak came back"
             );
         }

@@ -472,8 +472,8 @@ impl PoolConfig {
                 reason: format!(
                     "{} is shorter than {}: members would spend their lives reconnecting (a \
                      connection storm) instead of serving",
-                    humantime::format_duration(lifetime),
-                    humantime::format_duration(MIN_LIFETIME)
+                    crate::time::Human(lifetime),
+                    crate::time::Human(MIN_LIFETIME)
                 ),
             });
         }

@@ -3,7 +3,7 @@
 //!
 //! A driver (a database connection's I/O future) is polled on every message in either
 //! direction, so what the wrapper adds per poll is paid per query. Polling a
-//! `CancellationToken`'s future on every poll would take the token's waiter lock each time.
+//! token's future on every poll would take the token's waiter lock each time.
 //! Instead the cancellation future is polled once to register, with a waker of our own that
 //! raises a flag and wakes the task's waker; later polls read the flag (one atomic swap) and
 //! compare the task's waker with the one the alarm holds (it is replaced only if it changed).
@@ -19,12 +19,11 @@
 use std::future::Future;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::pin::Pin;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll, Wake, Waker};
 
-use futures_util::task::AtomicWaker;
-use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
+use crate::cancel::Token;
 
 /// How a driver task ended.
 #[derive(Debug, PartialEq, Eq)]
@@ -37,11 +36,18 @@ pub(crate) enum Ended {
     Cancelled,
 }
 
-/// Raised by the cancellation future's waker; wakes the task.
+/// Raised by the cancellation future's waker; wakes the task. Its lock is taken only when
+/// the task's waker changes (rarely) and when the alarm rings (once).
 #[derive(Default)]
 struct Alarm {
     rang: AtomicBool,
-    task: AtomicWaker,
+    task: Mutex<Option<Waker>>,
+}
+
+impl Alarm {
+    fn register(&self, waker: &Waker) {
+        *self.task.lock().unwrap_or_else(PoisonError::into_inner) = Some(waker.clone());
+    }
 }
 
 impl Wake for Alarm {
@@ -50,14 +56,21 @@ impl Wake for Alarm {
     }
     fn wake_by_ref(self: &Arc<Self>) {
         self.rang.store(true, Ordering::Release);
-        self.task.wake();
+        let task = self
+            .task
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        if let Some(task) = task {
+            task.wake();
+        }
     }
 }
 
 /// The user's future under a token.
 pub(crate) struct Driver<F> {
     task: Option<Pin<Box<F>>>,
-    cancelled: Pin<Box<WaitForCancellationFutureOwned>>,
+    cancelled: Pin<Box<dyn Future<Output = ()> + Send>>,
     alarm: Arc<Alarm>,
     alarm_waker: Waker,
     /// The task waker the alarm wakes (kept to compare: a task's waker rarely changes).
@@ -66,7 +79,7 @@ pub(crate) struct Driver<F> {
 }
 
 impl<F: Future<Output = ()>> Driver<F> {
-    pub(crate) fn new(task: F, token: CancellationToken) -> Self {
+    pub(crate) fn new(task: F, token: Token) -> Self {
         let alarm = Arc::new(Alarm::default());
         Driver {
             task: Some(Box::pin(task)),
@@ -85,7 +98,7 @@ impl<F: Future<Output = ()>> Future for Driver<F> {
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Ended> {
         let this = &mut *self;
         if !this.last.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
-            this.alarm.task.register(cx.waker());
+            this.alarm.register(cx.waker());
             this.last = Some(cx.waker().clone());
         }
         if !this.registered
@@ -132,7 +145,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_cancellation_ends_a_driver_that_waits_forever() {
-        let token = CancellationToken::new();
+        let token = Token::new();
         let driver = tokio::spawn(ends(Driver::new(std::future::pending(), token.clone())));
         tokio::task::yield_now().await;
         token.cancel();
@@ -141,7 +154,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_cancellation_before_the_first_poll_is_seen() {
-        let token = CancellationToken::new();
+        let token = Token::new();
         token.cancel();
         assert_eq!(
             ends(Driver::new(std::future::pending(), token)).await,
@@ -152,7 +165,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_driver_that_keeps_working_still_sees_a_cancellation() {
         // The driver is woken by its own work often; the cancellation must still land.
-        let token = CancellationToken::new();
+        let token = Token::new();
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<()>();
         let driver = tokio::spawn(ends(Driver::new(
             async move { while rx.recv().await.is_some() {} },
@@ -168,7 +181,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_return_and_a_panic_are_told_apart() {
-        let token = CancellationToken::new();
+        let token = Token::new();
         assert_eq!(
             ends(Driver::new(async {}, token.clone())).await,
             Ended::Returned

@@ -34,7 +34,7 @@ impl fmt::Display for StartError {
             Self::TimedOut(t) => write!(
                 f,
                 "starting a member timed out after {}",
-                humantime::format_duration(*t)
+                crate::time::Human(*t)
             ),
             Self::Died => f.write_str("a member died while starting"),
             Self::Panicked => f.write_str("starting a member panicked"),
@@ -53,25 +53,22 @@ impl StdError for StartError {
 }
 
 /// Why a take did not produce a member.
-#[derive(Debug, Clone, thiserror::Error)]
+#[derive(Debug, Clone)]
 #[non_exhaustive]
 pub enum TakeError {
     /// No member is free and the pool is at `max_count` (pooler's `error_no_members`,
     /// reason `at_capacity`).
-    #[error("pool `{pool}`: no free member and the pool is at max_count")]
     AtCapacity {
         /// The pool's name.
         pool: Arc<str>,
     },
     /// No member is free; the take started new ones but does not wait for them (reason
     /// `all_in_use`). `take_member` with a timeout would have queued.
-    #[error("pool `{pool}`: all members are in use; new ones are starting")]
     AllInUse {
         /// The pool's name.
         pool: Arc<str>,
     },
     /// The queue of waiting takers already holds `queue_max` waiters (reason `queue_full`).
-    #[error("pool `{pool}`: the queue of waiting takers is full (queue_max = {queue_max})")]
     QueueFull {
         /// The pool's name.
         pool: Arc<str>,
@@ -79,25 +76,21 @@ pub enum TakeError {
         queue_max: usize,
     },
     /// The taker waited in the queue for its whole timeout (reason `timeout`).
-    #[error("pool `{pool}`: no member became free within {}{}", humantime::format_duration(*.waited), cause(.last_start_error))]
     Timeout {
         /// The pool's name.
         pool: Arc<str>,
         /// How long the taker waited.
         waited: Duration,
         /// The most recent start failure, if starts have been failing since the last success.
-        #[source]
         last_start_error: Option<StartError>,
     },
     /// The pool is closed or closing.
-    #[error("pool `{pool}`: closed")]
     Closed {
         /// The pool's name.
         pool: Arc<str>,
     },
     /// No member is free or in use and starting new ones keeps failing, so waiting would not
     /// help: the pool is backing off and fails fast until a start succeeds.
-    #[error("pool `{pool}`: no member available, starts are failing: {source}")]
     Unavailable {
         /// The pool's name.
         pool: Arc<str>,
@@ -105,21 +98,18 @@ pub enum TakeError {
         source: StartError,
     },
     /// No pool of the member type asked for belongs to that group.
-    #[error("group `{group}`: no such group, or no pool in it")]
     NoSuchGroup {
         /// The group asked for.
         group: Arc<str>,
     },
     /// The tokio runtime the pool was started on has shut down, so the pool can run no task
     /// (no start, stop or timer): it is closed. A pool lives on the runtime that started it.
-    #[error("pool `{pool}`: the runtime it was started on has shut down")]
     RuntimeGone {
         /// The pool's name.
         pool: Arc<str>,
     },
     /// The pool is overloaded (`queue_target`): a take that would have queued was refused at
     /// once.
-    #[error("pool `{pool}`: overloaded, take shed at once (the shortest wait in the queue was {} over the last interval, above queue_target = {})", humantime::format_duration(*.delay), humantime::format_duration(*.target))]
     Shed {
         /// The pool's name.
         pool: Arc<str>,
@@ -130,7 +120,6 @@ pub enum TakeError {
     },
     /// The pool's admission limit (`admission`) is reached and the take could not wait
     /// (`try_take_member`, or a timeout of zero): reason `over_limit`.
-    #[error("pool `{pool}`: {limit} takes hold members, the admission limit now")]
     OverLimit {
         /// The pool's name.
         pool: Arc<str>,
@@ -138,7 +127,6 @@ pub enum TakeError {
         limit: usize,
     },
     /// The waiter was dropped from the queue because `reconfigure` lowered `queue_max`.
-    #[error("pool `{pool}`: removed from the queue when queue_max was lowered to {queue_max}")]
     QueueShrunk {
         /// The pool's name.
         pool: Arc<str>,
@@ -147,10 +135,86 @@ pub enum TakeError {
     },
 }
 
-fn cause(e: &Option<StartError>) -> String {
-    e.as_ref()
-        .map(|e| format!(" (starts are failing: {e})"))
-        .unwrap_or_default()
+impl fmt::Display for TakeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        use crate::time::Human;
+        match self {
+            Self::AtCapacity { pool } => {
+                write!(
+                    f,
+                    "pool `{pool}`: no free member and the pool is at max_count"
+                )
+            }
+            Self::AllInUse { pool } => {
+                write!(
+                    f,
+                    "pool `{pool}`: all members are in use; new ones are starting"
+                )
+            }
+            Self::QueueFull { pool, queue_max } => write!(
+                f,
+                "pool `{pool}`: the queue of waiting takers is full (queue_max = {queue_max})"
+            ),
+            Self::Timeout {
+                pool,
+                waited,
+                last_start_error,
+            } => {
+                write!(
+                    f,
+                    "pool `{pool}`: no member became free within {}",
+                    Human(*waited)
+                )?;
+                match last_start_error {
+                    Some(e) => write!(f, " (starts are failing: {e})"),
+                    None => Ok(()),
+                }
+            }
+            Self::Closed { pool } => write!(f, "pool `{pool}`: closed"),
+            Self::Unavailable { pool, source } => write!(
+                f,
+                "pool `{pool}`: no member available, starts are failing: {source}"
+            ),
+            Self::NoSuchGroup { group } => {
+                write!(f, "group `{group}`: no such group, or no pool in it")
+            }
+            Self::RuntimeGone { pool } => write!(
+                f,
+                "pool `{pool}`: the runtime it was started on has shut down"
+            ),
+            Self::Shed {
+                pool,
+                target,
+                delay,
+            } => write!(
+                f,
+                "pool `{pool}`: overloaded, take shed at once (the shortest wait in the queue was {} over the last interval, above queue_target = {})",
+                Human(*delay),
+                Human(*target)
+            ),
+            Self::OverLimit { pool, limit } => write!(
+                f,
+                "pool `{pool}`: {limit} takes hold members, the admission limit now"
+            ),
+            Self::QueueShrunk { pool, queue_max } => write!(
+                f,
+                "pool `{pool}`: removed from the queue when queue_max was lowered to {queue_max}"
+            ),
+        }
+    }
+}
+
+impl StdError for TakeError {
+    fn source(&self) -> Option<&(dyn StdError + 'static)> {
+        match self {
+            Self::Timeout {
+                last_start_error: Some(e),
+                ..
+            }
+            | Self::Unavailable { source: e, .. } => Some(e),
+            _ => None,
+        }
+    }
 }
 
 impl TakeError {
@@ -190,11 +254,10 @@ impl TakeError {
 }
 
 /// A configuration was rejected. Nothing was changed.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum ConfigError {
     /// `init_count` is larger than `max_count`.
-    #[error("pool `{pool}`: init_count ({init_count}) exceeds max_count ({max_count})")]
     InitExceedsMax {
         /// The pool's name.
         pool: String,
@@ -204,18 +267,12 @@ pub enum ConfigError {
         max_count: usize,
     },
     /// `max_count` is zero.
-    #[error("pool `{pool}`: max_count must be at least 1")]
     ZeroMaxCount {
         /// The pool's name.
         pool: String,
     },
     /// `max_lifetime_jitter` is not strictly less than `max_lifetime`
     /// (pooler's `jitter_must_be_less_than_max_lifetime`).
-    #[error(
-        "pool `{pool}`: max_lifetime_jitter ({}) must be less than max_lifetime ({})",
-        humantime::format_duration(*.jitter),
-        humantime::format_duration(*.max_lifetime)
-    )]
     JitterNotBelowLifetime {
         /// The pool's name.
         pool: String,
@@ -225,7 +282,6 @@ pub enum ConfigError {
         max_lifetime: Duration,
     },
     /// A key the configuration does not know.
-    #[error("pool `{pool}`: unknown key `{key}`")]
     UnknownKey {
         /// The pool's name, or `?` when the name itself is missing.
         pool: String,
@@ -233,7 +289,6 @@ pub enum ConfigError {
         key: String,
     },
     /// A required key is absent.
-    #[error("pool `{pool}`: missing key `{key}`")]
     MissingKey {
         /// The pool's name, or `?` when the name itself is missing.
         pool: String,
@@ -241,7 +296,6 @@ pub enum ConfigError {
         key: &'static str,
     },
     /// A time value could not be read (see [`time`](crate::time) for the accepted forms).
-    #[error("pool `{pool}`: bad time value for `{key}`: {reason}")]
     BadTime {
         /// The pool's name.
         pool: String,
@@ -251,7 +305,6 @@ pub enum ConfigError {
         reason: String,
     },
     /// Any other value that is out of range or of the wrong type.
-    #[error("pool `{pool}`: bad value for `{key}`: {reason}")]
     InvalidValue {
         /// The pool's name.
         pool: String,
@@ -261,13 +314,11 @@ pub enum ConfigError {
         reason: String,
     },
     /// The input is not valid TOML at all.
-    #[error("invalid toml: {message}")]
     Syntax {
         /// The parser's message, with line and column.
         message: String,
     },
     /// `reconfigure` was given a config with another name.
-    #[error("pool `{pool}`: reconfigure cannot rename the pool (to `{new_name}`)")]
     NameChanged {
         /// The pool's name.
         pool: String,
@@ -276,9 +327,6 @@ pub enum ConfigError {
     },
     /// `reconfigure` lowered `max_count` below what the pool holds and not enough free
     /// members could be stopped to make up the difference.
-    #[error(
-        "pool `{pool}`: cannot lower max_count to {max_count}: {needed} members would have to stop but only {free} are free"
-    )]
     NotEnoughFree {
         /// The pool's name.
         pool: String,
@@ -290,20 +338,17 @@ pub enum ConfigError {
         free: usize,
     },
     /// The pool is closed; nothing can be reconfigured.
-    #[error("pool `{pool}`: closed")]
     Closed {
         /// The pool's name.
         pool: String,
     },
     /// A pool of that name already exists in the [`Pooler`](crate::Pooler) (or twice in a
     /// pools file).
-    #[error("pool `{pool}`: a pool of that name already exists")]
     DuplicateName {
         /// The name.
         pool: String,
     },
     /// A pools-file entry names a member kind nobody registered.
-    #[error("pool `{pool}`: unknown kind `{kind}` (known: {known})")]
     UnknownKind {
         /// The pool's name.
         pool: String,
@@ -314,25 +359,83 @@ pub enum ConfigError {
     },
     /// `Pool::start` or `Pool::start_lazy` was called outside a tokio runtime: the pool's
     /// starts, stops and timers need one.
-    #[error(
-        "pool `{pool}`: no tokio runtime here; start the pool from inside one (`#[tokio::main]`, `Runtime::block_on`, or a task)"
-    )]
     NoRuntime {
         /// The pool's name.
         pool: String,
     },
     /// Several problems at once, each naming its pool and key.
-    #[error("{} problems: {}", .0.len(), join(.0))]
     Multiple(Vec<ConfigError>),
 }
 
-fn join(errors: &[ConfigError]) -> String {
-    errors
-        .iter()
-        .map(ToString::to_string)
-        .collect::<Vec<_>>()
-        .join("; ")
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        use crate::time::Human;
+        match self {
+            Self::InitExceedsMax {
+                pool,
+                init_count,
+                max_count,
+            } => write!(
+                f,
+                "pool `{pool}`: init_count ({init_count}) exceeds max_count ({max_count})"
+            ),
+            Self::ZeroMaxCount { pool } => write!(f, "pool `{pool}`: max_count must be at least 1"),
+            Self::JitterNotBelowLifetime {
+                pool,
+                jitter,
+                max_lifetime,
+            } => write!(
+                f,
+                "pool `{pool}`: max_lifetime_jitter ({}) must be less than max_lifetime ({})",
+                Human(*jitter),
+                Human(*max_lifetime)
+            ),
+            Self::UnknownKey { pool, key } => write!(f, "pool `{pool}`: unknown key `{key}`"),
+            Self::MissingKey { pool, key } => write!(f, "pool `{pool}`: missing key `{key}`"),
+            Self::BadTime { pool, key, reason } => {
+                write!(f, "pool `{pool}`: bad time value for `{key}`: {reason}")
+            }
+            Self::InvalidValue { pool, key, reason } => {
+                write!(f, "pool `{pool}`: bad value for `{key}`: {reason}")
+            }
+            Self::Syntax { message } => write!(f, "invalid toml: {message}"),
+            Self::NameChanged { pool, new_name } => write!(
+                f,
+                "pool `{pool}`: reconfigure cannot rename the pool (to `{new_name}`)"
+            ),
+            Self::NotEnoughFree {
+                pool,
+                max_count,
+                needed,
+                free,
+            } => write!(
+                f,
+                "pool `{pool}`: cannot lower max_count to {max_count}: {needed} members would have to stop but only {free} are free"
+            ),
+            Self::Closed { pool } => write!(f, "pool `{pool}`: closed"),
+            Self::DuplicateName { pool } => {
+                write!(f, "pool `{pool}`: a pool of that name already exists")
+            }
+            Self::UnknownKind { pool, kind, known } => {
+                write!(f, "pool `{pool}`: unknown kind `{kind}` (known: {known})")
+            }
+            Self::NoRuntime { pool } => write!(
+                f,
+                "pool `{pool}`: no tokio runtime here; start the pool from inside one (`#[tokio::main]`, `Runtime::block_on`, or a task)"
+            ),
+            Self::Multiple(problems) => {
+                write!(f, "{} problems: ", problems.len())?;
+                for (i, problem) in problems.iter().enumerate() {
+                    let sep = if i == 0 { "" } else { "; " };
+                    write!(f, "{sep}{problem}")?;
+                }
+                Ok(())
+            }
+        }
+    }
 }
+
+impl StdError for ConfigError {}
 
 impl ConfigError {
     /// Folds a list of problems into one error: itself when there is one, `Multiple` otherwise.
@@ -355,20 +458,17 @@ impl ConfigError {
 }
 
 /// Why a registry operation failed.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum PoolerError {
     /// The pool's configuration was rejected, or its name is taken.
-    #[error(transparent)]
-    Config(#[from] ConfigError),
+    Config(ConfigError),
     /// No pool of that name.
-    #[error("pool `{pool}`: no such pool")]
     NoSuchPool {
         /// The name asked for.
         pool: String,
     },
     /// The pool exists, with members of another type.
-    #[error("pool `{pool}`: its manager is `{actual}`, not `{requested}`")]
     WrongType {
         /// The pool's name.
         pool: String,
@@ -378,9 +478,42 @@ pub enum PoolerError {
         actual: &'static str,
     },
     /// No pool belongs to that group.
-    #[error("group `{group}`: no such group")]
     NoSuchGroup {
         /// The group asked for.
         group: String,
     },
+}
+
+impl From<ConfigError> for PoolerError {
+    fn from(e: ConfigError) -> Self {
+        PoolerError::Config(e)
+    }
+}
+
+impl fmt::Display for PoolerError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Config(e) => e.fmt(f),
+            Self::NoSuchPool { pool } => write!(f, "pool `{pool}`: no such pool"),
+            Self::WrongType {
+                pool,
+                requested,
+                actual,
+            } => write!(
+                f,
+                "pool `{pool}`: its manager is `{actual}`, not `{requested}`"
+            ),
+            Self::NoSuchGroup { group } => write!(f, "group `{group}`: no such group"),
+        }
+    }
+}
+
+impl StdError for PoolerError {
+    fn source(&self) -> Option<&(dyn StdError + 'static)> {
+        match self {
+            // Transparent: the configuration error speaks for itself.
+            Self::Config(e) => e.source(),
+            _ => None,
+        }
+    }
 }

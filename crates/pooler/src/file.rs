@@ -302,7 +302,7 @@ impl Pooler {
             started: Vec::new(),
         };
         let results =
-            futures_util::future::join_all(starts.into_iter().map(|(_, start)| start)).await;
+            crate::combinators::join_all(starts.into_iter().map(|(_, start)| start)).await;
         let mut problems = Vec::new();
         for result in results {
             match result {

@@ -7,10 +7,9 @@
 //! panics or is cancelled destroys the member rather than losing it. Recycling a returned
 //! member (`Manager::recycle`) goes through the same guarded path.
 
-use std::panic::AssertUnwindSafe;
 use std::time::Duration;
 
-use futures_util::FutureExt;
+use crate::combinators::caught;
 use tokio::time::Instant;
 
 use crate::manager::Manager;
@@ -51,7 +50,7 @@ pub(crate) async fn vet<M: Manager>(
             Hook::Recycle => manager.recycle(&mut member).await,
         }
     };
-    let result = tokio::time::timeout_at(until, AssertUnwindSafe(run).catch_unwind()).await;
+    let result = tokio::time::timeout_at(until, caught(run)).await;
     member.set_mid_use(false);
     let what = match hook {
         Hook::Check => "health check",

@@ -5,7 +5,7 @@
 use crate::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 
-use tokio_util::sync::CancellationToken;
+use crate::cancel::Token;
 
 use crate::cold::Key;
 
@@ -17,7 +17,7 @@ pub(crate) struct Meta {
     /// The member's id (never reused, unlike its key).
     pub(crate) id: u64,
     /// Cancels the member's driver tasks.
-    pub(crate) token: CancellationToken,
+    pub(crate) token: Token,
     /// When it last changed hands (a clock stamp; coarse unless a feature needs it exact).
     since: AtomicU64,
     /// When its lifetime ends (a stamp), or `NEVER`.
@@ -29,7 +29,7 @@ pub(crate) struct Meta {
 const NEVER: u64 = u64::MAX;
 
 impl Meta {
-    pub(crate) fn new(key: Key, id: u64, token: CancellationToken, since: u64) -> Self {
+    pub(crate) fn new(key: Key, id: u64, token: Token, since: u64) -> Self {
         Meta {
             key,
             id,

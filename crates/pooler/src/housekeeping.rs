@@ -23,7 +23,7 @@ use std::sync::Arc;
 use std::task::Poll;
 use std::time::Duration;
 
-use futures_util::FutureExt;
+use crate::combinators::caught;
 use tokio::time::Instant;
 
 use crate::clock::TICK;
@@ -139,8 +139,7 @@ pub(crate) async fn run<M: Manager>(shared: Arc<Shared<M>>, origin: Instant) {
                         Job::Health => {
                             let s = shared.clone();
                             round = Some(Box::pin(async move {
-                                let checks = AssertUnwindSafe(s.check_free_members());
-                                if checks.catch_unwind().await.is_err() {
+                                if caught(s.check_free_members()).await.is_err() {
                                     tracing::error!(pool = %s.name, job = "health check", "a housekeeping job panicked; its schedule goes on");
                                 }
                             }));
@@ -296,7 +295,7 @@ impl<M: Manager> Shared<M> {
             tracing::warn!(
                 pool = %self.name,
                 member = leak.id,
-                held_for = %humantime::format_duration(now - leak.taken_at),
+                held_for = %crate::time::Human(now - leak.taken_at),
                 taken_at = %leak.caller,
                 "member held past leak_detection_threshold; possible leak"
             );

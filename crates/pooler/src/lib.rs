@@ -4,10 +4,12 @@
 
 mod admission;
 mod backoff;
+mod cancel;
 mod checkout;
 mod clock;
 mod closing;
 mod cold;
+mod combinators;
 mod config;
 mod demand;
 mod driver;

@@ -5,13 +5,12 @@
 //! panics, a stop dropped at `member_shutdown`, and a task dropped unpolled because the
 //! runtime is gone can never leak capacity. The tasks reach their pool through [`Lives`].
 
-use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use futures_util::FutureExt;
+use crate::cancel::Token;
+use crate::combinators::caught;
 use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
 
 use crate::cold::Key;
 use crate::error::StartError;
@@ -35,7 +34,7 @@ pub(crate) trait Lives<M: Manager>: Slots + Deaths {
     /// `member_start_timeout` and `member_shutdown`.
     fn timeouts(&self) -> (Duration, Duration);
     /// A start produced a member, ready to be offered.
-    fn started(&self, key: Key, value: M::Member, id: u64, token: CancellationToken);
+    fn started(&self, key: Key, value: M::Member, id: u64, token: Token);
     /// A start failed; the member it produced, if any, must still be stopped.
     fn start_failed(
         &self,
@@ -43,7 +42,7 @@ pub(crate) trait Lives<M: Manager>: Slots + Deaths {
         id: u64,
         error: StartError,
         produced: Option<M::Member>,
-        token: &CancellationToken,
+        token: &Token,
     );
     /// Where a new member's driver tasks report their end.
     fn deaths(self: Arc<Self>) -> Weak<dyn Deaths>;
@@ -58,12 +57,12 @@ pub(crate) struct StartSlot<L: Slots> {
     key: Key,
     id: u64,
     /// Cancels the member's driver tasks.
-    token: CancellationToken,
+    token: Token,
     armed: bool,
 }
 
 impl<L: Slots> StartSlot<L> {
-    pub(crate) fn new(pool: Arc<L>, key: Key, id: u64, token: CancellationToken) -> Self {
+    pub(crate) fn new(pool: Arc<L>, key: Key, id: u64, token: Token) -> Self {
         StartSlot {
             pool,
             key,
@@ -88,11 +87,11 @@ impl<L: Slots> Drop for StartSlot<L> {
 pub(crate) struct StopSlot<L: Slots> {
     pool: Arc<L>,
     key: Key,
-    token: CancellationToken,
+    token: Token,
 }
 
 impl<L: Slots> StopSlot<L> {
-    pub(crate) fn new(pool: Arc<L>, key: Key, token: CancellationToken) -> Self {
+    pub(crate) fn new(pool: Arc<L>, key: Key, token: Token) -> Self {
         StopSlot { pool, key, token }
     }
 }
@@ -139,7 +138,7 @@ pub(crate) async fn run_start<M: Manager, L: Lives<M>>(slot: StartSlot<L>, delay
             }
         };
         // A panic in the manager is a failed start.
-        let outcome = AssertUnwindSafe(start).catch_unwind().await;
+        let outcome = caught(start).await;
         pool.start_took(began.elapsed());
         outcome
     };
@@ -183,7 +182,7 @@ pub(crate) async fn run_start<M: Manager, L: Lives<M>>(slot: StartSlot<L>, delay
 pub(crate) async fn run_stop<M: Manager, L: Lives<M>>(slot: StopSlot<L>, held: Held<M::Member>) {
     let pool = slot.pool.clone();
     let (_, limit) = pool.timeouts();
-    let stop = AssertUnwindSafe(pool.manager().stop(held.value)).catch_unwind();
+    let stop = caught(pool.manager().stop(held.value));
     match tokio::time::timeout(limit, stop).await {
         Ok(Ok(())) => {}
         Ok(Err(_)) => {
@@ -192,7 +191,7 @@ pub(crate) async fn run_stop<M: Manager, L: Lives<M>>(slot: StopSlot<L>, held: H
         Err(_) => tracing::warn!(
             pool = %pool.name(),
             member = held.meta.id,
-            limit = %humantime::format_duration(limit),
+            limit = %crate::time::Human(limit),
             "member stop hung past member_shutdown; dropped it and freed its slot"
         ),
     }

@@ -5,8 +5,8 @@
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
+use crate::cancel::Token;
 use tokio::sync::mpsc;
-use tokio_util::sync::CancellationToken;
 
 use crate::cold::{Death, Key};
 use crate::error::StartError;
@@ -95,7 +95,7 @@ impl<M: Manager> Lives<M> for Shared<M> {
         self.features.timeouts()
     }
 
-    fn started(&self, key: Key, value: M::Member, id: u64, token: CancellationToken) {
+    fn started(&self, key: Key, value: M::Member, id: u64, token: Token) {
         self.step(move |s| {
             let meta = Arc::new(Meta::new(key, id, token, s.stamp()));
             let expires_at = lifetime::expiry(
@@ -143,7 +143,7 @@ impl<M: Manager> Lives<M> for Shared<M> {
         id: u64,
         error: StartError,
         produced: Option<M::Member>,
-        token: &CancellationToken,
+        token: &Token,
     ) {
         if matches!(error, StartError::TimedOut(_)) {
             self.metrics.start_timed_out();

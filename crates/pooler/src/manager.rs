@@ -5,7 +5,7 @@ use std::future::Future;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::{Arc, Weak};
 
-use tokio_util::sync::CancellationToken;
+use crate::cancel::Token;
 
 use crate::cold::Key;
 use crate::driver::{Driver, Ended};
@@ -129,7 +129,7 @@ pub struct MemberContext {
     pub(crate) id: u64,
     pub(crate) key: Key,
     pub(crate) supervisor: Supervisor,
-    pub(crate) token: CancellationToken,
+    pub(crate) token: Token,
     pub(crate) deaths: Weak<dyn Deaths>,
 }
 
@@ -190,7 +190,7 @@ impl MemberContext {
 /// by an abort or a runtime shutting down), unless the pool ended it by cancelling its token,
 /// the member is reported dead.
 struct DeathWatch {
-    token: CancellationToken,
+    token: Token,
     deaths: Weak<dyn Deaths>,
     key: Key,
     id: u64,

@@ -377,18 +377,20 @@ impl Pooler {
         }
         let group: Arc<str> = group.into();
         // Try each pool without waiting, here, so the caller's location is the take's.
-        let mut last = None;
+        let (mut found, mut last) = (None, None);
         for pool in &pools {
             match pool.try_take_member() {
                 Ok(member) => {
-                    return futures_util::future::Either::Left(std::future::ready(Ok(
-                        GroupMember::new(member),
-                    )));
+                    found = Some(member);
+                    break;
                 }
                 Err(e) => last = Some(e),
             }
         }
-        futures_util::future::Either::Right(async move {
+        async move {
+            if let Some(member) = found {
+                return Ok(GroupMember::new(member));
+            }
             let Some(last) = last else {
                 return Err(TakeError::NoSuchGroup { group });
             };
@@ -396,11 +398,10 @@ impl Pooler {
                 return Err(last);
             }
             let waits = pools.iter().map(|p| Box::pin(p.take_member(timeout)));
-            match futures_util::future::select_ok(waits).await {
-                Ok((member, _others)) => Ok(GroupMember::new(member)),
-                Err(e) => Err(e),
-            }
-        })
+            crate::combinators::first_ok(waits)
+                .await
+                .map(GroupMember::new)
+        }
     }
 
     /// Closes and removes every pool of `group` (pooler's `rm_group/1`); returns how many.
@@ -473,5 +474,5 @@ fn take_out(registry: &mut Registry, names: Vec<String>) -> Vec<Arc<dyn AnyPool>
 
 /// Closes every pool at once and waits for all of them: each close begins at the first poll.
 async fn close_all(pools: &[Arc<dyn AnyPool>], how: Shutdown) {
-    futures_util::future::join_all(pools.iter().map(|pool| pool.close(how))).await;
+    crate::combinators::join_all(pools.iter().map(|pool| pool.close(how))).await;
 }

@@ -202,7 +202,7 @@ impl<M: Manager> Shared<M> {
         for (i, (key, id)) in starts.slots.into_iter().enumerate() {
             // The slot's guard exists before the task does, so a task dropped unpolled still
             // gives the slot back.
-            let token = self.supervisor.kill.child_token();
+            let token = self.supervisor.kill.child();
             let slot = StartSlot::new(self.arc(), key, id, token);
             let done = done.cloned();
             let delay = starts.delay + starts.spacing.saturating_mul(i as u32);

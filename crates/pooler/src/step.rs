@@ -253,7 +253,7 @@ impl<M: Manager> Step<'_, M> {
 mod tests {
     use std::sync::Arc;
 
-    use tokio_util::sync::CancellationToken;
+    use crate::cancel::Token;
 
     use super::*;
     use crate::hot::Wait;
@@ -284,7 +284,7 @@ mod tests {
         let ((), effects) = cold.step::<Numbers, _>(&hot, &clock, |s| {
             let starts = s.cold.engine.grow(live, s.now, s.hot.view());
             for (key, id) in starts.slots {
-                let meta = Arc::new(Meta::new(key, id, CancellationToken::new(), s.stamp()));
+                let meta = Arc::new(Meta::new(key, id, Token::new(), s.stamp()));
                 assert!(s.cold.engine.started(key, s.now, None, meta.clone()));
                 assert!(s.hot.admit(Held { value: id, meta }).is_ok());
             }

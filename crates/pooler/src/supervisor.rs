@@ -4,35 +4,88 @@
 //! Two tokens order the shutdown: `closing` ends starts and timers as soon as a close
 //! begins; `kill` ends members' driver tasks last, after the stops that may still need them
 //! (a polite database logout runs over the connection its driver task polls).
+//!
+//! # Invariants
+//!
+//! 1. The tracker's count is the number of its tasks whose future has not been dropped yet:
+//!    raised before a task is spawned, lowered when its future is dropped (ended, or
+//!    dropped unpolled by a runtime that has shut down).
+//! 2. Once the tracker is closed and its count is zero, `join` returns: the task that lowers
+//!    the count to zero wakes it, and `join` reads both after registering to be woken.
 
 use std::future::Future;
-use std::pin::Pin;
+use std::pin::{Pin, pin};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::task::{Context, Poll, Waker};
 
 use tokio::runtime::Handle;
-use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
+use tokio::sync::Notify;
+
+use crate::cancel::Token;
 
 /// One pool's task tracker and cancellation tokens.
 #[derive(Debug, Clone)]
 pub(crate) struct Supervisor {
-    tracker: TaskTracker,
+    tracker: Arc<Tracker>,
     runtime: Handle,
     /// Cancelled when a close begins: starts and timers stop.
-    pub(crate) closing: CancellationToken,
+    pub(crate) closing: Token,
     /// Cancelled when a close ends: members' driver tasks stop. Members' own tokens are
     /// children of it.
-    pub(crate) kill: CancellationToken,
+    pub(crate) kill: Token,
+}
+
+/// Counts a pool's live tasks and wakes `join` when the last ends after the close.
+#[derive(Debug, Default)]
+struct Tracker {
+    live: AtomicUsize,
+    closed: AtomicBool,
+    idle: Notify,
+}
+
+impl Tracker {
+    fn is_done(&self) -> bool {
+        self.closed.load(Ordering::SeqCst) && self.live.load(Ordering::SeqCst) == 0
+    }
+
+    fn close(&self) {
+        self.closed.store(true, Ordering::SeqCst);
+        if self.is_done() {
+            self.idle.notify_waiters();
+        }
+    }
+
+    async fn wait(&self) {
+        loop {
+            let notified = pin!(self.idle.notified());
+            if self.is_done() {
+                return;
+            }
+            notified.await;
+        }
+    }
+}
+
+/// Held by a tracked task's future: its drop lowers the count (invariant #1).
+struct Tracked(Arc<Tracker>);
+
+impl Drop for Tracked {
+    fn drop(&mut self) {
+        if self.0.live.fetch_sub(1, Ordering::SeqCst) == 1 && self.0.closed.load(Ordering::SeqCst) {
+            self.0.idle.notify_waiters();
+        }
+    }
 }
 
 impl Supervisor {
     /// A supervisor whose tasks run on `runtime`, wherever they are spawned from.
     pub(crate) fn new(runtime: Handle) -> Self {
         Supervisor {
-            tracker: TaskTracker::new(),
+            tracker: Arc::default(),
             runtime,
-            closing: CancellationToken::new(),
-            kill: CancellationToken::new(),
+            closing: Token::new(),
+            kill: Token::new(),
         }
     }
 
@@ -46,7 +99,12 @@ impl Supervisor {
     where
         F: Future<Output = ()> + Send + 'static,
     {
-        let mut handle = self.tracker.spawn_on(task, &self.runtime);
+        self.tracker.live.fetch_add(1, Ordering::SeqCst);
+        let tracked = Tracked(self.tracker.clone());
+        let mut handle = self.runtime.spawn(async move {
+            let _tracked = tracked;
+            task.await;
+        });
         // A task is only ever cancelled by its runtime shutting down (the pool aborts none),
         // and a runtime that has shut down cancels a new task before this call returns.
         if handle.is_finished()
@@ -72,7 +130,7 @@ impl Supervisor {
 
     /// How many of this pool's tasks are alive.
     pub(crate) fn live_tasks(&self) -> usize {
-        self.tracker.len()
+        self.tracker.live.load(Ordering::SeqCst)
     }
 
     /// Waits until every task has ended; no new task may be spawned after this is called.

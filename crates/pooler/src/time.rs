@@ -4,7 +4,7 @@
 //!
 //! | form | example | meaning |
 //! |---|---|---|
-//! | a string with a unit | `"2min"`, `"120s"`, `"120000ms"`, `"1h"`, `"500us"` | as [`humantime`] parses it |
+//! | a string with a unit | `"2min"`, `"120s"`, `"120000ms"`, `"1h"`, `"500us"` | as the `humantime` crate parses it (`"1m 30s"` too) |
 //! | a plain non-negative integer | `120000` | milliseconds (pooler's convention) |
 //! | pooler's pair | `[2, "min"]` | units `hour`, `min`, `sec`, `ms`, `mu` (µs), and `h`, `m`, `s`, `us` |
 //!
@@ -16,6 +16,43 @@ use std::time::Duration;
 
 #[cfg(feature = "serde")]
 use serde::de::{self, Deserializer, SeqAccess, Visitor};
+
+/// A duration written for people, as in error messages and logs: `"1s 500ms"`, `"2m"`,
+/// `"0s"` (each non-zero unit from days down to nanoseconds, largest first; every string
+/// reads back as a time value).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Human(pub(crate) Duration);
+
+impl std::fmt::Display for Human {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let secs = self.0.as_secs();
+        let nanos = self.0.subsec_nanos();
+        let days = secs / 86_400;
+        let parts = [
+            (secs / 3600 % 24, "h"),
+            (secs / 60 % 60, "m"),
+            (secs % 60, "s"),
+            (u64::from(nanos / 1_000_000), "ms"),
+            (u64::from(nanos / 1_000 % 1_000), "us"),
+            (u64::from(nanos % 1_000), "ns"),
+        ];
+        let mut sep = "";
+        if days > 0 {
+            write!(f, "{days}{}", if days == 1 { "day" } else { "days" })?;
+            sep = " ";
+        }
+        for (n, unit) in parts {
+            if n > 0 {
+                write!(f, "{sep}{n}{unit}")?;
+                sep = " ";
+            }
+        }
+        if sep.is_empty() {
+            f.write_str("0s")?;
+        }
+        Ok(())
+    }
+}
 
 /// The largest time value any key accepts: 365 days.
 pub const MAX_TIME: Duration = Duration::from_secs(365 * 24 * 60 * 60);
@@ -53,7 +90,7 @@ fn bounded(d: Duration) -> Result<Duration, String> {
     if d > MAX_TIME {
         Err(format!(
             "{} is longer than the maximum of 365 days",
-            humantime::format_duration(d)
+            Human(d)
         ))
     } else {
         Ok(d)
@@ -116,7 +153,7 @@ pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error
     d.deserialize_any(TimeVisitor)
 }
 
-/// Serializes a time value as a humantime string, which [`deserialize`] reads back.
+/// Serializes a time value as a string such as `"1m 30s"`, which [`deserialize`] reads back.
 ///
 /// # Errors
 ///
@@ -124,7 +161,7 @@ pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error
 #[cfg(feature = "serde")]
 #[cfg_attr(docsrs, doc(cfg(feature = "serde")))]
 pub fn serialize<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
-    s.serialize_str(&humantime::format_duration(*d).to_string())
+    s.serialize_str(&Human(*d).to_string())
 }
 
 /// The same for an `Option<Duration>` field, where absent means "off":
@@ -178,6 +215,42 @@ pub mod option {
 /// Parses a time value from any self-describing serde input (used to name the key in errors).
 pub(crate) fn parse_value<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, String> {
     deserialize(d).map_err(|e: D::Error| e.to_string())
+}
+
+#[cfg(test)]
+mod human_tests {
+    use super::*;
+
+    #[test]
+    fn durations_read_as_people_write_them() {
+        let cases = [
+            (Duration::ZERO, "0s"),
+            (Duration::from_millis(1500), "1s 500ms"),
+            (Duration::from_secs(90), "1m 30s"),
+            (Duration::from_nanos(1_002_003), "1ms 2us 3ns"),
+            (Duration::from_secs(86_400 + 3600), "1day 1h"),
+            (Duration::from_secs(3 * 86_400), "3days"),
+        ];
+        for (d, text) in cases {
+            assert_eq!(Human(d).to_string(), text);
+        }
+    }
+
+    #[cfg(feature = "serde")]
+    #[test]
+    fn what_is_written_reads_back() {
+        for ns in [
+            1,
+            999,
+            1_000_001,
+            61_000_000_000,
+            90_061_001_001_001,
+            MAX_TIME.as_nanos() as u64,
+        ] {
+            let d = Duration::from_nanos(ns);
+            assert_eq!(from_str(&Human(d).to_string()), Ok(d), "{}", Human(d));
+        }
+    }
 }
 
 #[cfg(all(test, feature = "file"))]
