@@ -12,8 +12,9 @@ use lapin::options::{
     BasicQosOptions, BasicRecoverAsyncOptions, BasicRejectOptions, ChannelFlowOptions,
     ConfirmSelectOptions,
 };
+use lapin::tcp::OwnedTLSConfig;
 use lapin::types::{FieldTable, ShortString};
-use lapin::{BasicProperties, Channel, Connection, ConnectionProperties};
+use lapin::{BasicProperties, Channel, Connection, ConnectionProperties, DefaultConnectionBuilder};
 use pooler::{Hooks, Manager, MemberContext};
 use tokio::sync::Mutex;
 
@@ -360,6 +361,7 @@ impl AmqpChannel {
 pub struct AmqpManager {
     uri: String,
     properties: ConnectionProperties,
+    tls: OwnedTLSConfig,
     shared: Arc<Shared>,
     hooks: Hooks<AmqpChannel>,
 }
@@ -384,6 +386,7 @@ impl AmqpManager {
         AmqpManager {
             uri: uri.into(),
             properties: ConnectionProperties::default(),
+            tls: OwnedTLSConfig::default(),
             shared: Arc::default(),
             hooks: Hooks::default(),
         }
@@ -410,6 +413,34 @@ impl AmqpManager {
     #[must_use]
     pub fn properties(mut self, properties: ConnectionProperties) -> Self {
         self.properties = properties;
+        self
+    }
+
+    /// The same manager, with what an `amqps://` connection needs beyond the system's roots:
+    /// `cert_chain`, the PEM of the certificate authorities that signed the broker's
+    /// certificate (a private CA), and `identity`, a client certificate and key for brokers
+    /// that ask for one. The broker's certificate is verified against the roots and the
+    /// host name in the URI.
+    ///
+    /// A TLS library must be on: this crate's `rustls` feature (rustls with ring, the
+    /// system's roots), or one of lapin's own TLS features. Without one, an `amqps://`
+    /// connection fails to start.
+    ///
+    /// ```no_run
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use pooler_lapin::AmqpManager;
+    /// use pooler_lapin::lapin::tcp::OwnedTLSConfig;
+    ///
+    /// let ca = std::fs::read_to_string("/etc/rabbitmq/ca.pem")?;
+    /// let manager = AmqpManager::new("amqps://app:secret@mq.internal:5671/%2f").tls(OwnedTLSConfig {
+    ///     cert_chain: Some(ca),
+    ///     identity: None,
+    /// });
+    /// # Ok(()) }
+    /// ```
+    #[must_use]
+    pub fn tls(mut self, config: OwnedTLSConfig) -> Self {
+        self.tls = config;
         self
     }
 
@@ -497,8 +528,14 @@ impl Manager for AmqpManager {
                     (connection, state.lost.clone(), state.generation)
                 }
                 None => {
-                    let connection =
-                        Arc::new(Connection::connect(&self.uri, self.properties.clone()).await?);
+                    let connection = Arc::new(
+                        DefaultConnectionBuilder::new()?
+                            .with_uri_str(self.uri.clone())
+                            .with_properties(self.properties.clone())
+                            .with_tls_config(self.tls.clone())
+                            .connect()
+                            .await?,
+                    );
                     let mut state = self.shared.state();
                     state.connection = Some(connection.clone());
                     state.lost = Arc::new(tokio::sync::watch::Sender::new(false));

@@ -16,6 +16,7 @@ use percent_encoding::{NON_ALPHANUMERIC, utf8_percent_encode};
 /// heartbeat = "30s"
 /// connection_timeout = "5s"
 /// connection_name = "orders"
+/// tls = true
 /// ```
 ///
 /// `url` (`amqp://user:password@host:port/vhost`) may stand in for the other fields; given
@@ -29,8 +30,13 @@ pub struct AmqpSettings {
     pub url: Option<String>,
     /// A host name or an IP address (default `127.0.0.1`).
     pub host: Option<String>,
-    /// The port (default 5672).
+    /// The port (default 5672, or 5671 with `tls`).
     pub port: Option<u16>,
+    /// Whether to connect with TLS (`amqps://`; default false). The broker's certificate is
+    /// verified against the system's roots, or those given to
+    /// [`AmqpManager::tls`](crate::AmqpManager::tls); a TLS library must be on (this crate's
+    /// `rustls` feature).
+    pub tls: Option<bool>,
     /// The virtual host (default `/`).
     pub vhost: Option<String>,
     /// The user (default `guest`).
@@ -80,6 +86,7 @@ impl AmqpSettings {
         let address = [
             ("host", self.host.is_some()),
             ("port", self.port.is_some()),
+            ("tls", self.tls.is_some()),
             ("vhost", self.vhost.is_some()),
             ("user", self.user.is_some()),
             ("password", self.password.is_some()),
@@ -96,12 +103,14 @@ impl AmqpSettings {
             }
             None => {
                 let enc = |s: &str| utf8_percent_encode(s, NON_ALPHANUMERIC).to_string();
+                let tls = self.tls == Some(true);
                 format!(
-                    "amqp://{}:{}@{}:{}/{}",
+                    "{}://{}:{}@{}:{}/{}",
+                    if tls { "amqps" } else { "amqp" },
                     enc(self.user.as_deref().unwrap_or("guest")),
                     enc(self.password.as_deref().unwrap_or("guest")),
                     self.host.as_deref().unwrap_or("127.0.0.1"),
-                    self.port.unwrap_or(5672),
+                    self.port.unwrap_or(if tls { 5671 } else { 5672 }),
                     enc(self.vhost.as_deref().unwrap_or("/")),
                 )
             }
@@ -167,6 +176,23 @@ mod tests {
         assert_eq!(uri.query.connection_timeout, Some(5000));
         assert_eq!(uri.query.channel_max, Some(64));
         assert_eq!(uri.query.frame_max, Some(131_072));
+    }
+
+    #[test]
+    fn tls_makes_an_amqps_uri_on_the_tls_port() {
+        let settings: AmqpSettings = toml::from_str("tls = true\nhost = \"mq\"").unwrap();
+        let uri = AMQPUri::from_str(&settings.to_uri().unwrap()).unwrap();
+        assert_eq!(uri.scheme, lapin::uri::AMQPScheme::AMQPS);
+        assert_eq!(uri.authority.port, 5671);
+        let settings: AmqpSettings = toml::from_str("tls = true\nport = 5679").unwrap();
+        assert!(settings.to_uri().unwrap().starts_with("amqps://"));
+        assert!(settings.to_uri().unwrap().contains(":5679/"));
+        let settings: AmqpSettings = toml::from_str("tls = false").unwrap();
+        assert!(settings.to_uri().unwrap().starts_with("amqp://"));
+        assert!(settings.to_uri().unwrap().contains(":5672/"));
+        let settings: AmqpSettings =
+            toml::from_str("url = \"amqp://localhost\"\ntls = true").unwrap();
+        assert_eq!(settings.to_uri().unwrap_err().key, "tls");
     }
 
     #[test]

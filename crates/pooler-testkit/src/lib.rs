@@ -5,6 +5,7 @@
 //!   `POOLER_REQUIRE_SERVICES=1` (as CI sets it), when it fails.
 //! - [`eventually`]: a bounded wait for something a server does in its own time.
 //! - [`scenarios`]: live scenarios every backend crate runs the same way.
+//! - [`tls`]: a throwaway CA and server certificate for a live TLS test.
 //! - [`Proxy`]: a TCP proxy in front of a server, which a test opens, closes (refusing new
 //!   connections) and cuts (dropping live ones), to stage outages.
 #![allow(clippy::disallowed_methods)] // test support spawns its own tasks
@@ -18,6 +19,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinHandle;
 
 pub mod scenarios;
+pub mod tls;
 
 /// The URL in `var`, or `default`, if its host:port answers. `None` means skip the test: it
 /// prints why. Panics instead when `POOLER_REQUIRE_SERVICES=1`.
