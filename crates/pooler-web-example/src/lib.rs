@@ -11,7 +11,8 @@
 //!
 //! `cargo run -p pooler-web-example` serves on 127.0.0.1:3000 against
 //! `POOLER_POSTGRES_URL` (default `postgres://postgres@127.0.0.1:5432/test`):
-//! `curl 'localhost:3000/add?a=2&b=3'`, `curl localhost:3000/pool`.
+//! `curl 'localhost:3000/add?a=2&b=3'`, `curl localhost:3000/pool`. The [`actix`] module
+//! is the same service on actix-web.
 
 use std::future::Future;
 
@@ -22,6 +23,8 @@ use axum::routing::get;
 use pooler_postgres::pooler::{PoolConfig, Shutdown, TakeError};
 use pooler_postgres::{PgManager, Pool};
 use tokio::net::TcpListener;
+
+pub mod actix;
 
 /// The example's pool: up to 8 connections, 2 opened at start, takers waiting at most 2 s
 /// (and at most 256 of them: a burst beyond that is refused at once).
@@ -74,6 +77,7 @@ pub async fn serve(
     served
 }
 
+/// The two numbers `/add` adds.
 #[derive(serde::Deserialize)]
 struct Operands {
     a: i32,
@@ -101,6 +105,11 @@ async fn add(
 
 /// `GET /pool`: the pool's counts.
 async fn utilization(State(pool): State<Pool>) -> String {
+    counts(&pool)
+}
+
+/// The pool's counts, as `/pool` says them.
+fn counts(pool: &Pool) -> String {
     let u = pool.utilization();
     format!(
         "in_use={} free={} starting={} queued={} max={}\n",
