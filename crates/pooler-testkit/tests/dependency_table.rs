@@ -5,12 +5,14 @@
 use std::collections::BTreeSet;
 use std::process::Command;
 
-const PUBLISHED: [&str; 5] = [
+const PUBLISHED: [&str; 7] = [
     "pooler",
     "pooler-postgres",
     "pooler-redis",
     "pooler-mysql",
     "pooler-lapin",
+    "pooler-diesel-async",
+    "pooler-testkit",
 ];
 
 /// One row of the table: `| `crate` | features | count |`.

@@ -1,0 +1,275 @@
+// The README's example needs the `postgres` feature (docs.rs builds with every feature).
+#![cfg_attr(feature = "postgres", doc = include_str!("../README.md"))]
+#![cfg_attr(
+    not(feature = "postgres"),
+    doc = "diesel-async connections as pooler members: see the README (feature `postgres` or `mysql`)."
+)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
+use std::borrow::Cow;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI32, Ordering};
+
+use diesel::ConnectionResult;
+use diesel::IntoSql;
+use diesel::dsl::{AsExprOf, select};
+use diesel::query_builder::SqlQuery;
+use diesel::sql_types::Integer;
+use diesel_async::RunQueryDsl;
+use diesel_async::methods::{ExecuteDsl, LoadQuery};
+use diesel_async::pooled_connection::PoolableConnection;
+use pooler::{Hooks, Manager, MemberContext};
+
+pub use diesel;
+pub use diesel_async;
+pub use pooler;
+
+/// A pool of diesel-async connections of type `C`.
+pub type Pool<C> = pooler::Pool<DieselManager<C>>;
+/// A connection taken from a [`Pool`]: dereferences to `C`, so `&mut *conn` is what
+/// diesel-async's `RunQueryDsl` methods take.
+pub type Member<C> = pooler::Member<DieselManager<C>>;
+
+/// A pool of PostgreSQL connections.
+#[cfg(feature = "postgres")]
+#[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
+pub type PgPool = Pool<diesel_async::AsyncPgConnection>;
+
+/// A pool of MySQL or MariaDB connections.
+#[cfg(feature = "mysql")]
+#[cfg_attr(docsrs, doc(cfg(feature = "mysql")))]
+pub type MysqlPool = Pool<diesel_async::AsyncMysqlConnection>;
+
+/// A diesel-async connection a pool can hold: diesel-async's check of a returned connection
+/// (its transaction state; for PostgreSQL, whether it closed), and whether a cancelled query
+/// can leave its answer for the next one.
+///
+/// Implemented for `AsyncPgConnection` (feature `postgres`) and `AsyncMysqlConnection`
+/// (feature `mysql`).
+pub trait PooledConnection: PoolableConnection + 'static {
+    /// Whether a query cancelled part-way (its future dropped: a timeout, a `select!`) can
+    /// leave its answer on the connection for the next query to read as its own. When it
+    /// can, every returned connection is verified with a round trip before it is handed on:
+    /// a `SELECT` of a number that changes each time, whose answer must be that number.
+    const CANCEL_LEAVES_ANSWER: bool;
+}
+
+/// tokio-postgres matches each answer to its request and drops those of requests given up.
+#[cfg(feature = "postgres")]
+impl PooledConnection for diesel_async::AsyncPgConnection {
+    const CANCEL_LEAVES_ANSWER: bool = false;
+}
+
+/// mysql_async reads a cancelled command's answer as the next command's (it marks such a
+/// connection, but diesel-async does not show the mark).
+#[cfg(feature = "mysql")]
+impl PooledConnection for diesel_async::AsyncMysqlConnection {
+    const CANCEL_LEAVES_ANSWER: bool = true;
+}
+
+/// How a connection is opened: from the URL, to a connection or diesel's connection error.
+type Establish<C> =
+    Arc<dyn Fn(String) -> Pin<Box<dyn Future<Output = ConnectionResult<C>> + Send>> + Send + Sync>;
+
+/// Opens diesel-async connections of type `C` for a pool, and gives them back clean.
+///
+/// What a returned connection is checked for, before anyone else gets it (in a task of the
+/// pool's, while the connection still counts as in use):
+///
+/// - a transaction left open (a user returned between `begin` and `commit`, or dropped a
+///   `transaction` future part-way), or diesel-async's transaction manager in an error state
+///   (a failed `COMMIT` or `ROLLBACK`), or a PostgreSQL connection that has closed: the
+///   connection is replaced, as diesel-async's own pool adapters do;
+/// - MySQL: the answer of a query the user cancelled, left for the next query to read
+///   ([`PooledConnection::CANCEL_LEAVES_ANSWER`]): a round trip verifies the connection, and
+///   a connection that answers out of turn is replaced;
+/// - the statement set with [`on_return`](DieselManager::on_return), if any (`RESET ALL`,
+///   `DISCARD TEMP`, …): run, and the connection replaced when it fails;
+/// - the `after_return` hook, if any ([`hooks`](DieselManager::hooks)).
+///
+/// A free connection's health check (the pool's `health_interval`) is `SELECT 1`.
+pub struct DieselManager<C> {
+    url: String,
+    establish: Establish<C>,
+    on_return: Option<Cow<'static, str>>,
+    hooks: Hooks<C>,
+    /// The last number a returned connection was asked to echo.
+    nonce: Arc<AtomicI32>,
+}
+
+impl<C> Clone for DieselManager<C> {
+    fn clone(&self) -> Self {
+        DieselManager {
+            url: self.url.clone(),
+            establish: self.establish.clone(),
+            on_return: self.on_return.clone(),
+            hooks: self.hooks.clone(),
+            nonce: self.nonce.clone(),
+        }
+    }
+}
+
+impl<C> std::fmt::Debug for DieselManager<C> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The URL may hold a password: only what follows its `@` is shown.
+        let shown = self
+            .url
+            .rsplit_once('@')
+            .map_or(self.url.as_str(), |(_, h)| h);
+        f.debug_struct("DieselManager")
+            .field("connection", &std::any::type_name::<C>())
+            .field("host", &shown)
+            .field("on_return", &self.on_return)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<C: PooledConnection> DieselManager<C> {
+    /// A manager opening connections to `url` with `C::establish`.
+    #[must_use]
+    pub fn new(url: impl Into<String>) -> Self {
+        DieselManager {
+            url: url.into(),
+            establish: Arc::new(|url: String| Box::pin(async move { C::establish(&url).await })),
+            on_return: None,
+            hooks: Hooks::default(),
+            nonce: Arc::default(),
+        }
+    }
+
+    /// The same manager, opening each connection with `establish` (given the URL) instead of
+    /// `C::establish`: for TLS, or a connection built by hand (`AsyncPgConnection::
+    /// try_from_client_and_connection`).
+    #[must_use]
+    pub fn establish_with<F, Fut>(mut self, establish: F) -> Self
+    where
+        F: Fn(String) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = ConnectionResult<C>> + Send + 'static,
+    {
+        self.establish = Arc::new(move |url| Box::pin(establish(url)));
+        self
+    }
+
+    /// The same manager, running `statement` on every returned connection before it is
+    /// handed on (a failure replaces the connection). For what a user may leave on a session
+    /// besides a transaction: `RESET ALL` (PostgreSQL's settings, `SET ROLE` included),
+    /// `DISCARD TEMP` (its temporary tables). Not `DISCARD ALL`: it also drops the prepared
+    /// statements diesel-async keeps per connection. Costs a round trip per return.
+    #[must_use]
+    pub fn on_return(mut self, statement: impl Into<Cow<'static, str>>) -> Self {
+        self.on_return = Some(statement.into());
+        self
+    }
+
+    /// Runs `hooks` on every connection: `after_connect` once it is open, `after_return`
+    /// once a returned connection is clean (see [`Hooks`]).
+    #[must_use]
+    pub fn hooks(mut self, hooks: Hooks<C>) -> Self {
+        self.hooks = hooks;
+        self
+    }
+}
+
+/// Why a connection could not be opened, or was not handed on.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum DieselError {
+    /// The connection could not be opened.
+    Connection(diesel::result::ConnectionError),
+    /// The health check or the [`on_return`](DieselManager::on_return) statement failed.
+    Query(diesel::result::Error),
+    /// The connection came back with a transaction open, its transaction manager broken,
+    /// (PostgreSQL) closed, or (MySQL) answering out of turn.
+    Broken,
+    /// A hook of the manager's ([`Hooks`]) failed.
+    Hook(Box<dyn std::error::Error + Send + Sync>),
+}
+
+impl std::fmt::Display for DieselError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DieselError::Connection(e) => write!(f, "connecting failed: {e}"),
+            DieselError::Query(e) => write!(f, "{e}"),
+            DieselError::Broken => {
+                f.write_str("the connection came back with a transaction open or broken, or closed")
+            }
+            DieselError::Hook(e) => write!(f, "a hook failed: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for DieselError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            DieselError::Connection(e) => Some(e),
+            DieselError::Query(e) => Some(e),
+            DieselError::Broken => None,
+            DieselError::Hook(e) => Some(&**e),
+        }
+    }
+}
+
+impl<C> Manager for DieselManager<C>
+where
+    C: PooledConnection,
+    for<'a> select<AsExprOf<i32, Integer>>: LoadQuery<'a, C, i32>,
+    SqlQuery: ExecuteDsl<C>,
+{
+    type Member = C;
+    type Error = DieselError;
+
+    async fn start(&self, _ctx: &MemberContext) -> Result<C, DieselError> {
+        (self.establish)(self.url.clone())
+            .await
+            .map_err(DieselError::Connection)
+    }
+
+    async fn initialize(&self, conn: &mut C) -> Result<(), DieselError> {
+        self.hooks
+            .run_after_connect(conn)
+            .await
+            .map_err(DieselError::Hook)
+    }
+
+    async fn check(&self, conn: &mut C) -> Result<(), DieselError> {
+        select(1.into_sql::<Integer>())
+            .get_result::<i32>(conn)
+            .await
+            .map(drop)
+            .map_err(DieselError::Query)
+    }
+
+    // diesel-async reads a connection's transaction state through `&mut` only, so the look
+    // at a returned connection is a recycle, not `is_broken` (docs/design.md, "diesel-async").
+    fn needs_recycle(&self, _conn: &C) -> bool {
+        true
+    }
+
+    async fn recycle(&self, conn: &mut C) -> Result<(), DieselError> {
+        if conn.is_broken() {
+            return Err(DieselError::Broken);
+        }
+        if C::CANCEL_LEAVES_ANSWER {
+            let asked = self.nonce.fetch_add(1, Ordering::Relaxed);
+            let answer = select(asked.into_sql::<Integer>())
+                .get_result::<i32>(conn)
+                .await
+                .map_err(DieselError::Query)?;
+            if answer != asked {
+                return Err(DieselError::Broken);
+            }
+        }
+        if let Some(statement) = &self.on_return {
+            diesel::sql_query(statement.as_ref())
+                .execute(conn)
+                .await
+                .map_err(DieselError::Query)?;
+        }
+        self.hooks
+            .run_after_return(conn)
+            .await
+            .map_err(DieselError::Hook)
+    }
+}

@@ -1,0 +1,104 @@
+//! Live tests against PostgreSQL (`POOLER_POSTGRES_URL`, default
+//! `postgres://postgres@127.0.0.1:5432/test`). Unreachable, they skip with a notice, or fail
+//! under `POOLER_REQUIRE_SERVICES=1`.
+#![cfg(feature = "postgres")]
+#![allow(clippy::disallowed_methods)] // tests spawn their own users
+
+#[macro_use]
+mod common;
+
+use pooler_diesel_async::diesel_async::AsyncPgConnection;
+
+live_tests!(
+    AsyncPgConnection,
+    "POOLER_POSTGRES_URL",
+    "postgres://postgres@127.0.0.1:5432/test",
+    session = "pg_backend_pid()::int8",
+    sleep = "SELECT pg_sleep(1)"
+);
+
+/// What a user set on the session, read by the next user: `application_name`.
+async fn after_a_user_set_the_application_name(
+    manager: DieselManager<AsyncPgConnection>,
+) -> String {
+    let config = PoolConfig::builder("diesel-reset")
+        .init_count(1)
+        .max_count(1)
+        .build()
+        .unwrap();
+    let pool = Pool::start(config, manager).await.unwrap();
+    let mut conn = pool.take_member(Duration::from_secs(5)).await.unwrap();
+    pooler_diesel_async::diesel::sql_query("SET application_name = 'left-behind'")
+        .execute(&mut *conn)
+        .await
+        .unwrap();
+    drop(conn);
+    let mut conn = pool.take_member(Duration::from_secs(5)).await.unwrap();
+    let name: String = select(sql::<pooler_diesel_async::diesel::sql_types::Text>(
+        "current_setting('application_name')",
+    ))
+    .get_result(&mut *conn)
+    .await
+    .unwrap();
+    drop(conn);
+    pool.close(Shutdown::Graceful).await;
+    name
+}
+
+#[tokio::test]
+async fn on_return_clears_what_a_user_set_on_the_session() {
+    let Some(url) = url().await else { return };
+    let kept = after_a_user_set_the_application_name(DieselManager::new(url.as_str())).await;
+    assert_eq!(
+        kept, "left-behind",
+        "without on_return the session is handed on as left"
+    );
+    let reset = after_a_user_set_the_application_name(
+        DieselManager::new(url.as_str()).on_return("RESET ALL"),
+    )
+    .await;
+    assert_eq!(reset, "", "RESET ALL on return");
+}
+
+#[tokio::test]
+async fn connections_open_the_way_given_and_run_the_hooks() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    let Some(url) = url().await else { return };
+    let opened = Arc::new(AtomicUsize::new(0));
+    let counted = opened.clone();
+    let manager = DieselManager::<AsyncPgConnection>::new("postgres://nowhere.invalid/none")
+        .establish_with(move |_ignored| {
+            counted.fetch_add(1, Ordering::Relaxed);
+            let url = url.clone();
+            async move { AsyncPgConnection::establish(&url).await }
+        })
+        .hooks(
+            pooler::Hooks::default().after_connect(|conn: &mut AsyncPgConnection| {
+                Box::pin(async move {
+                    pooler_diesel_async::diesel::sql_query("SET application_name = 'hooked'")
+                        .execute(conn)
+                        .await?;
+                    Ok(())
+                })
+            }),
+        );
+    let config = PoolConfig::builder("diesel-hooks")
+        .init_count(2)
+        .max_count(2)
+        .build()
+        .unwrap();
+    let pool = Pool::start(config, manager).await.unwrap();
+    assert_eq!(AtomicUsize::load(&opened, Ordering::Relaxed), 2);
+    let mut conn = pool.take_member(Duration::from_secs(5)).await.unwrap();
+    let name: String = select(sql::<pooler_diesel_async::diesel::sql_types::Text>(
+        "current_setting('application_name')",
+    ))
+    .get_result(&mut *conn)
+    .await
+    .unwrap();
+    assert_eq!(name, "hooked");
+    drop(conn);
+    pool.close(Shutdown::Graceful).await;
+}
