@@ -13,7 +13,7 @@ mod watch;
 use std::ops::{Deref, DerefMut};
 use std::sync::Arc;
 
-use pooler::{Hooks, Manager, MemberContext};
+use pooler::{Hooks, Latency, Manager, MemberContext};
 use tokio_postgres::tls::{MakeTlsConnect, TlsConnect};
 use tokio_postgres::types::Type;
 use tokio_postgres::{CancelToken, Client, Config, NoTls, SimpleQueryMessage, Statement};
@@ -700,6 +700,16 @@ where
     async fn check(&self, conn: &mut PgConnection) -> Result<(), PgError> {
         conn.parts.client.simple_query("").await?;
         Ok(())
+    }
+
+    /// The server's own time per request during the use (docs/design.md, "Admission"), so
+    /// an admission limit follows the database, not the work an application does between
+    /// statements while it holds the connection.
+    fn latency(&self, conn: &PgConnection) -> Latency {
+        conn.parts
+            .seen
+            .served()
+            .map_or(Latency::Unmeasured, Latency::Measured)
     }
 
     fn is_broken(&self, conn: &PgConnection) -> bool {

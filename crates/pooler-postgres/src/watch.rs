@@ -21,6 +21,11 @@
 //! state on the session ([`crate::session`]); the reading side marks the session dirty when the
 //! server reports a changed parameter after the startup.
 //!
+//! The same counts time the server: a *busy* period runs from a request written while none
+//! was outstanding to the answer that leaves none outstanding. Its length, divided among the
+//! answers read in it, is the server's time per request (one request at a time: its round
+//! trip), which the admission limit follows ([`Seen::served`]). The startup is not counted.
+//!
 //! # Invariants
 //!
 //! 1. `answered ≤ expected` at every moment a reader can see (a request is counted when it is
@@ -48,6 +53,13 @@ use crate::session::{Dirt, Scan};
 /// single unframed byte.
 const SSL_REQUEST: u32 = 80_877_103;
 const GSSENC_REQUEST: u32 = 80_877_104;
+
+/// The clock the busy periods are read on: nanoseconds since the first reading.
+fn now_nanos() -> u64 {
+    static EPOCH: std::sync::OnceLock<tokio::time::Instant> = std::sync::OnceLock::new();
+    let epoch = *EPOCH.get_or_init(tokio::time::Instant::now);
+    u64::try_from(epoch.elapsed().as_nanos()).unwrap_or(u64::MAX)
+}
 
 /// How many times [`Seen::quiet`] looks again at a driver being polled before it says "not
 /// quiet".
@@ -90,6 +102,15 @@ pub(crate) struct Seen {
     in_copy: AtomicBool,
     /// Session state left by the statements written, as [`Dirt`] bits.
     dirt: AtomicU8,
+    /// When the busy period under way began ([`now_nanos`]). Only the driver task writes
+    /// this and the three below (reading and writing are both its), so relaxed order does.
+    busy_since: AtomicU64,
+    /// Answers read in the busy period under way.
+    busy_answers: AtomicU64,
+    /// The length of the busy periods ended, and the answers read in them, since
+    /// [`Seen::served`] last took them.
+    served_nanos: AtomicU64,
+    served_answers: AtomicU64,
     /// What the server said of its role.
     pub(crate) heard: Heard,
 }
@@ -166,6 +187,39 @@ impl Seen {
             b'T' => TxStatus::InTransaction,
             b'E' => TxStatus::Failed,
             _ => TxStatus::Unsettled,
+        }
+    }
+
+    /// The server's mean time per request over the busy periods ended since the last call,
+    /// and starts the next measure; `None` if no request was answered meanwhile.
+    pub(crate) fn served(&self) -> Option<std::time::Duration> {
+        let answers = self.served_answers.swap(0, Ordering::Relaxed);
+        let nanos = self.served_nanos.swap(0, Ordering::Relaxed);
+        (answers > 0).then(|| std::time::Duration::from_nanos(nanos / answers))
+    }
+
+    /// A request the server will answer with ReadyForQuery was written; `startup` for the
+    /// connection's first.
+    fn requested(&self, startup: bool) {
+        let before = self.expected.fetch_add(1, Ordering::AcqRel);
+        if !startup && before == self.answered.load(Ordering::Acquire) {
+            self.busy_since.store(now_nanos(), Ordering::Relaxed);
+        }
+    }
+
+    /// A ReadyForQuery was read: the busy period ends when no request is left outstanding.
+    fn answered(&self) {
+        let answered = self.answered.fetch_add(1, Ordering::AcqRel) + 1;
+        if answered == 1 {
+            return; // the startup's
+        }
+        let answers = self.busy_answers.fetch_add(1, Ordering::Relaxed) + 1;
+        if answered >= self.expected.load(Ordering::Acquire) {
+            let since = self.busy_since.load(Ordering::Relaxed);
+            let took = now_nanos().saturating_sub(since);
+            self.served_nanos.fetch_add(took, Ordering::Relaxed);
+            self.served_answers.fetch_add(answers, Ordering::Relaxed);
+            self.busy_answers.store(0, Ordering::Relaxed);
         }
     }
 
@@ -467,14 +521,14 @@ impl Visit for Writer<'_> {
             }
             Header::Untyped(_) => {
                 // The startup: answered by the first ReadyForQuery.
-                seen.expected.fetch_add(1, Ordering::AcqRel);
+                seen.requested(true);
                 false
             }
             Header::Typed(kind) => {
                 match kind {
                     b'Q' | b'F' => {
                         *self.syncs = 0;
-                        seen.expected.fetch_add(1, Ordering::AcqRel);
+                        seen.requested(false);
                         if kind == b'Q' {
                             self.scan.begin(false);
                         }
@@ -483,7 +537,7 @@ impl Visit for Writer<'_> {
                     b'E' => *self.syncs = 0,
                     b'S' => {
                         *self.syncs += 1;
-                        seen.expected.fetch_add(1, Ordering::AcqRel);
+                        seen.requested(false);
                     }
                     // CopyDone or CopyFail: the Syncs sent while the server was in copy-in
                     // mode were ignored.
@@ -555,7 +609,7 @@ impl Visit for Reader<'_> {
             // The answer to a COPY that failed before copy-in mode: its Syncs count.
             *self.doubtful = 0;
             self.seen.status.store(status, Ordering::Release);
-            self.seen.answered.fetch_add(1, Ordering::AcqRel);
+            self.seen.answered();
         }
     }
 }
@@ -686,6 +740,44 @@ mod tests {
             feed(&mut w, false, &answer, step);
             assert_eq!(w.seen.status(), TxStatus::Idle);
         }
+    }
+
+    /// The server's time per request: a busy period from the first request written while
+    /// none was outstanding to the answer that leaves none, shared among its answers; the
+    /// startup and the time between requests do not count.
+    #[tokio::test(start_paused = true)]
+    async fn busy_periods_time_the_server_per_request() {
+        let ms = std::time::Duration::from_millis;
+        let mut w = Watched::new((), Arc::default());
+        feed(&mut w, true, &untyped(196_608, b"user\0me\0\0"), 1000);
+        tokio::time::advance(ms(500)).await;
+        feed(&mut w, false, &message(b'Z', b"I"), 1000);
+        assert_eq!(w.seen.served(), None, "the startup is not a request");
+
+        // One request at a time: its round trip. The pause between them is the user's.
+        for took in [30, 10] {
+            feed(&mut w, true, &message(b'Q', b"SELECT 1\0"), 1000);
+            tokio::time::advance(ms(took)).await;
+            feed(&mut w, false, &message(b'Z', b"I"), 1000);
+            tokio::time::advance(ms(1000)).await;
+        }
+        assert_eq!(w.seen.served(), Some(ms(20)));
+        assert_eq!(
+            w.seen.served(),
+            None,
+            "taken: the next measure starts empty"
+        );
+
+        // Two requests in flight at once (a pipeline): 40 ms for both, 20 each.
+        let mut two = message(b'Q', b"SELECT 1\0");
+        two.extend(message(b'Q', b"SELECT 2\0"));
+        feed(&mut w, true, &two, 1000);
+        tokio::time::advance(ms(25)).await;
+        feed(&mut w, false, &message(b'Z', b"I"), 1000);
+        assert_eq!(w.seen.served(), None, "still busy: nothing ended yet");
+        tokio::time::advance(ms(15)).await;
+        feed(&mut w, false, &message(b'Z', b"I"), 1000);
+        assert_eq!(w.seen.served(), Some(ms(20)));
     }
 
     /// What a framing reports for `bytes` fed in pieces of the sizes `sizes` yields, in turn:

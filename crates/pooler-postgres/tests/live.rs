@@ -675,3 +675,33 @@ async fn a_cancel_that_may_still_land_never_reaches_the_next_user() {
     drop(conn);
     pool.close(Shutdown::Graceful).await;
 }
+
+/// The admission signal: the server's time per statement during a use, not the use's
+/// length — two 20 ms statements with 200 ms of the application's own work between them
+/// measure about 20 ms, not 240; a use with no statement measures nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_use_measures_the_servers_time_per_statement() {
+    let Some(url) = url().await else { return };
+    let manager = PgManager::new(&url).unwrap();
+    let pool = Pool::start(PoolConfig::new("pg-latency", 1, 1), manager.clone())
+        .await
+        .unwrap();
+    let conn = pool.take_member(Duration::from_secs(5)).await.unwrap();
+    // Whatever the pool's own queries left is not this use's.
+    let _ = manager.latency(&conn);
+    for _ in 0..2 {
+        conn.batch_execute("SELECT pg_sleep(0.02)").await.unwrap();
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let measured = manager.latency(&conn);
+    let pooler::Latency::Measured(took) = measured else {
+        panic!("two statements answered: {measured:?}");
+    };
+    assert!(
+        took >= Duration::from_millis(20) && took < Duration::from_millis(120),
+        "the server's time per statement, not the hold's 240 ms: {took:?}"
+    );
+    assert_eq!(manager.latency(&conn), pooler::Latency::Unmeasured);
+    drop(conn);
+    pool.close(Shutdown::Graceful).await;
+}

@@ -16,7 +16,7 @@ use crate::health::Hook;
 use crate::held::{Held, Meta};
 use crate::hot::{Found, Refused, Wait};
 use crate::leak::Caller;
-use crate::manager::{self, Manager, Returned};
+use crate::manager::{self, Latency, Manager, Returned};
 use crate::member::{Fate, Home, Member, Origin};
 use crate::metrics::Reason;
 use crate::shared::Shared;
@@ -351,20 +351,27 @@ impl<M: Manager> Shared<M> {
     }
 
     /// A member an admitted take held comes back (docs/design.md, "Admission"): returned as
-    /// any other, then its admission released with the hold it measured (a hold that ended in
-    /// failure measures nothing). Released after the member is back, so the take admitted
-    /// next finds it.
+    /// any other, then its admission released with the latency its use measured — the
+    /// manager's measure, or the hold (a use that ended in failure measures nothing).
+    /// Released after the member is back, so the take admitted next finds it.
     #[cold]
     fn give_back_admitted(&self, held: Held<M::Member>, fate: Fate, timed: u32) {
         let since = self.clock.instant(held.meta.since());
-        let returned = match fate {
-            Fate::Ok => manager::returned(&self.manager, &held.value, &self.name, true),
-            Fate::Failed | Fate::Crashed => Returned::Fit,
+        let (returned, latency) = match fate {
+            Fate::Ok => (
+                manager::returned(&self.manager, &held.value, &self.name, true),
+                manager::latency(&self.manager, &held.value, &self.name),
+            ),
+            Fate::Failed | Fate::Crashed => (Returned::Fit, Latency::Unmeasured),
         };
         let now = self.clock.now();
         self.give_back_slow(held, fate, Origin::Taken, returned, timed);
-        let measured = (fate == Fate::Ok && returned != Returned::Broken)
-            .then(|| now.saturating_duration_since(since));
+        let measured = match latency {
+            _ if returned == Returned::Broken => None,
+            Latency::Hold => Some(now.saturating_duration_since(since)),
+            Latency::Measured(took) => Some(took),
+            Latency::Unmeasured => None,
+        };
         self.admission.release(measured);
     }
 

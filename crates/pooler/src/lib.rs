@@ -49,7 +49,7 @@ pub use crate::error::{ConfigError, PoolerError, StartError, TakeError};
 #[cfg(feature = "file")]
 pub use crate::file::Kinds;
 pub use crate::hooks::{HookFuture, HookResult, Hooks};
-pub use crate::manager::{Manager, MemberContext};
+pub use crate::manager::{Latency, Manager, MemberContext};
 pub use crate::member::{GroupMember, Member};
 pub use crate::pool::{Health, MemberStats, MemberStatus, Pool, Shutdown, Utilization, WeakPool};
 pub use crate::reconfigure::ReconfigureAction;

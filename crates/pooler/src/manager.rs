@@ -115,6 +115,31 @@ pub trait Manager: Send + Sync + 'static {
         let _ = member;
         async { Ok(()) }
     }
+
+    /// The latency the server showed the member's last user, for the admission limit (the
+    /// `admission` key; docs/design.md, "Admission"). Asked, with no lock held, when a take
+    /// that passed the admission gate gives its member back in good order; never asked when
+    /// admission is off. Default: [`Latency::Hold`], the time from take to return — which
+    /// also counts what the user did between statements. A manager that sees its requests
+    /// answered (pooler-postgres's stream layer) says how long the server took instead. A
+    /// panic in it counts as [`Latency::Unmeasured`].
+    fn latency(&self, member: &Self::Member) -> Latency {
+        let _ = member;
+        Latency::Hold
+    }
+}
+
+/// What a member's last use says of the server's latency: the signal the admission limit
+/// follows ([`Manager::latency`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Latency {
+    /// The hold, from take to return, stands for it (the default).
+    Hold,
+    /// The server took this long per request, on average, during the last use.
+    Measured(std::time::Duration),
+    /// Nothing to go by (no request was answered during the use): the use is not a sample.
+    Unmeasured,
 }
 
 /// Receives members' death signals; implemented by the pool.
@@ -211,6 +236,15 @@ pub(crate) fn is_broken<M: Manager>(manager: &M, member: &M::Member, pool: &str)
     catch_unwind(AssertUnwindSafe(|| manager.is_broken(member))).unwrap_or_else(|_| {
         tracing::error!(pool = %pool, "Manager::is_broken panicked; the member counts as broken");
         true
+    })
+}
+
+/// Asks the manager's `latency`; a panic in it means nothing measured (docs/design.md,
+/// "Faults in user code and in tasks").
+pub(crate) fn latency<M: Manager>(manager: &M, member: &M::Member, pool: &str) -> Latency {
+    catch_unwind(AssertUnwindSafe(|| manager.latency(member))).unwrap_or_else(|_| {
+        tracing::error!(pool = %pool, "Manager::latency panicked; the use is not a sample");
+        Latency::Unmeasured
     })
 }
 

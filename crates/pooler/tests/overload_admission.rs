@@ -91,6 +91,45 @@ async fn the_limit_follows_latency_and_closes_nothing() {
     assert_eq!(pool.admission().unwrap().admitted, 0);
 }
 
+/// With the server's own latency measured by the manager, the limit follows the server, not
+/// the hold: holds that grow with the number of users (the application sharing its own CPU
+/// between statements) while the server answers as fast as ever do not bring it down — they
+/// do when the hold is all the pool has to go by. A use with nothing measured is not a
+/// sample.
+#[tokio::test(start_paused = true)]
+async fn the_limit_follows_the_latency_the_manager_measures() {
+    for (measured, shrinks) in [(false, true), (true, false)] {
+        let fake = Fake::default();
+        if measured {
+            fake.probe.latency_us.store(10_000, Ordering::SeqCst);
+        }
+        let (pool, _probe) = pool_with(config("admit-measured", 20), fake).await;
+        load(&pool, 4, 4, ms(10), 100).await;
+        // Five times the users, each holding longer for it: the server is no slower.
+        load(&pool, 20, 4, ms(10), 60).await;
+        let after = pool.admission().unwrap();
+        assert_eq!(
+            after.limit < 12,
+            shrinks,
+            "measured by the manager: {measured}; {after:?}"
+        );
+        if measured {
+            assert_eq!(after.latency, ms(10), "{after:?}");
+        }
+    }
+    // Nothing measured: the limit does not move from where it starts.
+    let fake = Fake::default();
+    fake.probe.latency_us.store(u64::MAX, Ordering::SeqCst);
+    let (pool, _probe) = pool_with(config("admit-unmeasured", 20), fake).await;
+    load(&pool, 20, 4, ms(10), 60).await;
+    let after = pool.admission().unwrap();
+    assert_eq!(
+        (after.limit, after.last_move),
+        (20, LimitMove::Starting),
+        "{after:?}"
+    );
+}
+
 /// A take over the limit waits at the gate, first come first served, and is admitted when a
 /// holder gives back; one that waits out its deadline there times out; one dropped while
 /// waiting leaves no trace; one admitted that then fails to get a member gives its admission

@@ -75,6 +75,9 @@ pub struct Probe {
     /// Whether returned members need recycling, and how many recycles ran.
     pub recycle_on: AtomicBool,
     pub recycles: AtomicUsize,
+    /// What `latency` says of each use, in microseconds: 0 for the hold (the default),
+    /// `u64::MAX` for nothing measured.
+    pub latency_us: AtomicU64,
     /// Steps for the next start attempts, in order, before `plan.start` applies again.
     script: Mutex<VecDeque<Step>>,
     /// `is_broken` / `needs_recycle` panic while set.
@@ -218,6 +221,7 @@ impl Default for Fake {
                 }),
                 recycle_on: AtomicBool::new(false),
                 recycles: AtomicUsize::new(0),
+                latency_us: AtomicU64::new(0),
                 script: Mutex::new(VecDeque::new()),
                 panic_is_broken: AtomicBool::new(false),
                 panic_needs_recycle: AtomicBool::new(false),
@@ -330,6 +334,15 @@ impl Manager for Fake {
         );
         self.probe.chaos("needs_recycle");
         self.probe.recycle_on.load(SeqCst)
+    }
+
+    fn latency(&self, _m: &FakeMember) -> pooler::Latency {
+        self.probe.chaos("latency");
+        match self.probe.latency_us.load(SeqCst) {
+            0 => pooler::Latency::Hold,
+            u64::MAX => pooler::Latency::Unmeasured,
+            us => pooler::Latency::Measured(Duration::from_micros(us)),
+        }
     }
 
     async fn recycle(&self, m: &mut FakeMember) -> Result<(), FakeError> {
