@@ -21,8 +21,6 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use crate::clock::Clock;
-#[cfg(test)]
-use crate::cold::Limits;
 use crate::cold::{Cold, Starts};
 use crate::config::PoolConfig;
 use crate::error::TakeError;
@@ -256,6 +254,7 @@ mod tests {
     use crate::cancel::Token;
 
     use super::*;
+    use crate::cold::Limits;
     use crate::hot::Wait;
     use crate::manager::MemberContext;
 
