@@ -2,26 +2,34 @@
 //! `"gradient"`), at most `limit` takes hold a member at a time, `limit` moving between 1 and
 //! `max_count` with the latency the pool observes — how long each member is held, which is
 //! the database's latency for a pool whose users take, query and give back. A take over the
-//! limit waits in this gate's own queue (first come, first served, under the take's
-//! deadline, and refused at once while the pool sheds) before it takes a member as usual.
-//! Lowering the limit closes nothing: it admits fewer. The limiters are in `limiters.rs`.
+//! limit waits in this gate's own queue (under the take's deadline, and refused at once while
+//! the pool sheds) before it takes a member as usual. The queue is served oldest first; with
+//! a `queue_target`, once it has stayed non-empty longer than the target it is served newest
+//! first (adaptive LIFO: the oldest waiters' callers have likely given up), and a take that
+//! has waited twice the target there is refused (`Stale`), so none waits out its budget
+//! behind newer ones. Lowering the limit closes nothing: it admits fewer. The limiters are in
+//! `limiters.rs`.
 //!
 //! Whether takes go through the gate is [`Features::ADMIT`](crate::features::Features::ADMIT);
 //! the gate is on when its limiter is there.
 //!
 //! # Invariants
 //!
-//! 1. While on: `available permits + admitted + handed == limit + owed`, where `handed` are
-//!    permits the semaphore has handed to a waiter that has not yet counted itself admitted
-//!    (so `available + admitted <= limit + owed` is what can be checked); `1 <= limit <= max`;
-//!    and `owed > 0` only while `admitted + handed > limit`.
+//! 1. While on: `1 <= limit <= max`; a take counts in `admitted` from the moment it is let
+//!    through (a waiter is counted when it is served, before it collects that), and
+//!    `admitted` falls only when an admitted take ends.
+//! 2. Nobody waits while there is room: `waiters` is empty or `admitted >= limit`.
+//! 3. `queued_since` is `Some` exactly while `waiters` is not empty.
 
+use std::convert::Infallible;
+use std::future::poll_fn;
+use std::task::{Poll, Waker};
 use std::time::Duration;
 
-use tokio::sync::Semaphore;
 use tokio::time::Instant;
 
 use crate::sync::{Mutex, lock};
+use crate::waiters::{Look, WaitKey, Waiters};
 
 mod limiters;
 
@@ -74,7 +82,7 @@ pub enum LimitMove {
     Held,
     /// It stayed: the pool used less than half of it.
     Idle,
-    /// It was halved for two batches to measure the database's latency unloaded, and is
+    /// It is halved for two batches to measure the database's latency unloaded, then put
     /// back (`vegas`).
     Probed,
 }
@@ -94,10 +102,20 @@ impl LimitMove {
     }
 }
 
+/// How a wait at the gate ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Admit {
+    /// Let through: the take counts as admitted.
+    Admitted,
+    /// The take's deadline passed first.
+    TimedOut,
+    /// It waited twice `queue_target` (the target, and the wait): refused as shed.
+    Stale(Duration, Duration),
+}
+
 /// The gate (see the module's docs).
 #[derive(Debug)]
 pub(crate) struct Admission {
-    permits: Semaphore,
     state: Mutex<State>,
 }
 
@@ -106,159 +124,212 @@ struct State {
     limiter: Option<Limiter>,
     limit: usize,
     admitted: usize,
-    owed: usize,
+    /// Takes waiting to be let through; served with `Ok(())`.
+    waiters: Waiters<(), Infallible>,
+    /// When `waiters` last stopped being empty.
+    queued_since: Option<Instant>,
+    /// `queue_target`: past it, newest first; at twice it, a waiter is stale.
+    target: Option<Duration>,
+}
+
+impl State {
+    /// Whether the queue has stayed non-empty longer than the target (serve newest first).
+    fn lifo(&self, now: Instant) -> bool {
+        match (self.target, self.queued_since) {
+            (Some(target), Some(since)) => now.saturating_duration_since(since) > target,
+            _ => false,
+        }
+    }
+
+    /// Lets waiters through while there is room (all of them when the gate is off), newest
+    /// first when the queue has stayed long; their wakers, to wake after the lock.
+    fn let_through(&mut self, wakers: &mut Vec<Waker>) {
+        if self.waiters.is_empty() {
+            // Nobody to let through, and `queued_since` is already `None` (invariant 3):
+            // an admitted take's return reads no clock.
+            return;
+        }
+        let now = Instant::now();
+        let on = self.limiter.is_some();
+        while !self.waiters.is_empty() && (!on || self.admitted < self.limit) {
+            let served = if self.lifo(now) {
+                self.waiters.serve_newest(Ok(()))
+            } else {
+                self.waiters.serve_oldest(Ok(()))
+            };
+            if let Ok(waker) = served {
+                if on {
+                    self.admitted += 1;
+                }
+                wakers.extend(waker);
+            }
+        }
+        if self.waiters.is_empty() {
+            self.queued_since = None;
+        }
+    }
 }
 
 impl Admission {
-    pub(crate) fn new(mode: AdmissionMode, max: usize) -> Self {
+    pub(crate) fn new(mode: AdmissionMode, max: usize, target: Option<Duration>) -> Self {
         let gate = Admission {
-            permits: Semaphore::new(0),
             state: Mutex::new(State {
                 limiter: None,
                 limit: 0,
                 admitted: 0,
-                owed: 0,
+                waiters: Waiters::default(),
+                queued_since: None,
+                target: None,
             }),
         };
-        gate.set(mode, max);
+        gate.set(mode, max, target);
         gate
     }
 
     /// New settings (a pool's start or a reconfigure). Turned on, the limit starts at
     /// `max` and counts the takes admitted from then on; turned off, takes waiting at the
     /// gate go through.
-    pub(crate) fn set(&self, mode: AdmissionMode, max: usize) {
-        let mut s = lock(&self.state);
-        let max = max.max(1);
-        let fresh = match mode {
-            AdmissionMode::Off => None,
-            AdmissionMode::Vegas => Some(Limiter::vegas(max)),
-            AdmissionMode::Gradient => Some(Limiter::gradient(max)),
-        };
-        let same_kind = matches!(
-            (&fresh, &s.limiter),
-            (Some(Limiter::Vegas(_)), Some(Limiter::Vegas(_)))
-                | (Some(Limiter::Gradient(_)), Some(Limiter::Gradient(_)))
-        );
-        match (fresh, s.limiter.as_mut()) {
-            (None, None) => {}
-            (None, Some(_)) => {
-                s.limiter = None;
-                // Whoever waits at the gate goes through.
-                self.permits.add_permits(Semaphore::MAX_PERMITS / 2);
-            }
-            (Some(_), Some(limiter)) if same_kind => {
-                limiter.set_max(max);
-                let limit = limiter.limit();
-                self.move_limit(&mut s, limit);
-            }
-            (Some(fresh), Some(_)) => {
-                // Another limiter: it starts from the limit in force.
-                let mut fresh = fresh;
-                fresh.set_max(max);
-                s.limiter = Some(fresh);
-                let limit = s.limiter.as_ref().map_or(max, Limiter::limit);
-                self.move_limit(&mut s, limit);
-            }
-            (Some(fresh), None) => {
-                self.permits.forget_permits(usize::MAX);
-                *s = State {
-                    limiter: Some(fresh),
-                    limit: max,
-                    admitted: 0,
-                    owed: 0,
-                };
-                self.permits.add_permits(max);
-            }
-        }
-        self.check(&s);
-    }
-
-    fn check(&self, s: &State) {
-        if s.limiter.is_some() {
-            debug_assert!(
-                self.permits.available_permits() + s.admitted <= s.limit + s.owed,
-                "invariant 1"
+    pub(crate) fn set(&self, mode: AdmissionMode, max: usize, target: Option<Duration>) {
+        let mut wakers = Vec::new();
+        {
+            let mut s = lock(&self.state);
+            let max = max.max(1);
+            s.target = target;
+            let fresh = match mode {
+                AdmissionMode::Off => None,
+                AdmissionMode::Vegas => Some(Limiter::vegas(max)),
+                AdmissionMode::Gradient => Some(Limiter::gradient(max)),
+            };
+            let same_kind = matches!(
+                (&fresh, &s.limiter),
+                (Some(Limiter::Vegas(_)), Some(Limiter::Vegas(_)))
+                    | (Some(Limiter::Gradient(_)), Some(Limiter::Gradient(_)))
             );
+            match (fresh, s.limiter.as_mut()) {
+                (None, _) => s.limiter = None,
+                (Some(_), Some(limiter)) if same_kind => limiter.set_max(max),
+                (Some(mut fresh), Some(_)) => {
+                    // Another limiter: it starts from the limit in force.
+                    fresh.set_max(max);
+                    s.limiter = Some(fresh);
+                }
+                (Some(fresh), None) => {
+                    s.limiter = Some(fresh);
+                    s.admitted = 0;
+                }
+            }
+            s.limit = s.limiter.as_ref().map_or(0, Limiter::limit);
+            s.let_through(&mut wakers);
+            Self::check(&s);
+        }
+        wakers.into_iter().for_each(Waker::wake);
+    }
+
+    fn check(s: &State) {
+        if s.limiter.is_some() {
             debug_assert!(s.limit >= 1, "invariant 1: a limit of at least one");
+            debug_assert!(
+                s.waiters.is_empty() || s.admitted >= s.limit,
+                "invariant 2: nobody waits while there is room"
+            );
         }
+        debug_assert_eq!(
+            s.queued_since.is_some(),
+            !s.waiters.is_empty(),
+            "invariant 3"
+        );
     }
 
-    /// Moves the limit to `limit`: permits added (the ones owed paid first) or taken away
-    /// (those not available owed, taken when they come back).
-    fn move_limit(&self, s: &mut State, limit: usize) {
-        if limit > s.limit {
-            let more = limit - s.limit;
-            let paid = more.min(s.owed);
-            s.owed -= paid;
-            self.permits.add_permits(more - paid);
-        } else if limit < s.limit {
-            let fewer = s.limit - limit;
-            let taken = self.permits.forget_permits(fewer);
-            s.owed += fewer - taken;
-        }
-        s.limit = limit;
-    }
-
-    /// Waits for admission until `deadline` (none: no deadline). `false` when the deadline
-    /// passed first.
+    /// Waits for admission until `deadline` (none: no deadline); `begun` is when the take
+    /// began. With a `queue_target`, a wait of twice the target ends as [`Admit::Stale`].
     ///
-    /// Cancel safe: a permit is counted only once acquired, and acquiring is the last step.
-    pub(crate) async fn admit(&self, deadline: Option<Instant>) -> bool {
-        let acquired = match deadline {
-            None => self.permits.acquire().await,
-            Some(at) => match tokio::time::timeout_at(at, self.permits.acquire()).await {
-                Ok(acquired) => acquired,
-                Err(_) => return false,
-            },
+    /// Cancel safe: dropped while waiting, the take leaves the queue; dropped after it was
+    /// let through but before it saw so, its admission is handed on.
+    pub(crate) async fn admit(&self, begun: Instant, deadline: Option<Instant>) -> Admit {
+        let (key, target) = {
+            let mut s = lock(&self.state);
+            if s.limiter.is_none() || (s.admitted < s.limit && s.waiters.is_empty()) {
+                if s.limiter.is_some() {
+                    s.admitted += 1;
+                }
+                return Admit::Admitted;
+            }
+            if s.waiters.is_empty() {
+                s.queued_since = Some(Instant::now());
+            }
+            let key = s.waiters.push();
+            Self::check(&s);
+            (key, s.target)
         };
-        // The semaphore is never closed.
-        if let Ok(permit) = acquired {
-            self.admitted(permit);
-        }
-        true
-    }
-
-    /// Admission without waiting.
-    pub(crate) fn try_admit(&self) -> bool {
-        match self.permits.try_acquire() {
-            Ok(permit) => {
-                self.admitted(permit);
+        let mut place = Place {
+            gate: self,
+            key: Some(key),
+        };
+        let stale_at = target.map(|t| begun + t.saturating_mul(2));
+        let until = match (deadline, stale_at) {
+            (Some(d), Some(s)) => Some(d.min(s)),
+            (d, s) => d.or(s),
+        };
+        let served = poll_fn(|cx| place.look(cx.waker()));
+        let done = match until {
+            None => {
+                served.await;
                 true
             }
-            Err(_) => false,
+            Some(at) => tokio::time::timeout_at(at, served).await.is_ok(),
+        };
+        if done {
+            // `look` let go of the place when it saw it served.
+            return Admit::Admitted;
+        }
+        // The deadline or the stale mark: leave, unless let through meanwhile.
+        if place.leave() {
+            return Admit::Admitted;
+        }
+        let now = Instant::now();
+        match (target, stale_at) {
+            (Some(target), Some(at)) if deadline.is_none_or(|d| at < d) && now >= at => {
+                Admit::Stale(target, now.saturating_duration_since(begun))
+            }
+            _ => Admit::TimedOut,
         }
     }
 
-    fn admitted(&self, permit: tokio::sync::SemaphorePermit<'_>) {
+    /// Admission without waiting: only when there is room and nobody waits.
+    pub(crate) fn try_admit(&self) -> bool {
         let mut s = lock(&self.state);
-        permit.forget();
-        if s.limiter.is_some() {
+        if s.limiter.is_none() {
+            return true;
+        }
+        if s.admitted < s.limit && s.waiters.is_empty() {
             s.admitted += 1;
+            return true;
         }
-        self.check(&s);
+        false
     }
 
-    /// An admitted take ends: with the hold it measured, if it held a member.
-    pub(crate) fn release(&self, held: Option<Duration>) {
-        let mut s = lock(&self.state);
-        if s.limiter.is_none() || s.admitted == 0 {
-            // Admitted before the gate was (re)built: it counts for nothing.
-            return;
+    /// An admitted take ends: with the hold it measured, if it held a member. What the
+    /// limiter did with the limit, when that hold ended a batch.
+    pub(crate) fn release(&self, held: Option<Duration>) -> Option<LimitMove> {
+        let mut wakers = Vec::new();
+        let mut judged = None;
+        {
+            let mut s = lock(&self.state);
+            if s.limiter.is_none() || s.admitted == 0 {
+                // Admitted before the gate was (re)built: it counts for nothing.
+                return None;
+            }
+            let in_use = s.admitted;
+            s.admitted -= 1;
+            if let (Some(held), Some(limiter)) = (held, s.limiter.as_mut()) {
+                judged = limiter.sample(held, in_use);
+                s.limit = limiter.limit();
+            }
+            s.let_through(&mut wakers);
+            Self::check(&s);
         }
-        let in_use = s.admitted;
-        s.admitted -= 1;
-        if s.owed > 0 {
-            s.owed -= 1;
-        } else {
-            self.permits.add_permits(1);
-        }
-        if let (Some(held), Some(limiter)) = (held, s.limiter.as_mut()) {
-            limiter.sample(held, in_use);
-            let limit = limiter.limit();
-            self.move_limit(&mut s, limit);
-        }
-        self.check(&s);
+        wakers.into_iter().for_each(Waker::wake);
+        judged
     }
 
     pub(crate) fn status(&self) -> Option<AdmissionStatus> {
@@ -272,24 +343,95 @@ impl Admission {
             last_move,
         })
     }
+
+    /// Sets the limit by hand (tests).
+    #[cfg(all(test, not(pooler_loom)))]
+    fn force_limit(&self, limit: usize) {
+        let mut wakers = Vec::new();
+        {
+            let mut s = lock(&self.state);
+            s.limit = limit;
+            s.let_through(&mut wakers);
+        }
+        wakers.into_iter().for_each(Waker::wake);
+    }
+}
+
+/// A take's place in the gate's queue while it waits.
+struct Place<'a> {
+    gate: &'a Admission,
+    /// `None` once the take has collected its admission or left.
+    key: Option<WaitKey>,
+}
+
+impl Place<'_> {
+    fn look(&mut self, waker: &Waker) -> Poll<()> {
+        let Some(key) = self.key else {
+            return Poll::Ready(());
+        };
+        let mut s = lock(&self.gate.state);
+        match s.waiters.look(key, waker) {
+            Look::Waiting => Poll::Pending,
+            Look::Served(_) => {
+                self.key = None;
+                Poll::Ready(())
+            }
+        }
+    }
+
+    /// Leaves the queue: `true` if the take had been let through (it keeps its admission).
+    fn leave(&mut self) -> bool {
+        let Some(key) = self.key.take() else {
+            return false;
+        };
+        let mut s = lock(&self.gate.state);
+        let served = s.waiters.leave(key).is_some();
+        if s.waiters.is_empty() {
+            s.queued_since = None;
+        }
+        Admission::check(&s);
+        served
+    }
+}
+
+impl Drop for Place<'_> {
+    fn drop(&mut self) {
+        if self.leave() {
+            // Let through, never seen: the admission goes to the next waiter.
+            self.gate.release(None);
+        }
+    }
 }
 
 #[cfg(all(test, not(pooler_loom)))]
+#[allow(clippy::disallowed_methods)] // plain tasks wait at the gate
 mod tests {
+    use std::sync::Arc;
+
     use super::*;
 
+    const MS: Duration = Duration::from_millis(1);
+
+    /// A take waiting at the gate, as a task: what its wait came to.
+    fn wait(gate: &Arc<Admission>) -> tokio::task::JoinHandle<Admit> {
+        let gate = gate.clone();
+        tokio::spawn(async move { gate.admit(Instant::now(), None).await })
+    }
+
+    async fn settle() {
+        for _ in 0..10 {
+            tokio::task::yield_now().await;
+        }
+    }
+
     #[tokio::test]
-    #[allow(clippy::disallowed_methods)] // a plain task waits at the gate
     async fn lowering_the_limit_closes_nothing_and_admits_fewer() {
-        let gate = Admission::new(AdmissionMode::Vegas, 4);
+        let gate = Arc::new(Admission::new(AdmissionMode::Vegas, 4, None));
         for _ in 0..4 {
             assert!(gate.try_admit());
         }
         assert!(!gate.try_admit(), "four admitted: the limit");
-        {
-            let mut s = lock(&gate.state);
-            gate.move_limit(&mut s, 2);
-        }
+        gate.force_limit(2);
         // Two of the four must come back before another is admitted.
         gate.release(None);
         assert!(!gate.try_admit());
@@ -301,17 +443,80 @@ mod tests {
         let status = gate.status().unwrap();
         assert_eq!((status.limit, status.admitted), (2, 2));
         // Turned off, a take waiting at the gate goes through.
-        let gate = std::sync::Arc::new(gate);
-        let waiting = tokio::spawn({
-            let gate = gate.clone();
-            async move { gate.admit(None).await }
-        });
-        for _ in 0..10 {
-            tokio::task::yield_now().await;
-        }
+        let waiting = wait(&gate);
+        settle().await;
         assert!(!waiting.is_finished(), "over the limit, a take waits");
-        gate.set(AdmissionMode::Off, 4);
-        assert!(waiting.await.unwrap());
+        gate.set(AdmissionMode::Off, 4, None);
+        assert_eq!(waiting.await.unwrap(), Admit::Admitted);
         assert!(gate.status().is_none());
+    }
+
+    /// Three takes wait, 10 ms apart; one place frees at `after`: which one got it.
+    async fn served_after(after: Duration) -> [bool; 3] {
+        let gate = Arc::new(Admission::new(AdmissionMode::Vegas, 1, Some(50 * MS)));
+        assert!(gate.try_admit());
+        let mut waiting = Vec::new();
+        for _ in 0..3 {
+            waiting.push(wait(&gate));
+            settle().await;
+            tokio::time::advance(10 * MS).await;
+        }
+        tokio::time::advance(after.saturating_sub(30 * MS)).await;
+        gate.release(None);
+        settle().await;
+        let served = waiting.iter().map(|w| w.is_finished());
+        let served: Vec<bool> = served.collect();
+        for w in waiting {
+            w.abort();
+        }
+        [served[0], served[1], served[2]]
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_queue_that_stays_is_served_newest_first() {
+        // The queue began 30 ms ago, under the 50 ms target: the oldest goes first.
+        assert_eq!(served_after(30 * MS).await, [true, false, false]);
+        // It has stayed 60 ms: the newest goes first.
+        assert_eq!(served_after(60 * MS).await, [false, false, true]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_take_waiting_twice_the_target_is_refused_as_shed() {
+        let gate = Arc::new(Admission::new(AdmissionMode::Vegas, 1, Some(50 * MS)));
+        assert!(gate.try_admit());
+        let waiting = wait(&gate);
+        tokio::time::sleep(99 * MS).await;
+        assert!(!waiting.is_finished());
+        tokio::time::sleep(2 * MS).await;
+        assert_eq!(waiting.await.unwrap(), Admit::Stale(50 * MS, 100 * MS));
+        // Its place is gone: the next take is let through when the admitted one ends.
+        gate.release(None);
+        assert!(gate.try_admit());
+        // With no target, a take waits out its own deadline.
+        let gate = Admission::new(AdmissionMode::Vegas, 1, None);
+        assert!(gate.try_admit());
+        let now = Instant::now();
+        let at = gate.admit(now, Some(now + 300 * MS)).await;
+        assert_eq!((at, now.elapsed()), (Admit::TimedOut, 300 * MS));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_take_dropped_after_it_was_let_through_hands_its_place_on() {
+        let gate = Arc::new(Admission::new(AdmissionMode::Vegas, 1, None));
+        assert!(gate.try_admit());
+        let first = wait(&gate);
+        settle().await;
+        let second = wait(&gate);
+        settle().await;
+        // Let through and dropped in the same breath, before it ran again.
+        gate.release(None);
+        first.abort();
+        assert!(first.await.unwrap_err().is_cancelled());
+        let second = tokio::time::timeout(Duration::from_secs(1), second).await;
+        assert_eq!(
+            second.expect("the place was handed on").unwrap(),
+            Admit::Admitted
+        );
+        assert_eq!(gate.status().unwrap().admitted, 1);
     }
 }

@@ -357,22 +357,25 @@ impl<M: Manager> Shared<M> {
     #[cold]
     fn give_back_admitted(&self, held: Held<M::Member>, fate: Fate, timed: u32) {
         let since = self.clock.instant(held.meta.since());
-        let (returned, latency) = match fate {
-            Fate::Ok => (
-                manager::returned(&self.manager, &held.value, &self.name, true),
-                manager::latency(&self.manager, &held.value, &self.name),
-            ),
-            Fate::Failed | Fate::Crashed => (Returned::Fit, Latency::Unmeasured),
+        let returned = match fate {
+            Fate::Ok => manager::returned(&self.manager, &held.value, &self.name, true),
+            Fate::Failed | Fate::Crashed => Returned::Fit,
+        };
+        let latency = if fate == Fate::Ok && returned != Returned::Broken {
+            manager::latency(&self.manager, &held.value, &self.name)
+        } else {
+            Latency::Unmeasured
         };
         let now = self.clock.now();
         self.give_back_slow(held, fate, Origin::Taken, returned, timed);
         let measured = match latency {
-            _ if returned == Returned::Broken => None,
             Latency::Hold => Some(now.saturating_duration_since(since)),
             Latency::Measured(took) => Some(took),
             Latency::Unmeasured => None,
         };
-        self.admission.release(measured);
+        if let Some(judged) = self.admission.release(measured) {
+            self.metrics.limit_judged(judged);
+        }
     }
 
     /// A member in use comes back to a closed pool: it is stopped (or dropped in place once

@@ -109,7 +109,7 @@ pub enum TakeError {
         pool: Arc<str>,
     },
     /// The pool is overloaded (`queue_target`): a take that would have queued was refused at
-    /// once.
+    /// once (reason `shed`).
     Shed {
         /// The pool's name.
         pool: Arc<str>,
@@ -117,6 +117,17 @@ pub enum TakeError {
         target: Duration,
         /// The shortest wait in the queue over the interval that judged the pool overloaded.
         delay: Duration,
+    },
+    /// The pool is overloaded (`queue_target`) and the take had waited more than twice the
+    /// target when its turn came, or twice it at the admission gate: refused then, its
+    /// caller having likely given up (reason `shed`; docs/design.md, "Shedding").
+    Stale {
+        /// The pool's name.
+        pool: Arc<str>,
+        /// The pool's `queue_target`.
+        target: Duration,
+        /// How long the take waited.
+        waited: Duration,
     },
     /// The pool's admission limit (`admission`) is reached and the take could not wait
     /// (`try_take_member`, or a timeout of zero): reason `over_limit`.
@@ -192,6 +203,16 @@ impl fmt::Display for TakeError {
                 Human(*delay),
                 Human(*target)
             ),
+            Self::Stale {
+                pool,
+                target,
+                waited,
+            } => write!(
+                f,
+                "pool `{pool}`: overloaded, take shed after waiting {}, at least twice queue_target = {}",
+                Human(*waited),
+                Human(*target)
+            ),
             Self::OverLimit { pool, limit } => write!(
                 f,
                 "pool `{pool}`: {limit} takes hold members, the admission limit now"
@@ -232,7 +253,8 @@ impl TakeError {
             | Self::Unavailable { pool, .. }
             | Self::OverLimit { pool, .. }
             | Self::QueueShrunk { pool, .. }
-            | Self::Shed { pool, .. } => pool,
+            | Self::Shed { pool, .. }
+            | Self::Stale { pool, .. } => pool,
         }
     }
 
@@ -247,7 +269,7 @@ impl TakeError {
             Self::Closed { .. } | Self::RuntimeGone { .. } => "closed",
             Self::NoSuchGroup { .. } => "no_such_pool",
             Self::Unavailable { .. } => "failed",
-            Self::Shed { .. } => "shed",
+            Self::Shed { .. } | Self::Stale { .. } => "shed",
             Self::OverLimit { .. } => "over_limit",
         }
     }
@@ -515,5 +537,23 @@ impl StdError for PoolerError {
             Self::Config(e) => e.source(),
             _ => None,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An awaited take returns `Result<Member, TakeError>` by value on its fast path: a
+    /// `TakeError` that outgrows its niche layout (a field that takes the niche's place)
+    /// costs every take the larger move, ~25 instructions of ~290 (docs/design.md,
+    /// "Admission": the cost when off).
+    #[test]
+    fn take_error_keeps_its_size() {
+        assert!(
+            std::mem::size_of::<TakeError>() <= 56,
+            "{}",
+            std::mem::size_of::<TakeError>()
+        );
     }
 }

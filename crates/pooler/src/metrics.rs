@@ -97,6 +97,16 @@ const NO_MEMBER_REASONS: &[&str] = &[
     "over_limit",
 ];
 
+/// What the admission limiter did with the limit at a batch's end
+/// ([`LimitMove::name`](crate::admission::LimitMove::name), `starting` aside: no batch ends in it).
+const LIMIT_MOVE_REASONS: &[&str] = &["grew", "shrank", "held", "idle", "probed"];
+
+/// The `reason` label of a batch the admission limiter judged.
+#[cfg(feature = "metrics")]
+fn limit_move_reason(judged: crate::admission::LimitMove) -> Option<usize> {
+    LIMIT_MOVE_REASONS.iter().position(|r| *r == judged.name())
+}
+
 impl Reason {
     #[cfg(test)]
     const ALL: [Reason; 5] = [
@@ -242,6 +252,13 @@ const DESCRIPTORS: &[Descriptor] = &[
         "The latency the admission limiter compares holds with (vegas: unloaded; gradient: long-term)."
     ),
     descriptor!(
+        "pooler_admission_moves_total",
+        Counter,
+        POOL_REASON,
+        LIMIT_MOVE_REASONS,
+        "Batches of uses the admission limiter judged, by what it did with the limit: grew, shrank, held, idle (under half of it used: it may only come down), probed (a batch of a probe of the database's unloaded latency)."
+    ),
+    descriptor!(
         "pooler_take_wait_seconds",
         Histogram,
         POOL,
@@ -307,6 +324,7 @@ impl PoolMetrics {
     }
     pub(crate) fn publish(&self, _: Gauges) {}
     pub(crate) fn admission(&self, _: Option<crate::admission::AdmissionStatus>) {}
+    pub(crate) fn limit_judged(&self, _: crate::admission::LimitMove) {}
     pub(crate) fn flush(&self, _: u64, _: u64) {}
     pub(crate) fn waited(&self, _: tokio::time::Instant) {}
     pub(crate) fn used(&self, _: tokio::time::Instant, _: tokio::time::Instant, _: u32) {}

@@ -91,11 +91,13 @@ impl<M: Manager> Shared<M> {
             // takes stop coming.
             let gate_on = new.admission != AdmissionMode::Off;
             if gate_on {
-                self.admission.set(new.admission, new.max_count);
+                self.admission
+                    .set(new.admission, new.max_count, new.queue_target);
             }
             self.features.set(&new);
             if !gate_on {
-                self.admission.set(new.admission, new.max_count);
+                self.admission
+                    .set(new.admission, new.max_count, new.queue_target);
             }
             if new.queue_target != old.queue_target || new.queue_interval != old.queue_interval {
                 self.shedder

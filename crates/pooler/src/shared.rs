@@ -70,7 +70,7 @@ impl<M: Manager> Shared<M> {
         metrics.limits(config.init_count, config.max_count);
         let features = Features::new(&config, metrics.wait_live());
         let shedder = Shedder::new(config.queue_target, config.queue_interval, Instant::now());
-        let admission = Admission::new(config.admission, config.max_count);
+        let admission = Admission::new(config.admission, config.max_count, config.queue_target);
         Arc::new_cyclic(|this| Shared {
             name: config.name.as_str().into(),
             hot: Hot::new(config.member_order, config.queue_max, metrics.use_live()),

@@ -20,6 +20,7 @@ use tokio::time::Instant;
 use tracing::field::Empty;
 use tracing::{Instrument, Span};
 
+use crate::admission::Admit;
 use crate::checkout::{Attempt, Deadline};
 use crate::error::TakeError;
 use crate::features::Features;
@@ -191,8 +192,8 @@ fn at_once_admitted<M: Manager>(
 }
 
 /// A take through the admission gate (docs/design.md, "Admission"): it waits at the gate
-/// under its deadline — refused at once instead while the pool sheds — then takes a member
-/// as any other take with the time left.
+/// under its deadline — refused at once instead while the pool sheds, and refused once it has
+/// waited twice `queue_target` — then takes a member as any other take with the time left.
 async fn admitted<M: Manager>(
     shared: &Arc<Shared<M>>,
     caller: Caller,
@@ -204,15 +205,15 @@ async fn admitted<M: Manager>(
         if let Some((target, delay)) = shared.shedder.shed(begun) {
             return Err(shared.shed_error(target, delay));
         }
-        let admitted = shared.admission.admit(deadline).await;
+        let admitted = shared.admission.admit(begun, deadline).await;
         shared.shedder.waited(begun);
-        if !admitted {
-            return Err(shared.timed_out(timeout.unwrap_or_default()));
-        }
-        let now = Instant::now();
-        if let Some((target, waited)) = shared.shedder.stale(now - begun, now) {
-            shared.admission.release(None);
-            return Err(shared.shed_error(target, waited));
+        // With a `queue_target` the gate itself refuses a take that has waited twice it.
+        match admitted {
+            Admit::Admitted => {}
+            Admit::TimedOut => return Err(shared.timed_out(timeout.unwrap_or_default())),
+            Admit::Stale(target, waited) => {
+                return Err(shared.stale_error(target, waited));
+            }
         }
     }
     let ticket = Ticket::new(shared);
@@ -451,7 +452,7 @@ async fn within_loop<M: Manager>(
                                 m.set_origin(Origin::Checked);
                                 drop(m);
                             }
-                            return Err((shared.shed_error(target, waited), Some(waited)));
+                            return Err((shared.stale_error(target, waited), Some(waited)));
                         }
                         None => shared.collected(held),
                     },

@@ -1,6 +1,7 @@
-//! The queue of waiting takers: a FIFO list of slots linked by index in a slab, so a taker
-//! joins, leaves (timed out or dropped) and is served in O(1), with no allocation once the
-//! slab has grown to the queue's high-water mark.
+//! The queue of waiting takers: a list of slots linked by index in a slab, served oldest
+//! first (or newest first, on request), so a taker joins, leaves (timed out or dropped) and
+//! is served in O(1), with no allocation once the slab has grown to the queue's high-water
+//! mark.
 //!
 //! # Invariants
 //!
@@ -139,7 +140,25 @@ impl<T, E> Waiters<T, E> {
         &mut self,
         outcome: Result<T, E>,
     ) -> Result<Option<Waker>, Result<T, E>> {
-        let Some(index) = self.head else {
+        self.serve(self.head, outcome)
+    }
+
+    /// Serves the newest waiter with `outcome` (last in, first out, for a queue that stays
+    /// long: docs/design.md, "Admission"); as [`Waiters::serve_oldest`] otherwise.
+    pub(crate) fn serve_newest(
+        &mut self,
+        outcome: Result<T, E>,
+    ) -> Result<Option<Waker>, Result<T, E>> {
+        self.serve(self.tail, outcome)
+    }
+
+    /// Serves the waiter at `index` (none: nobody waits).
+    fn serve(
+        &mut self,
+        index: Option<usize>,
+        outcome: Result<T, E>,
+    ) -> Result<Option<Waker>, Result<T, E>> {
+        let Some(index) = index else {
             return Err(outcome);
         };
         let waker = self.unlink(index);
@@ -236,6 +255,23 @@ mod tests {
         assert_eq!(w.leave(c), None);
         assert!(w.is_empty());
         assert!(matches!(w.serve_oldest(Ok(3)), Err(Ok(3))));
+        w.check();
+    }
+
+    #[test]
+    fn served_newest_first_on_request() {
+        let mut w: Waiters<u32, ()> = Waiters::default();
+        let (a, b, c) = (w.push(), w.push(), w.push());
+        assert!(w.serve_newest(Ok(1)).is_ok());
+        assert!(w.serve_oldest(Ok(2)).is_ok());
+        w.check();
+        assert_eq!(w.look(c, &noop()), Look::Served(Ok(1)));
+        assert_eq!(w.look(a, &noop()), Look::Served(Ok(2)));
+        assert_eq!(w.look(b, &noop()), Look::Waiting);
+        assert!(w.serve_newest(Ok(3)).is_ok());
+        assert!(w.is_empty());
+        assert!(matches!(w.serve_newest(Ok(4)), Err(Ok(4))));
+        assert_eq!(w.leave(b), Some(Ok(3)));
         w.check();
     }
 

@@ -45,6 +45,13 @@ mod recorder {
     }
 
     impl Store {
+        /// Counter `name` of pool `pool`, with its `reason` label when there is one.
+        pub(super) fn counted(&self, name: &str, pool: &str, reason: Option<&str>) -> u64 {
+            match reason {
+                Some(r) => self.counter(&format!("{name}{{pool={pool},reason={r}}}")),
+                None => self.counter(&format!("{name}{{pool={pool}}}")),
+            }
+        }
         pub(super) fn counter(&self, id: &str) -> u64 {
             self.counters
                 .lock()
@@ -114,10 +121,7 @@ mod recorder {
 async fn metrics_follow_every_change_with_reasons() {
     let store = recorder::Store::default();
     let _local = metrics::set_default_local_recorder(&store);
-    let counter = |name: &str, reason: Option<&str>| match reason {
-        Some(r) => store.counter(&format!("{name}{{pool=p,reason={r}}}")),
-        None => store.counter(&format!("{name}{{pool=p}}")),
-    };
+    let counter = |name: &str, reason: Option<&str>| store.counted(name, "p", reason);
     let gauge = |name: &str| store.gauge(&format!("{name}{{pool=p}}"));
     let histogram_len = |name: &str| store.samples(&format!("{name}{{pool=p}}"));
     let config = PoolConfig::new("p", 1, 1)
@@ -230,11 +234,7 @@ async fn metrics_follow_every_change_with_reasons() {
 async fn starts_are_timed_failures_counted_by_reason_and_limits_published() {
     let store = recorder::Store::default();
     let _local = metrics::set_default_local_recorder(&store);
-    let counter = |reason: &str| {
-        store.counter(&format!(
-            "pooler_start_failed_total{{pool=s,reason={reason}}}"
-        ))
-    };
+    let counter = |reason: &str| store.counted("pooler_start_failed_total", "s", Some(reason));
     let fake = Fake::default();
     let probe = fake.probe.clone();
     probe.set_start(Step::Slow(ms(250)));
@@ -353,10 +353,7 @@ async fn tracing_events_name_the_pool() {
 async fn takes_count_attempts_and_free_removals_are_killed_free() {
     let store = recorder::Store::default();
     let _local = metrics::set_default_local_recorder(&store);
-    let counter = |name: &str, reason: Option<&str>| match reason {
-        Some(r) => store.counter(&format!("{name}{{pool=p,reason={r}}}")),
-        None => store.counter(&format!("{name}{{pool=p}}")),
-    };
+    let counter = |name: &str, reason: Option<&str>| store.counted(name, "p", reason);
     let config = PoolConfig::new("p", 1, 1)
         .to_builder()
         .health_check_interval(Duration::from_secs(1))
@@ -378,4 +375,36 @@ async fn takes_count_attempts_and_free_removals_are_killed_free() {
     advance(Duration::from_secs(1)).await;
     assert_eq!(counter("pooler_killed_free_total", Some("failed")), 1);
     assert_eq!(counter("pooler_killed_in_use_total", Some("failed")), 0);
+}
+
+/// Each batch of uses the admission limiter judges is counted by what it did with the limit.
+#[tokio::test(start_paused = true)]
+async fn admission_batches_are_counted_by_what_the_limit_did() {
+    let store = recorder::Store::default();
+    let _local = metrics::set_default_local_recorder(&store);
+    let moves = |reason: &str| store.counted("pooler_admission_moves_total", "a", Some(reason));
+    let config = PoolConfig::new("a", 4, 4)
+        .to_builder()
+        .admission(pooler::AdmissionMode::Vegas)
+        .build()
+        .unwrap();
+    let (pool, _) = pool_with(config, Fake::default()).await;
+    // 16 rounds of all four held for 10 ms: 64 uses, 8 batches of 8 at an unchanging
+    // latency, the limit in full use — it grows (held at `max_count`).
+    for _ in 0..16 {
+        let held: Vec<_> = (0..4).map(|_| pool.try_take_member().unwrap()).collect();
+        advance(ms(10)).await;
+        drop(held);
+    }
+    assert_eq!(moves("grew"), 8);
+    // 8 uses one at a time: a batch that used a quarter of the limit.
+    for _ in 0..8 {
+        let held = pool.try_take_member().unwrap();
+        advance(ms(10)).await;
+        drop(held);
+    }
+    assert_eq!(moves("idle"), 1);
+    for reason in ["shrank", "held", "probed"] {
+        assert_eq!(moves(reason), 0, "{reason}");
+    }
 }

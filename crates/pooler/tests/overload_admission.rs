@@ -223,11 +223,12 @@ async fn reconfigure_turns_the_gate_on_and_off() {
     drop(waiting.await.unwrap().unwrap());
 }
 
-/// With shedding too, a take whose turn at the gate comes after more than twice
-/// `queue_target` while the pool is overloaded is refused with `Shed` and its admission passes
-/// on; a take over the limit while the pool sheds is refused at once.
+/// With shedding too, a take that has waited twice `queue_target` at the gate is refused
+/// with `Stale` (the gate serves newest first by then, so it would wait out its budget behind
+/// newer takes) and its place passes on; that wait makes the pool overloaded for the next
+/// interval, in which a take over the limit is refused at once.
 #[tokio::test(start_paused = true)]
-async fn a_take_admitted_too_late_is_shed() {
+async fn a_take_waiting_twice_the_target_at_the_gate_is_shed() {
     let config = config("admit-shed", 1)
         .to_builder()
         .queue_target(ms(50))
@@ -235,25 +236,53 @@ async fn a_take_admitted_too_late_is_shed() {
         .build()
         .unwrap();
     let (pool, _probe) = pool_with(config, Fake::default()).await;
-    let held = wait_200ms_for(&pool, pool.try_take_member().unwrap()).await;
-    advance(ms(700)).await;
+    let held = pool.try_take_member().unwrap();
     let stale = spawn_take(&pool, Duration::from_secs(5));
     settle().await;
-    advance(ms(150)).await;
+    advance(ms(99)).await;
+    settle().await;
+    assert!(!stale.is_finished(), "under twice the target, it waits");
+    advance(ms(1)).await;
+    let refused = stale.await.unwrap().map(drop).unwrap_err();
+    assert!(
+        matches!(&refused, TakeError::Stale { waited, .. } if *waited == ms(100)),
+        "{refused}"
+    );
+    assert_eq!(
+        refused.to_string(),
+        "pool `admit-shed`: overloaded, take shed after waiting 100ms, at least twice queue_target = 50ms"
+    );
+    assert_eq!(pool.admission().unwrap().admitted, 1, "only the holder");
+    // The next interval: overloaded, and a take over the limit is refused at once.
+    advance(Duration::from_secs(1)).await;
     let at_once = pool
         .take_member(Duration::from_secs(5))
         .await
         .map(drop)
         .unwrap_err();
-    assert_eq!(at_once.reason(), "shed", "{at_once}");
-    drop(held);
-    let refused = stale.await.unwrap().map(drop).unwrap_err();
     assert!(
-        matches!(&refused, TakeError::Shed { delay, .. } if *delay == ms(150)),
-        "{refused}"
+        matches!(&at_once, TakeError::Shed { delay, .. } if *delay == ms(100)),
+        "{at_once}"
     );
+    drop(held);
     assert_eq!(pool.admission().unwrap().admitted, 0);
     drop(pool.try_take_member().unwrap());
+}
+
+/// Without `queue_target`, a take waits at the gate until its own deadline, however long the
+/// queue has stood.
+#[tokio::test(start_paused = true)]
+async fn without_a_target_a_take_waits_at_the_gate_until_its_deadline() {
+    let (pool, _probe) = pool_with(config("admit-wait", 1), Fake::default()).await;
+    let held = pool.try_take_member().unwrap();
+    let begun = tokio::time::Instant::now();
+    let e = pool
+        .take_member(Duration::from_millis(800))
+        .await
+        .map(drop)
+        .unwrap_err();
+    assert_eq!((e.reason(), begun.elapsed()), ("timeout", ms(800)), "{e}");
+    drop(held);
 }
 
 /// A take admitted at the gate that then waits in the pool's queue and is refused there as

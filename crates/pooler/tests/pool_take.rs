@@ -380,7 +380,7 @@ async fn an_overloaded_pool_sheds_takes_instead_of_queueing_them() {
 }
 
 /// While overloaded, a take whose turn comes after more than twice `queue_target` is refused
-/// with `Shed` (its caller has likely given up), and the member goes on to the next waiter;
+/// with `Stale` (its caller has likely given up), and the member goes on to the next waiter;
 /// one whose turn comes sooner is served.
 #[tokio::test(start_paused = true)]
 async fn an_overloaded_pool_refuses_a_take_whose_turn_came_too_late() {
@@ -404,7 +404,7 @@ async fn an_overloaded_pool_refuses_a_take_whose_turn_came_too_late() {
     drop(held);
     let refused = stale.await.unwrap().map(drop).unwrap_err();
     assert!(
-        matches!(&refused, TakeError::Shed { delay, .. } if *delay == ms(150)),
+        matches!(&refused, TakeError::Stale { waited, .. } if *waited == ms(150)),
         "{refused}"
     );
     // The member it would have had is free for the next take.

@@ -3,16 +3,20 @@
 //!
 //! - [`Vegas`] (TCP Vegas, as Netflix's concurrency-limits has it): the database's latency
 //!   unloaded is the *base*; a batch whose mean is `short` says `limit × (1 − base/short)`
-//!   queries are queued inside the database. Kept between `alpha` and `beta` (3 and 6 times
-//!   `log10(limit)`): fewer, the limit grows; more, it falls at once to the limit that would
-//!   queue `alpha` if latency grows with concurrency. The base is the lowest batch mean, and
-//!   it is re-measured every [`PROBE_EVERY`] batches (sooner after a large drop) by a probe
-//!   that halves the limit for two batches, drains and measures (as BBR's ProbeRTT), so a
-//!   database that became slower for good gets a new base instead of a limit of one.
+//!   queries are queued inside the database. Kept between `alpha` and `beta`
+//!   ([`thresholds`]): fewer, the limit grows; more, it falls at once to the limit that would
+//!   queue `alpha` if latency grows with concurrency — by half at most. The base is the
+//!   lowest batch mean, and it is re-measured every [`PROBE_EVERY`] batches (from the next
+//!   batch on after a drop of more than half) by a probe that halves the limit for two
+//!   batches, drains and measures (as BBR's ProbeRTT), so a database that became slower for
+//!   good gets a new base instead of a limit of one.
 //! - [`Gradient`] (Gradient2): compares the batch mean with a long-term average over many
 //!   batches and shrinks the limit by their ratio when the batch is more than `TOLERANCE`
 //!   times slower; otherwise grows by about the square root of the limit. It follows changes
 //!   of latency, not its level: a latency that stays high becomes the new normal.
+//!
+//! In both, a batch that used less than half the limit moves it only down, to no less than
+//! twice what it used ([`unused`]).
 //!
 //! # Invariants
 //!
@@ -39,19 +43,22 @@ const LONG_WINDOW: f64 = 60.0;
 struct Batch {
     sum: f64,
     count: usize,
+    peak: usize,
 }
 
 impl Batch {
-    /// Adds a hold; the batch's mean once it holds `size`.
-    fn add(&mut self, held: Duration, size: usize) -> Option<f64> {
+    /// Adds a hold that ended with `in_use` admitted; the batch's mean hold and the most
+    /// admitted at once in it, once it holds `size`.
+    fn add(&mut self, held: Duration, in_use: usize, size: usize) -> Option<(f64, usize)> {
         self.sum += held.as_secs_f64();
         self.count += 1;
+        self.peak = self.peak.max(in_use);
         if self.count < size.max(MIN_BATCH) {
             return None;
         }
-        let mean = (self.sum / self.count as f64).max(1e-9);
+        let done = ((self.sum / self.count as f64).max(1e-9), self.peak);
         *self = Batch::default();
-        Some(mean)
+        Some(done)
     }
 }
 
@@ -90,40 +97,43 @@ impl Vegas {
         }
     }
 
-    fn sample(&mut self, held: Duration, in_use: usize) {
-        let Some(short) = self.batch.add(held, self.limit as usize / 2) else {
-            return;
+    fn sample(&mut self, held: Duration, in_use: usize) -> bool {
+        let Some((short, peak)) = self.batch.add(held, in_use, self.limit as usize / 2) else {
+            return false;
         };
         self.short = short;
         match self.probe {
             Probe::Draining { restore } => {
                 self.probe = Probe::Measuring { restore };
-                return;
+                self.last_move = LimitMove::Probed;
+                return true;
             }
             Probe::Measuring { restore } => {
                 self.base = Some(short);
                 self.limit = restore;
                 self.probe = Probe::After(0);
                 self.last_move = LimitMove::Probed;
-                return;
+                return true;
             }
             Probe::After(n) if n + 1 >= PROBE_EVERY => {
                 let restore = self.limit;
                 self.limit = (self.limit / 2.0).max(1.0);
                 self.probe = Probe::Draining { restore };
-                return;
+                self.last_move = LimitMove::Probed;
+                return true;
             }
             Probe::After(n) => self.probe = Probe::After(n + 1),
         }
         let base = self.base.map_or(short, |b| b.min(short));
         self.base = Some(base);
-        if (in_use as f64) < self.limit / 2.0 {
+        if (peak as f64) < self.limit / 2.0 {
+            self.limit = unused(self.limit, peak);
             self.last_move = LimitMove::Idle;
-            return;
+            return true;
         }
         let queued = self.limit * (1.0 - base / short);
         let step = self.limit.log10().max(1.0);
-        let (alpha, beta) = (3.0 * step, 6.0 * step);
+        let (alpha, beta) = thresholds(self.limit);
         let (limit, moved) = if queued <= step {
             (self.limit + beta, LimitMove::Grew)
         } else if queued < alpha {
@@ -133,17 +143,43 @@ impl Vegas {
             // concurrency past what the database serves at once.
             let to = (self.limit * base / short + alpha).min(self.limit - step);
             if to < self.limit / 2.0 {
-                // A drop this large may be a database slower for good: measure the base
-                // soon.
-                self.probe = Probe::After(PROBE_EVERY.saturating_sub(3));
+                // A drop this large may be a database slower for good rather than more
+                // queued: halve, and measure the base from the next batch on (the probe
+                // halves once more and drains).
+                self.probe = Probe::After(PROBE_EVERY - 1);
+                (self.limit / 2.0, LimitMove::Shrank)
+            } else {
+                (to, LimitMove::Shrank)
             }
-            (to, LimitMove::Shrank)
         } else {
             (self.limit, LimitMove::Held)
         };
         self.limit = limit.clamp(1.0, self.max);
         self.last_move = moved;
+        true
     }
+}
+
+/// Vegas's `alpha` and `beta`: the queries queued inside the database below which the limit
+/// grows and above which it falls. Netflix's 3 and 6 times `log10(limit)` for large limits;
+/// for small ones a tenth and a fifth of the limit (at least 1 and 2), so a database serving
+/// ten at once runs at most about 1.2 times its own latency rather than 1.6 times.
+fn thresholds(limit: f64) -> (f64, f64) {
+    let step = limit.log10().max(1.0);
+    (
+        (0.1 * limit).clamp(1.0, 3.0 * step),
+        (0.2 * limit).clamp(2.0, 6.0 * step),
+    )
+}
+
+/// The limit after a batch in which at most `peak` were admitted at once, under half of it:
+/// a limit that is not used is not known to be safe (as TCP's congestion window validation,
+/// RFC 7661), so it comes down by `log10(limit)` a batch, to no less than twice the peak —
+/// room for a burst, and fewer queries let in at once should the database slow down.
+fn unused(limit: f64, peak: usize) -> f64 {
+    (limit - limit.log10().max(1.0))
+        .max(2.0 * peak as f64)
+        .max(1.0)
 }
 
 #[derive(Debug, Clone)]
@@ -168,9 +204,9 @@ impl Gradient {
         }
     }
 
-    fn sample(&mut self, held: Duration, in_use: usize) {
-        let Some(short) = self.batch.add(held, self.limit as usize / 2) else {
-            return;
+    fn sample(&mut self, held: Duration, in_use: usize) -> bool {
+        let Some((short, peak)) = self.batch.add(held, in_use, self.limit as usize / 2) else {
+            return false;
         };
         self.short = short;
         let mut long = self.long.map_or(short, |long| {
@@ -181,9 +217,10 @@ impl Gradient {
             long *= 0.95;
         }
         self.long = Some(long);
-        if (in_use as f64) < self.limit / 2.0 {
+        if (peak as f64) < self.limit / 2.0 {
+            self.limit = unused(self.limit, peak);
             self.last_move = LimitMove::Idle;
-            return;
+            return true;
         }
         let gradient = (TOLERANCE * long / short).clamp(0.5, 1.0);
         let estimate = self.limit * gradient + self.limit.sqrt();
@@ -193,6 +230,7 @@ impl Gradient {
         } else {
             LimitMove::Grew
         };
+        true
     }
 }
 
@@ -212,16 +250,18 @@ impl Limiter {
         Limiter::Gradient(Gradient::new(max.max(1) as f64))
     }
 
-    /// One hold of `held`, ended with `in_use` takes admitted (itself included).
-    pub(crate) fn sample(&mut self, held: Duration, in_use: usize) {
-        match self {
+    /// One hold of `held`, ended with `in_use` takes admitted (itself included): what the
+    /// limiter did with the limit, when the hold ended a batch.
+    pub(crate) fn sample(&mut self, held: Duration, in_use: usize) -> Option<LimitMove> {
+        let judged = match self {
             Limiter::Vegas(v) => v.sample(held, in_use),
             Limiter::Gradient(g) => g.sample(held, in_use),
-        }
+        };
         debug_assert!(
             (1.0..=self.max()).contains(&self.raw()),
             "invariant 1: the limit within [1, max]"
         );
+        judged.then(|| self.signal().2)
     }
 
     fn raw(&self) -> f64 {
@@ -282,20 +322,20 @@ mod tests {
     }
 
     #[test]
-    fn vegas_settles_a_few_over_what_the_database_serves() {
+    fn vegas_settles_a_tenth_or_so_over_what_the_database_serves() {
         let mut l = Limiter::vegas(100);
         run(&mut l, 10 * MS, 20, 20_000);
         let limit = l.limit();
-        assert!((22..=32).contains(&limit), "{limit}");
+        assert!((21..=25).contains(&limit), "{limit}");
         // The database slows ten times over, serving as many at once: after a dip and a
         // probe the limit settles where it was.
         run(&mut l, 100 * MS, 20, 20_000);
         let (_, base, _) = l.signal();
         assert!(base >= 90 * MS, "the base was measured again: {base:?}");
-        assert!((22..=32).contains(&l.limit()), "{}", l.limit());
+        assert!((21..=25).contains(&l.limit()), "{}", l.limit());
         // It serves half as many at once: the limit follows.
         run(&mut l, 100 * MS, 10, 20_000);
-        assert!((11..=20).contains(&l.limit()), "{}", l.limit());
+        assert!((11..=13).contains(&l.limit()), "{}", l.limit());
     }
 
     #[test]
@@ -310,7 +350,18 @@ mod tests {
             moves.push(l.signal().2);
         }
         assert!(moves.contains(&LimitMove::Shrank), "{moves:?}");
-        assert!(l.limit() <= before / 2, "{} from {before}", l.limit());
+        assert!(
+            l.limit() <= before.div_ceil(2),
+            "{} from {before}",
+            l.limit()
+        );
+        // No further than half at once; the base is measured again from the next batch on,
+        // and the limit comes back over what the database serves.
+        assert!(l.limit() >= before / 2, "{} from {before}", l.limit());
+        run(&mut l, 100 * MS, 20, 200);
+        let (_, base, _) = l.signal();
+        assert!(base >= 90 * MS, "the base was measured again: {base:?}");
+        assert!(l.limit() >= 20, "{}", l.limit());
     }
 
     #[test]
@@ -338,17 +389,26 @@ mod tests {
     }
 
     #[test]
-    fn a_pool_using_under_half_its_limit_moves_nothing() {
+    fn a_limit_not_used_comes_down_to_twice_the_use() {
         for mut l in [Limiter::vegas(40), Limiter::gradient(40)] {
             for _ in 0..100 {
                 l.sample(10 * MS, 40);
             }
-            let before = l.limit();
-            for _ in 0..400 {
-                l.sample(100 * MS, 5);
+            assert_eq!(l.limit(), 40);
+            // At most 5 admitted at once, at the same latency: the limit comes down step
+            // by step to twice that, no lower (at twice, half of it is used, and it may grow
+            // a little again).
+            let mut seen = Vec::new();
+            for i in 0..400 {
+                l.sample(10 * MS, 1 + i % 5);
+                seen.push(l.limit());
             }
-            assert_eq!(l.limit(), before);
-            assert_eq!(l.signal().2, LimitMove::Idle);
+            let above: Vec<_> = seen.iter().take_while(|&&l| l > 12).collect();
+            assert!(above.windows(2).all(|w| w[1] <= w[0]), "{seen:?}");
+            assert!(above.windows(2).all(|w| w[0] - w[1] <= 2), "{seen:?}");
+            assert!(above.len() < seen.len(), "{seen:?}");
+            assert!(seen.iter().all(|&l| l >= 10), "{seen:?}");
+            assert!((10..=12).contains(&l.limit()), "{seen:?}");
         }
     }
 }

@@ -8,6 +8,12 @@ use crate::manager::Manager;
 use crate::shared::Shared;
 
 impl<M: Manager> Shared<M> {
+    /// `error`, counted under its reason.
+    fn counted(&self, error: TakeError) -> TakeError {
+        self.metrics.no_member(&error);
+        error
+    }
+
     /// The error of a take that found the pool full, counted (the common refusal, kept small).
     pub(crate) fn at_capacity(&self) -> TakeError {
         self.metrics.at_capacity();
@@ -19,7 +25,7 @@ impl<M: Manager> Shared<M> {
     /// The error of a take that found no member, counted.
     pub(super) fn refused(&self, why: Empty, last_error: Option<StartError>) -> TakeError {
         let pool = self.name.clone();
-        let error = match why {
+        self.counted(match why {
             Empty::AtCapacity => TakeError::AtCapacity { pool },
             Empty::AllInUse => TakeError::AllInUse { pool },
             Empty::Closed => return self.closed_error(),
@@ -27,42 +33,45 @@ impl<M: Manager> Shared<M> {
                 Some(source) => TakeError::Unavailable { pool, source },
                 None => TakeError::AllInUse { pool },
             },
-        };
-        self.metrics.no_member(&error);
-        error
+        })
     }
 
     pub(super) fn queue_full(&self, queue_max: usize) -> TakeError {
         tracing::debug!(pool = %self.name, queue_max, "queue full; take refused");
-        let error = TakeError::QueueFull {
+        self.counted(TakeError::QueueFull {
             pool: self.name.clone(),
             queue_max,
-        };
-        self.metrics.no_member(&error);
-        error
+        })
     }
 
     /// The error of a take an overloaded pool shed, counted.
     pub(crate) fn shed_error(&self, target: Duration, delay: Duration) -> TakeError {
         tracing::debug!(pool = %self.name, "overloaded (queue_target); take shed");
-        let error = TakeError::Shed {
+        self.counted(TakeError::Shed {
             pool: self.name.clone(),
             target,
             delay,
-        };
-        self.metrics.no_member(&error);
-        error
+        })
+    }
+
+    /// A take refused when it had waited too long while the pool is overloaded
+    /// (`queue_target`; docs/design.md, "Shedding").
+    pub(crate) fn stale_error(&self, target: Duration, waited: Duration) -> TakeError {
+        tracing::debug!(pool = %self.name, waited = ?waited, "overloaded (queue_target); take shed after waiting");
+        self.counted(TakeError::Stale {
+            pool: self.name.clone(),
+            target,
+            waited,
+        })
     }
 
     /// The error a take that cannot wait gets over the admission limit.
     pub(crate) fn over_limit(&self) -> TakeError {
         let limit = self.admission.status().map_or(0, |s| s.limit);
-        let error = TakeError::OverLimit {
+        self.counted(TakeError::OverLimit {
             pool: self.name.clone(),
             limit,
-        };
-        self.metrics.no_member(&error);
-        error
+        })
     }
 
     /// The error a take gets from a closed pool.
@@ -78,12 +87,10 @@ impl<M: Manager> Shared<M> {
     /// The error of a take that waited `waited` in vain, counted.
     pub(crate) fn timed_out(&self, waited: Duration) -> TakeError {
         let last_start_error = self.cold.read(|c| c.engine.last_error().cloned());
-        let error = TakeError::Timeout {
+        self.counted(TakeError::Timeout {
             pool: self.name.clone(),
             waited,
             last_start_error,
-        };
-        self.metrics.no_member(&error);
-        error
+        })
     }
 }

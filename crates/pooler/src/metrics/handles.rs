@@ -6,8 +6,8 @@ use metrics::{Counter, Gauge, Histogram, IntoF64};
 use tokio::time::Instant;
 
 use super::{
-    DESCRIPTORS, Gauges, MetricKind, NO_MEMBER_REASONS, Naming, REMOVAL_REASONS, Reason,
-    START_FAILURE_REASONS, registered,
+    DESCRIPTORS, Gauges, LIMIT_MOVE_REASONS, MetricKind, NO_MEMBER_REASONS, Naming,
+    REMOVAL_REASONS, Reason, START_FAILURE_REASONS, registered,
 };
 use crate::error::TakeError;
 
@@ -54,6 +54,7 @@ pub(crate) struct PoolMetrics {
     admission_limit: Gauge,
     admission_latency: Gauge,
     admission_baseline: Gauge,
+    admission_moves: [Counter; 5],
     take_wait: Histogram,
     member_use: Histogram,
     /// Some gauge reaches a recorder: publish counts.
@@ -158,6 +159,7 @@ impl PoolMetrics {
             admission_limit,
             admission_latency,
             admission_baseline,
+            admission_moves: by_reason("pooler_admission_moves_total", LIMIT_MOVE_REASONS),
             take_wait,
             member_use,
             gauges_live,
@@ -203,6 +205,13 @@ impl PoolMetrics {
                 .set(u32::try_from(a.limit).unwrap_or(u32::MAX));
             self.admission_latency.set(a.latency.as_secs_f64());
             self.admission_baseline.set(a.baseline.as_secs_f64());
+        }
+    }
+
+    /// Counts a batch the admission limiter judged, by what it did with the limit.
+    pub(crate) fn limit_judged(&self, judged: crate::admission::LimitMove) {
+        if let Some(i) = super::limit_move_reason(judged) {
+            self.admission_moves[i].increment(1);
         }
     }
 
@@ -260,7 +269,7 @@ impl PoolMetrics {
             }
             TakeError::Timeout { .. } => 3,
             TakeError::Unavailable { .. } => 4,
-            TakeError::Shed { .. } => 5,
+            TakeError::Shed { .. } | TakeError::Stale { .. } => 5,
             TakeError::OverLimit { .. } => 6,
             _ => return,
         };
