@@ -580,7 +580,9 @@ async fn one_request(
         Ok(m) => m,
         Err(e) => {
             request.outcome = match e {
-                TakeError::Shed { .. } | TakeError::OverLimit { .. } => Outcome::Shed,
+                TakeError::Shed { .. } | TakeError::Stale { .. } | TakeError::OverLimit { .. } => {
+                    Outcome::Shed
+                }
                 TakeError::Timeout { .. } => Outcome::TimedOut,
                 _ => Outcome::Failed,
             };
