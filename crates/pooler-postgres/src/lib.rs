@@ -694,11 +694,14 @@ where
         // What the hook set is the session every user starts from.
         let _ = tokio::time::timeout(SETTLE, conn.parts.seen.settled()).await;
         conn.parts.seen.resync();
+        conn.parts.seen.forget_served();
         Ok(())
     }
 
     async fn check(&self, conn: &mut PgConnection) -> Result<(), PgError> {
-        conn.parts.client.simple_query("").await?;
+        let checked = conn.parts.client.simple_query("").await;
+        conn.parts.seen.forget_served();
+        checked?;
         Ok(())
     }
 
@@ -765,6 +768,15 @@ where
     }
 
     async fn recycle(&self, conn: &mut PgConnection) -> Result<(), PgError> {
+        let recycled = self.reset(conn).await;
+        conn.parts.seen.forget_served();
+        recycled
+    }
+}
+
+impl<T> PgManager<T> {
+    /// [`Manager::recycle`]'s work: the session cleaned as `recycle` says, and the hooks run.
+    async fn reset(&self, conn: &mut PgConnection) -> Result<(), PgError> {
         let reset = clean(&self.recycle, conn).await?;
         let hooked = (reset && self.hooks.has_after_connect()) || self.hooks.has_after_return();
         if !hooked {

@@ -198,6 +198,12 @@ impl Seen {
         (answers > 0).then(|| std::time::Duration::from_nanos(nanos / answers))
     }
 
+    /// Drops what the busy periods ended so far measured: they were the pool's own
+    /// statements (a reset, a check, the `after_connect` hook), not a user's.
+    pub(crate) fn forget_served(&self) {
+        let _ = self.served();
+    }
+
     /// A request the server will answer with ReadyForQuery was written; `startup` for the
     /// connection's first.
     fn requested(&self, startup: bool) {

@@ -687,8 +687,8 @@ async fn a_use_measures_the_servers_time_per_statement() {
         .await
         .unwrap();
     let conn = pool.take_member(Duration::from_secs(5)).await.unwrap();
-    // Whatever the pool's own queries left is not this use's.
-    let _ = manager.latency(&conn);
+    // The pool's own statements (the connect's, `after_connect`'s) are not this use's.
+    assert_eq!(manager.latency(&conn), pooler::Latency::Unmeasured);
     for _ in 0..2 {
         conn.batch_execute("SELECT pg_sleep(0.02)").await.unwrap();
         tokio::time::sleep(Duration::from_millis(200)).await;
@@ -703,5 +703,47 @@ async fn a_use_measures_the_servers_time_per_statement() {
     );
     assert_eq!(manager.latency(&conn), pooler::Latency::Unmeasured);
     drop(conn);
+    pool.close(Shutdown::Graceful).await;
+}
+
+/// What the pool itself runs on a connection — the reset on its return, a health check —
+/// is not the next use's latency: a use that sends nothing measures nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_pools_own_statements_are_not_the_next_uses_latency() {
+    let Some(url) = url().await else { return };
+    let manager = PgManager::new(&url).unwrap().recycle(Recycle::Always);
+    let pool = Pool::start(PoolConfig::new("pg-latency-own", 1, 1), manager.clone())
+        .await
+        .unwrap();
+    let conn = pool.take_member(Duration::from_secs(5)).await.unwrap();
+    conn.batch_execute("SET application_name = 'left'")
+        .await
+        .unwrap();
+    assert!(matches!(
+        manager.latency(&conn),
+        pooler::Latency::Measured(_)
+    ));
+    // Given back: the pool resets the session (RESET ALL and the rest) before anyone else
+    // takes it.
+    drop(conn);
+    let conn = pool.take_member(Duration::from_secs(5)).await.unwrap();
+    assert_eq!(manager.latency(&conn), pooler::Latency::Unmeasured);
+    drop(conn);
+    pool.close(Shutdown::Graceful).await;
+
+    // Nor the check a take runs on a member idle past `idle_check_threshold` (zero here:
+    // every take checks).
+    let manager = PgManager::new(&url).unwrap().recycle(Recycle::Nothing);
+    let config = PoolConfig::new("pg-latency-check", 1, 1)
+        .to_builder()
+        .idle_check_threshold(Some(Duration::ZERO))
+        .build()
+        .unwrap();
+    let pool = Pool::start(config, manager.clone()).await.unwrap();
+    for _ in 0..2 {
+        let conn = pool.take_member(Duration::from_secs(5)).await.unwrap();
+        assert_eq!(manager.latency(&conn), pooler::Latency::Unmeasured);
+        drop(conn);
+    }
     pool.close(Shutdown::Graceful).await;
 }
