@@ -118,7 +118,7 @@ async fn port_of(pool: &Pool) -> Result<u16, String> {
 
 /// Writers on a `read-write` pool over [primary, standby] while the primary is stopped and
 /// the standby promoted: writes fail only until the pool has reached the new primary, and none
-/// fails after. A `standby` pool lands on the standby and, once it is promoted, gives its
+/// begun after fails (one begun before may still end in its wait). A `standby` pool lands on the standby and, once it is promoted, gives its
 /// connections up; a `prefer-standby` pool lands on the standby and keeps serving.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn writes_follow_a_failover() {
@@ -161,6 +161,7 @@ async fn writes_follow_a_failover() {
         writers.push(tokio::spawn(async move {
             let mut outcomes = Vec::new();
             while !stop.load(Ordering::Relaxed) {
+                let began = begun.elapsed();
                 let done = match pool.take_member(Duration::from_millis(500)).await {
                     Ok(conn) => conn
                         .execute("INSERT INTO w (writer) VALUES ($1)", &[&writer])
@@ -173,7 +174,7 @@ async fn writes_follow_a_failover() {
                     // A failed write is retried a little later, as an application would.
                     tokio::time::sleep(Duration::from_millis(20)).await;
                 }
-                outcomes.push((begun.elapsed(), done));
+                outcomes.push((began, begun.elapsed(), done));
             }
             outcomes
         }));
@@ -190,26 +191,32 @@ async fn writes_follow_a_failover() {
     for writer in writers {
         outcomes.extend(writer.await.unwrap());
     }
-    outcomes.sort_by_key(|(at, _)| *at);
+    // Each write: when it began, when it ended, how.
+    outcomes.sort_by_key(|(_, ended, _)| *ended);
 
+    // The pool has seen the change once a write ends done after the promotion; a write
+    // begun from then on must not fail (one begun before may still end in its wait).
     let first_after = outcomes
         .iter()
-        .find(|(at, done)| *at > promoted && done.is_ok())
-        .map(|(at, _)| *at)
+        .find(|(_, ended, done)| *ended > promoted && done.is_ok())
+        .map(|(_, ended, _)| *ended)
         .expect("no write succeeded after the promotion");
     let failed_after: Vec<_> = outcomes
         .iter()
-        .filter(|(at, done)| *at > first_after && done.is_err())
+        .filter(|(began, _, done)| *began > first_after && done.is_err())
         .collect();
     let failed_during = outcomes
         .iter()
-        .filter(|(at, done)| *at > stopped && *at <= first_after && done.is_err())
+        .filter(|(began, ended, done)| *ended > stopped && *began <= first_after && done.is_err())
         .count();
-    let served_after = outcomes.iter().filter(|(at, _)| *at > first_after).count();
+    let served_after = outcomes
+        .iter()
+        .filter(|(began, _, _)| *began > first_after)
+        .count();
     eprintln!(
         "failover: primary stopped at {stopped:?}, standby promoted at {promoted:?}, first write \
          on the new primary {:?} after the promotion; {failed_during} writes failed in between, \
-         {served_after} done after and {} failed after",
+         {served_after} begun after and {} of them failed",
         first_after - promoted,
         failed_after.len()
     );
