@@ -59,11 +59,12 @@ pub fn outage_config(name: &str) -> PoolConfig {
 
 /// An outage and the recovery from it. `pool` has the [`outage_config`] and was started through
 /// `proxy` while the proxy refused connections. Checks that a take that cannot wait fails
-/// fast with the start error, that one that waits through the outage times out naming that
-/// error, that starts are spaced by the backoff (at most 12 attempts in 3 s, not a storm; with full
-/// jitter a step may leave fewer than one a second), that
-/// the pool refills by itself when the proxy opens, that a refilled member `works`, and that
-/// members whose links are cut are replaced. Closes the pool.
+/// fast with the start error (or, while an attempt is connecting, is told one is starting),
+/// that one that waits through the outage times out naming that error, that starts are spaced
+/// by the backoff (at most 12 attempts in 3 s, not a storm; with full jitter a step may leave
+/// fewer than one a second), that the pool refills by itself when the proxy opens, that a
+/// refilled member `works`, and that members whose links are cut are replaced. Closes the
+/// pool.
 ///
 /// # Cancel safety
 ///
@@ -74,9 +75,20 @@ pub async fn outage_and_recovery<M: Manager>(
     works: impl AsyncFn(&mut Member<M>) -> bool,
 ) {
     assert_eq!(pool.utilization().free_count, 0);
-    let e = pool.try_take_member().map(drop).unwrap_err();
-    assert!(matches!(e, TakeError::Unavailable { .. }), "{e}");
-    assert!(e.to_string().contains("starting a member failed"), "{e}");
+    // A take that cannot wait fails at once. While a backoff attempt is connecting it is told
+    // new members are starting (`AllInUse`); between attempts, the start error.
+    eventually(
+        "a take that cannot wait is told the start error",
+        async || match pool.try_take_member().map(drop).unwrap_err() {
+            e @ TakeError::Unavailable { .. } => {
+                assert!(e.to_string().contains("starting a member failed"), "{e}");
+                true
+            }
+            TakeError::AllInUse { .. } => false,
+            e => panic!("a take during an outage: {e}"),
+        },
+    )
+    .await;
     let t = Instant::now();
     let e = pool
         .take_member(Duration::from_millis(700))
