@@ -8,7 +8,8 @@
 //!
 //! 1. `failures` counts backoff steps since the last successful start; `epoch` grows by one
 //!    with each step, and a start remembers the epoch it was decided in: its failure adds a
-//!    step only if no step was counted since (it was not in flight with a counted failure).
+//!    step only if no step was counted since (it was not in flight with a counted failure),
+//!    or if a success has ended the backoff since (the failure is then the newest news).
 //! 2. `retry_at` and `last_error` are set exactly while `failures > 0`.
 //! 3. At most one start waits out a delay (`delayed`); it is one of the starts in flight.
 
@@ -98,7 +99,7 @@ impl StartPolicy {
 
     /// A start decided in `epoch` failed at `now` (invariant #1).
     pub(crate) fn failed(&mut self, epoch: u64, error: StartError, now: Instant) {
-        if epoch == self.epoch {
+        if epoch == self.epoch || self.failures == 0 {
             self.failures = self.failures.saturating_add(1);
             self.epoch += 1;
             self.retry_at = Some(now + self.wait(self.failures));
@@ -201,6 +202,26 @@ mod tests {
         );
         p.succeeded();
         assert!(!p.failing() && p.last_error().is_none());
+    }
+
+    /// A start in flight while a failure was counted and a success then ended the backoff:
+    /// its failure starts a new backoff (it does not leave an error with no backoff).
+    #[test]
+    fn a_failure_after_a_success_is_a_new_step() {
+        let mut p = StartPolicy::new(None);
+        let t0 = Instant::now();
+        let old = p.epoch();
+        p.failed(old, StartError::Died, t0);
+        p.succeeded();
+        let t1 = t0 + Duration::from_millis(100);
+        p.failed(old, StartError::Died, t1);
+        assert!(p.holds());
+        assert_eq!((p.failures, p.retry_at), (1, Some(t1 + backoff(1))));
+        p.failed(old, StartError::Died, t1);
+        assert_eq!(
+            p.failures, 1,
+            "in flight with the counted failure: no new step"
+        );
     }
 
     #[test]

@@ -119,3 +119,43 @@ async fn a_take_that_starts_nothing_at_capacity_is_at_capacity() {
     let e = pool.try_take_member().map(drop).unwrap_err();
     assert!(matches!(e, TakeError::AtCapacity { .. }), "{e}");
 }
+
+/// Regression: a start that failed after another start's failure had been counted and a
+/// later start had succeeded (three in flight together: one slow to fail, one quick to fail,
+/// one quick to succeed) left the start policy holding an error while not backing off; the
+/// pool's task stopped on its own consistency check, and without that check takes reported
+/// a start error the pool no longer had. The late failure is the newest news: it is a new
+/// backoff step, and the pool goes on serving every taker.
+#[tokio::test(start_paused = true)]
+async fn a_failure_that_ends_after_a_success_is_a_new_backoff_step() {
+    let (pool, probe) = pool_with(config(0, 3), Fake::default()).await;
+    probe.script_starts([Step::FailAfter(ms(100)), Step::Slow(ms(10)), Step::Err]);
+    let mut takers = Vec::new();
+    for _ in 0..3 {
+        takers.push(spawn_take(&pool, Duration::from_secs(5)));
+        settle().await;
+    }
+    assert_eq!(
+        probe.attempts(),
+        3,
+        "one start per take, all in flight together"
+    );
+    advance(ms(10)).await;
+    assert_eq!(
+        (counts(&pool).0, probe.attempts()),
+        (2, 4),
+        "the quick start served a taker and ended the backoff: the next start went at once"
+    );
+    // The slow start fails at 100 ms, after the success: the third taker's start waits out
+    // a new backoff step (100 ms without jitter), it is not made at once.
+    advance(ms(90)).await;
+    assert_eq!(probe.attempts(), 4);
+    advance(ms(50)).await;
+    assert_eq!(probe.attempts(), 4, "still backing off at 150 ms");
+    advance(ms(60)).await;
+    assert_eq!(probe.attempts(), 5, "the backoff start at 200 ms");
+    for t in takers {
+        let m = t.await.unwrap();
+        assert!(m.is_ok(), "every taker served: {:?}", m.map(drop));
+    }
+}

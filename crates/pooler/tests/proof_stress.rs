@@ -1,7 +1,8 @@
 //! Stress and chaos: 64 tasks on a multi-threaded runtime take members over and over with
 //! random timeouts, hold them for random times, fail them, panic inside `with_member`, get
 //! cancelled mid-take and mid-use (dropped futures and `select!`), while members' driver
-//! tasks end and panic at random, every `Manager` hook panics now and then, recycling and
+//! tasks end and panic at random, starts are quick, slow, refused at once or refused late
+//! (each its own), every `Manager` hook panics now and then, recycling and
 //! health checks run, and the pool is reconfigured up and down. An exclusivity checker (each
 //! member records its holder; a second holder is a failure) runs throughout; at the end,
 //! once quiet, every member is accounted for, and a graceful close leaves no member and no
@@ -199,6 +200,19 @@ async fn sixty_four_tasks_never_share_a_member_and_nothing_is_lost() {
                     }
                 }
                 probe.recycle_on.store(rng.random_bool(0.3), SeqCst);
+                // Starts are quick, slow, refused at once or refused late, each its own, so
+                // failures and successes of starts in flight together end in every order.
+                if probe.scripted() < 16 {
+                    let steps: Vec<Step> = (0..16)
+                        .map(|_| match rng.random_range(0..10) {
+                            0..=4 => Step::Ok,
+                            5..=6 => Step::Slow(ms(rng.random_range(1..=5))),
+                            7 => Step::Err,
+                            _ => Step::FailAfter(ms(rng.random_range(1..=20))),
+                        })
+                        .collect();
+                    probe.script_starts(steps);
+                }
                 if rng.random_bool(0.05) {
                     let max_count = rng.random_range(4..=12);
                     // The admission gate comes and goes, with and without shedding and a
@@ -237,6 +251,7 @@ async fn sixty_four_tasks_never_share_a_member_and_nothing_is_lost() {
     // is free.
     probe.chaos_permille.store(0, SeqCst);
     probe.recycle_on.store(false, SeqCst);
+    probe.clear_script();
     // A health check or a recycle under way holds its member in use for a moment after the
     // last consumer ended: what is still in use must come back within a bound, or it is lost.
     let settle_by = Instant::now() + Duration::from_secs(5);

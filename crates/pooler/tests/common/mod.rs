@@ -138,6 +138,14 @@ impl Probe {
     pub fn script_starts(&self, steps: impl IntoIterator<Item = Step>) {
         self.script.lock().unwrap().extend(steps);
     }
+    /// Drops the scripted start steps still to come: starts follow `plan.start` again.
+    pub fn clear_script(&self) {
+        self.script.lock().unwrap().clear();
+    }
+    /// How many scripted start steps are still to come.
+    pub fn scripted(&self) -> usize {
+        self.script.lock().unwrap().len()
+    }
     pub fn attempts(&self) -> usize {
         self.attempts.load(SeqCst)
     }
