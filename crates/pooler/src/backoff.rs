@@ -224,6 +224,58 @@ mod tests {
         );
     }
 
+    /// Every order in which up to four starts are decided and end, failed or succeeded: the
+    /// last outcome decides, a failure leaves the policy backing off with its error, a
+    /// success leaves it not backing off, and no failure adds a step when a step was already
+    /// counted since its start was decided.
+    #[test]
+    fn the_last_outcome_decides_in_every_order() {
+        fn copy(p: &StartPolicy) -> StartPolicy {
+            StartPolicy {
+                jitter: None,
+                failures: p.failures,
+                epoch: p.epoch,
+                retry_at: p.retry_at,
+                last_error: p.last_error.clone(),
+                delayed: None,
+            }
+        }
+        fn explore(p: &StartPolicy, in_flight: &[u64], decided: usize, paths: &mut usize) {
+            *paths += 1;
+            let now = Instant::now();
+            if decided < 4 {
+                let mut more = in_flight.to_vec();
+                more.push(p.epoch());
+                explore(p, &more, decided + 1, paths);
+            }
+            for (i, &epoch) in in_flight.iter().enumerate() {
+                let mut rest = in_flight.to_vec();
+                rest.remove(i);
+                let mut failed = copy(p);
+                let counted_since = p.failing() && epoch != p.epoch;
+                failed.failed(epoch, StartError::Died, now);
+                assert!(failed.holds());
+                assert!(failed.failing() && failed.last_error().is_some());
+                assert_eq!(
+                    failed.failures,
+                    if counted_since {
+                        p.failures
+                    } else {
+                        p.failures + 1
+                    }
+                );
+                explore(&failed, &rest, decided, paths);
+                let mut ok = copy(p);
+                ok.succeeded();
+                assert!(!ok.failing() && ok.last_error().is_none());
+                explore(&ok, &rest, decided, paths);
+            }
+        }
+        let mut paths = 0;
+        explore(&StartPolicy::new(None), &[], 0, &mut paths);
+        assert!(paths > 2_000, "{paths} orders");
+    }
+
     #[test]
     fn the_delayed_start_reaches_a_deadline_at_its_time() {
         let mut p = StartPolicy::new(None);
