@@ -110,7 +110,8 @@ impl Vegas {
             }
             Probe::Measuring { restore } => {
                 self.base = Some(short);
-                self.limit = restore;
+                // Back to where it was, under a `max` lowered meanwhile.
+                self.limit = restore.min(self.max);
                 self.probe = Probe::After(0);
                 self.last_move = LimitMove::Probed;
                 return true;
@@ -336,6 +337,24 @@ mod tests {
         // It serves half as many at once: the limit follows.
         run(&mut l, 100 * MS, 10, 20_000);
         assert!((11..=13).contains(&l.limit()), "{}", l.limit());
+    }
+
+    /// A `max_count` lowered while a probe halves the limit: the probe puts the limit back
+    /// under the new `max`, not where it was.
+    #[test]
+    fn a_probe_ends_under_a_max_lowered_meanwhile() {
+        let mut l = Limiter::vegas(40);
+        let mut lowered = false;
+        for _ in 0..5_000 {
+            let limit = l.limit();
+            l.sample(10 * MS, limit);
+            if !lowered && l.signal().2 == LimitMove::Probed {
+                l.set_max(10);
+                lowered = true;
+            }
+            assert!(l.limit() <= if lowered { 10 } else { 40 }, "{}", l.limit());
+        }
+        assert!(lowered, "a probe ran");
     }
 
     #[test]
