@@ -15,9 +15,11 @@
 //!
 //! # Invariants
 //!
-//! 1. While on: `1 <= limit <= max`; a take counts in `admitted` from the moment it is let
-//!    through (a waiter is counted when it is served, before it collects that), and
-//!    `admitted` falls only when an admitted take ends.
+//! 1. While on: `1 <= limit <= max`. On or off, a take counts in `admitted` from the moment
+//!    it is let through (a waiter is counted when it is served, before it collects that)
+//!    until it ends — its member, marked `Origin::Admitted`, comes back or is detached, or it
+//!    ends without one — so the count is true whenever the gate is turned on, and members
+//!    taken without the gate never take from it.
 //! 2. Nobody waits while there is room: `waiters` is empty or `admitted >= limit`.
 //! 3. `queued_since` is `Some` exactly while `waiters` is not empty.
 
@@ -158,9 +160,7 @@ impl State {
                 self.waiters.serve_oldest(Ok(()))
             };
             if let Ok(waker) = served {
-                if on {
-                    self.admitted += 1;
-                }
+                self.admitted += 1;
                 wakers.extend(waker);
             }
         }
@@ -187,8 +187,8 @@ impl Admission {
     }
 
     /// New settings (a pool's start or a reconfigure). Turned on, the limit starts at
-    /// `max` and counts the takes admitted from then on; turned off, takes waiting at the
-    /// gate go through.
+    /// `max`; turned off, takes waiting at the gate go through. Either way the count of
+    /// admitted takes goes on (invariant 1).
     pub(crate) fn set(&self, mode: AdmissionMode, max: usize, target: Option<Duration>) {
         let mut wakers = Vec::new();
         {
@@ -213,10 +213,7 @@ impl Admission {
                     fresh.set_max(max);
                     s.limiter = Some(fresh);
                 }
-                (Some(fresh), None) => {
-                    s.limiter = Some(fresh);
-                    s.admitted = 0;
-                }
+                (Some(fresh), None) => s.limiter = Some(fresh),
             }
             s.limit = s.limiter.as_ref().map_or(0, Limiter::limit);
             s.let_through(&mut wakers);
@@ -249,9 +246,7 @@ impl Admission {
         let (key, target) = {
             let mut s = lock(&self.state);
             if s.limiter.is_none() || (s.admitted < s.limit && s.waiters.is_empty()) {
-                if s.limiter.is_some() {
-                    s.admitted += 1;
-                }
+                s.admitted += 1;
                 return Admit::Admitted;
             }
             if s.waiters.is_empty() {
@@ -295,13 +290,11 @@ impl Admission {
         }
     }
 
-    /// Admission without waiting: only when there is room and nobody waits.
+    /// Admission without waiting: only when there is room and nobody waits (always while
+    /// off).
     pub(crate) fn try_admit(&self) -> bool {
         let mut s = lock(&self.state);
-        if s.limiter.is_none() {
-            return true;
-        }
-        if s.admitted < s.limit && s.waiters.is_empty() {
+        if s.limiter.is_none() || (s.admitted < s.limit && s.waiters.is_empty()) {
             s.admitted += 1;
             return true;
         }
@@ -315,12 +308,9 @@ impl Admission {
         let mut judged = None;
         {
             let mut s = lock(&self.state);
-            if s.limiter.is_none() || s.admitted == 0 {
-                // Admitted before the gate was (re)built: it counts for nothing.
-                return None;
-            }
+            debug_assert!(s.admitted > 0, "invariant 1: only an admitted take ends");
             let in_use = s.admitted;
-            s.admitted -= 1;
+            s.admitted = s.admitted.saturating_sub(1);
             if let (Some(held), Some(limiter)) = (held, s.limiter.as_mut()) {
                 judged = limiter.sample(held, in_use);
                 s.limit = limiter.limit();

@@ -411,10 +411,11 @@ impl<M: Manager> Home<M::Member> for Shared<M> {
     #[inline]
     fn give_back(&self, held: Held<M::Member>, fate: Fate, origin: Origin, timed: u32) {
         // The fast path: a member in good order, its hold not timed, no feature that needs a
-        // look at it (admission is one).
+        // look at it, not taken through the admission gate (its return ends an admission).
         let flags = self.features.flags();
         if fate == Fate::Ok
             && flags & Features::SLOW_RETURN | u64::from(timed) == 0
+            && origin != Origin::Admitted
             && !held.meta.is_dead()
         {
             // The manager's hooks run before any lock; a panic in one means broken.
@@ -434,7 +435,7 @@ impl<M: Manager> Home<M::Member> for Shared<M> {
             }
             return self.give_back_slow(held, fate, origin, returned, timed);
         }
-        if flags & Features::ADMIT != 0 && origin == Origin::Taken {
+        if origin == Origin::Admitted {
             return self.give_back_admitted(held, fate, timed);
         }
         let returned = match fate {
@@ -451,10 +452,10 @@ impl<M: Manager> Home<M::Member> for Shared<M> {
 
     fn detach(&self, meta: &Meta, origin: Origin) {
         let flags = self.features.flags();
-        if flags & Features::LEAKS != 0 && origin == Origin::Taken {
+        if flags & Features::LEAKS != 0 && origin.taken() {
             self.leaks.returned(meta.id);
         }
-        if flags & Features::ADMIT != 0 && origin == Origin::Taken {
+        if origin == Origin::Admitted {
             self.admission.release(None);
         }
         let key = meta.key;

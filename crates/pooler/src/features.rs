@@ -77,8 +77,9 @@ impl Features {
     /// The bits a take's fast path minds.
     pub(crate) const SLOW: u64 =
         Self::LIFETIMES | Self::LEAKS | Self::IDLE | Self::GROW | Self::ADMIT;
-    /// The bits a return's fast path minds.
-    pub(crate) const SLOW_RETURN: u64 = Self::LIFETIMES | Self::LEAKS | Self::ADMIT;
+    /// The bits a return's fast path minds (a member taken through the admission gate says
+    /// so itself: `Origin::Admitted`).
+    pub(crate) const SLOW_RETURN: u64 = Self::LIFETIMES | Self::LEAKS;
 
     pub(crate) fn new(config: &PoolConfig, waits_live: bool) -> Self {
         let f = Features {

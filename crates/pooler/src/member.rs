@@ -29,6 +29,9 @@ pub(crate) enum Origin {
     /// A consumer took it: its return is asked `needs_recycle`, and a removal then is a
     /// `killed_in_use`.
     Taken,
+    /// A consumer took it through the admission gate: as `Taken`, and its return (or
+    /// detach) also ends its admission, whether the gate is still on or not.
+    Admitted,
     /// The pool claimed it free for a health or idle check: a removal is a `killed_free`.
     Checked,
     /// The pool's recycle task holds it after a consumer gave it back: a removal is a
@@ -172,6 +175,13 @@ impl<M: Manager> Member<M> {
     /// Says who holds the member now.
     pub(crate) fn set_origin(&mut self, origin: Origin) {
         self.origin = origin;
+    }
+}
+
+impl Origin {
+    /// A consumer holds it (taken through the admission gate or not).
+    pub(crate) fn taken(self) -> bool {
+        matches!(self, Origin::Taken | Origin::Admitted)
     }
 }
 

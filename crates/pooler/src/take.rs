@@ -186,8 +186,8 @@ fn at_once_admitted<M: Manager>(
         return Err(shared.over_limit());
     }
     let ticket = Ticket::new(shared);
-    let taken = at_once_ungated(shared, caller)?;
-    ticket.used();
+    let mut taken = at_once_ungated(shared, caller)?;
+    ticket.used(&mut taken);
     Ok(taken)
 }
 
@@ -218,7 +218,7 @@ async fn admitted<M: Manager>(
     }
     let ticket = Ticket::new(shared);
     let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
-    let taken = match left {
+    let mut taken = match left {
         Some(left) if left.is_zero() => at_once_ungated(shared, caller)?,
         _ => {
             // The rest of a take, past the gate.
@@ -230,7 +230,7 @@ async fn admitted<M: Manager>(
             }
         }
     };
-    ticket.used();
+    ticket.used(&mut taken);
     Ok(taken)
 }
 
@@ -249,8 +249,9 @@ impl<'a, M: Manager> Ticket<'a, M> {
         }
     }
 
-    /// The take holds a member: the member's return releases the admission.
-    fn used(mut self) {
+    /// The take holds `member`: the member's return (or detach) ends the admission.
+    fn used(mut self, member: &mut Member<M>) {
+        member.set_origin(Origin::Admitted);
         self.armed = false;
     }
 }

@@ -317,3 +317,38 @@ async fn a_take_shed_in_the_queue_after_the_gate_gives_its_admission_back_once()
     drop(kept);
     assert_eq!(pool.admission().unwrap().admitted, 0);
 }
+
+/// The gate's count is of the takes it let through, whenever the gate was turned on or off:
+/// members in use when it is turned on come back (or are detached) without taking from the
+/// count, and a member admitted before it was turned off ends its admission when it comes
+/// back, once, whether the gate is on again by then or not.
+#[tokio::test(start_paused = true)]
+async fn the_gates_count_survives_turning_it_on_and_off() {
+    let plain = PoolConfig::new("admit-on", 4, 4);
+    let (pool, _probe) = pool_with(plain.clone(), Fake::default()).await;
+    let before: Vec<_> = (0..2).map(|_| pool.try_take_member().unwrap()).collect();
+    pool.reconfigure(config("admit-on", 4)).unwrap();
+    let mut admitted: Vec<_> = (0..2).map(|_| pool.try_take_member().unwrap()).collect();
+    assert_eq!(pool.admission().unwrap().admitted, 2);
+    let mut before = before.into_iter();
+    drop(before.next());
+    let kept = pooler::Member::detach(before.next().unwrap());
+    settle().await;
+    assert_eq!(
+        pool.admission().unwrap().admitted,
+        2,
+        "the two admitted still hold"
+    );
+    // Off and on again with both admitted members out, one coming back while off: that
+    // one ends its admission then, the other still counts.
+    pool.reconfigure(plain).unwrap();
+    assert!(pool.admission().is_none());
+    drop(admitted.pop());
+    settle().await;
+    pool.reconfigure(config("admit-on", 4)).unwrap();
+    assert_eq!(pool.admission().unwrap().admitted, 1);
+    drop(admitted);
+    settle().await;
+    assert_eq!(pool.admission().unwrap().admitted, 0);
+    drop(kept);
+}

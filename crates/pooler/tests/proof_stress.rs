@@ -263,9 +263,17 @@ async fn sixty_four_tasks_never_share_a_member_and_nothing_is_lost() {
         assert!(Instant::now() < settle_by, "members stayed in use: {u:?}");
         tokio::time::sleep(ms(1)).await;
     }
-    if let Some(a) = pool.admission() {
-        assert_eq!(a.admitted, 0, "an admission leaked: {a:?}");
-    }
+    // The gate counts its admissions whether it is on or off: turned on now (with the same
+    // limits), it shows every one ended.
+    let gated = pool
+        .config()
+        .to_builder()
+        .admission(pooler::AdmissionMode::Vegas)
+        .build()
+        .unwrap();
+    pool.reconfigure(gated).unwrap();
+    let a = pool.admission().expect("the gate is on");
+    assert_eq!(a.admitted, 0, "an admission leaked: {a:?}");
     let calm = pool
         .config()
         .to_builder()
