@@ -118,8 +118,9 @@ async fn port_of(pool: &Pool) -> Result<u16, String> {
 
 /// Writers on a `read-write` pool over [primary, standby] while the primary is stopped and
 /// the standby promoted: writes fail only until the pool has reached the new primary, and none
-/// begun after fails (one begun before may still end in its wait). A `standby` pool lands on the standby and, once it is promoted, gives its
-/// connections up; a `prefer-standby` pool lands on the standby and keeps serving.
+/// begun after fails (one begun before may still end in its wait). A `standby` pool lands on
+/// the standby and, once it is promoted, gives its connections up; a `prefer-standby` pool
+/// lands on the standby and keeps serving.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn writes_follow_a_failover() {
     let Some(clusters) = Clusters::up("writes") else {
