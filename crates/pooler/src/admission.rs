@@ -22,8 +22,12 @@
 //!    taken without the gate never take from it.
 //! 2. Nobody waits while there is room: `waiters` is empty or `admitted >= limit`.
 //! 3. `queued_since` is `Some` exactly while `waiters` is not empty.
+//! 4. A closed gate has no waiter and lets none join: a close serves every waiter `Closed`.
+//! 5. A take joins the queue only while the takes waiting here and in the pool's own queue
+//!    are fewer than `queue_max`; it decides under the pool's hot lock (the lock order is
+//!    cold, hot, gate: docs/design.md, "Admission"), so no take joins the pool's queue
+//!    meanwhile.
 
-use std::convert::Infallible;
 use std::future::poll_fn;
 use std::task::{Poll, Waker};
 use std::time::Duration;
@@ -113,6 +117,22 @@ pub(crate) enum Admit {
     TimedOut,
     /// It waited twice `queue_target` (the target, and the wait): refused as shed.
     Stale(Duration, Duration),
+    /// The pool closed while it waited.
+    Closed,
+}
+
+/// What a take over the limit found when it came to the gate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Join {
+    /// Let through at once.
+    Admitted,
+    /// It waits at this place.
+    Waiting(WaitKey),
+    /// `queue_max` takes (this many) already wait, here and in the pool's queue; 0: the
+    /// pool has no queue.
+    Full(usize),
+    /// The pool is closed.
+    Closed,
 }
 
 /// The gate (see the module's docs).
@@ -126,12 +146,14 @@ struct State {
     limiter: Option<Limiter>,
     limit: usize,
     admitted: usize,
-    /// Takes waiting to be let through; served with `Ok(())`.
-    waiters: Waiters<(), Infallible>,
+    /// Takes waiting to be let through; served with `Ok(())`, or `Err(())` by a close.
+    waiters: Waiters<(), ()>,
     /// When `waiters` last stopped being empty.
     queued_since: Option<Instant>,
     /// `queue_target`: past it, newest first; at twice it, a waiter is stale.
     target: Option<Duration>,
+    /// The pool has closed (invariant 4).
+    closed: bool,
 }
 
 impl State {
@@ -180,6 +202,7 @@ impl Admission {
                 waiters: Waiters::default(),
                 queued_since: None,
                 target: None,
+                closed: false,
             }),
         };
         gate.set(mode, max, target);
@@ -235,30 +258,83 @@ impl Admission {
             !s.waiters.is_empty(),
             "invariant 3"
         );
+        debug_assert!(!s.closed || s.waiters.is_empty(), "invariant 4");
+    }
+
+    /// A take over the limit comes to the gate, while `pool_queued` takes wait in the pool's
+    /// own queue and its `queue_max` is `queue_max`: the caller holds the pool's hot lock, so
+    /// neither count can grow meanwhile (invariant 5). `closed`: the pool is closed.
+    pub(crate) fn join(&self, pool_queued: usize, queue_max: usize, closed: bool) -> Join {
+        let mut s = lock(&self.state);
+        if closed || s.closed {
+            return Join::Closed;
+        }
+        if s.limiter.is_none() || (s.admitted < s.limit && s.waiters.is_empty()) {
+            s.admitted += 1;
+            return Join::Admitted;
+        }
+        if s.waiters.len().saturating_add(pool_queued) >= queue_max {
+            return Join::Full(queue_max);
+        }
+        if s.waiters.is_empty() {
+            s.queued_since = Some(Instant::now());
+        }
+        let key = s.waiters.push();
+        Self::check(&s);
+        Join::Waiting(key)
+    }
+
+    /// Closes the gate: every waiter is served `Closed`, and no take joins from now on.
+    pub(crate) fn close(&self) {
+        let mut wakers = Vec::new();
+        {
+            let mut s = lock(&self.state);
+            s.closed = true;
+            while !s.waiters.is_empty() {
+                if let Ok(Some(waker)) = s.waiters.serve_oldest(Err(())) {
+                    wakers.push(waker);
+                }
+            }
+            s.queued_since = None;
+            Self::check(&s);
+        }
+        wakers.into_iter().for_each(Waker::wake);
+    }
+
+    /// Whether the gate has been closed.
+    pub(crate) fn is_closed(&self) -> bool {
+        lock(&self.state).closed
     }
 
     /// Waits for admission until `deadline` (none: no deadline); `begun` is when the take
     /// began. With a `queue_target`, a wait of twice the target ends as [`Admit::Stale`].
+    /// For the gate's own tests: a pool with no queue of its own and no `queue_max`.
+    #[cfg(all(test, not(pooler_loom)))]
+    async fn admit(&self, begun: Instant, deadline: Option<Instant>) -> Admit {
+        match self.join(0, usize::MAX, false) {
+            Join::Admitted => Admit::Admitted,
+            Join::Waiting(key) => self.wait(key, begun, deadline).await,
+            Join::Closed => Admit::Closed,
+            Join::Full(_) => unreachable!("no queue_max"),
+        }
+    }
+
+    /// Waits at `key` (from [`Admission::join`]) until let through, `deadline` (none: no
+    /// deadline), or the stale mark; `begun` is when the take began.
     ///
     /// Cancel safe: dropped while waiting, the take leaves the queue; dropped after it was
     /// let through but before it saw so, its admission is handed on.
-    pub(crate) async fn admit(&self, begun: Instant, deadline: Option<Instant>) -> Admit {
-        let (key, target) = {
-            let mut s = lock(&self.state);
-            if s.limiter.is_none() || (s.admitted < s.limit && s.waiters.is_empty()) {
-                s.admitted += 1;
-                return Admit::Admitted;
-            }
-            if s.waiters.is_empty() {
-                s.queued_since = Some(Instant::now());
-            }
-            let key = s.waiters.push();
-            Self::check(&s);
-            (key, s.target)
-        };
+    pub(crate) async fn wait(
+        &self,
+        key: WaitKey,
+        begun: Instant,
+        deadline: Option<Instant>,
+    ) -> Admit {
+        let target = lock(&self.state).target;
         let mut place = Place {
             gate: self,
             key: Some(key),
+            closed: false,
         };
         let stale_at = target.map(|t| begun + t.saturating_mul(2));
         let until = match (deadline, stale_at) {
@@ -273,6 +349,9 @@ impl Admission {
             }
             Some(at) => tokio::time::timeout_at(at, served).await.is_ok(),
         };
+        if place.closed {
+            return Admit::Closed;
+        }
         if done {
             // `look` let go of the place when it saw it served.
             return Admit::Admitted;
@@ -280,6 +359,9 @@ impl Admission {
         // The deadline or the stale mark: leave, unless let through meanwhile.
         if place.leave() {
             return Admit::Admitted;
+        }
+        if place.closed {
+            return Admit::Closed;
         }
         let now = Instant::now();
         match (target, stale_at) {
@@ -294,6 +376,9 @@ impl Admission {
     /// off).
     pub(crate) fn try_admit(&self) -> bool {
         let mut s = lock(&self.state);
+        if s.closed {
+            return false;
+        }
         if s.limiter.is_none() || (s.admitted < s.limit && s.waiters.is_empty()) {
             s.admitted += 1;
             return true;
@@ -350,8 +435,10 @@ impl Admission {
 /// A take's place in the gate's queue while it waits.
 struct Place<'a> {
     gate: &'a Admission,
-    /// `None` once the take has collected its admission or left.
+    /// `None` once the take has collected its admission (or the close) or left.
     key: Option<WaitKey>,
+    /// What it collected was the pool's close.
+    closed: bool,
 }
 
 impl Place<'_> {
@@ -362,20 +449,24 @@ impl Place<'_> {
         let mut s = lock(&self.gate.state);
         match s.waiters.look(key, waker) {
             Look::Waiting => Poll::Pending,
-            Look::Served(_) => {
+            Look::Served(outcome) => {
                 self.key = None;
+                self.closed = outcome.is_err();
                 Poll::Ready(())
             }
         }
     }
 
-    /// Leaves the queue: `true` if the take had been let through (it keeps its admission).
+    /// Leaves the queue: `true` if the take had been let through (it keeps its admission);
+    /// one served the close sets `closed`.
     fn leave(&mut self) -> bool {
         let Some(key) = self.key.take() else {
             return false;
         };
         let mut s = lock(&self.gate.state);
-        let served = s.waiters.leave(key).is_some();
+        let left = s.waiters.leave(key);
+        self.closed = matches!(left, Some(Err(())));
+        let served = matches!(left, Some(Ok(())));
         if s.waiters.is_empty() {
             s.queued_since = None;
         }

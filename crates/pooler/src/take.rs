@@ -20,7 +20,7 @@ use tokio::time::Instant;
 use tracing::field::Empty;
 use tracing::{Instrument, Span};
 
-use crate::admission::Admit;
+use crate::admission::{Admit, Join};
 use crate::checkout::{Attempt, Deadline};
 use crate::error::TakeError;
 use crate::features::Features;
@@ -31,11 +31,12 @@ use crate::leak::Caller;
 use crate::manager::Manager;
 use crate::member::{Member, Origin};
 use crate::shared::Shared;
+use crate::time::MAX_TIME;
 use crate::waiters::WaitKey;
 
 type Waits<'a, M> = Pin<Box<dyn Future<Output = Result<Member<M>, TakeError>> + Send + 'a>>;
 
-/// A take that may wait: `timeout` bounds the wait (`None`: no deadline; never zero).
+/// A take that may wait: `timeout` bounds the wait (`None`: no deadline; zero: never waits).
 pub(crate) struct Take<'a, M: Manager> {
     shared: &'a Arc<Shared<M>>,
     caller: Caller,
@@ -44,19 +45,18 @@ pub(crate) struct Take<'a, M: Manager> {
 }
 
 impl<'a, M: Manager> Take<'a, M> {
+    /// A timeout longer than any key accepts ([`MAX_TIME`], a year) is a wait without a
+    /// deadline: a deadline that far could overflow `Instant`, and is never reached
+    /// (docs/design.md, "Taking").
     pub(crate) fn new(
         shared: &'a Arc<Shared<M>>,
         caller: Caller,
         timeout: Option<Duration>,
     ) -> Self {
-        debug_assert!(
-            timeout.is_none_or(|t| !t.is_zero()),
-            "a zero timeout never waits"
-        );
         Take {
             shared,
             caller,
-            timeout,
+            timeout: timeout.filter(|t| *t <= MAX_TIME),
             waits: None,
         }
     }
@@ -183,6 +183,9 @@ fn at_once_admitted<M: Manager>(
     caller: Caller,
 ) -> Result<Member<M>, TakeError> {
     if !shared.admission.try_admit() {
+        if shared.admission.is_closed() || shared.hot.lock().is_closed() {
+            return Err(shared.closed_error());
+        }
         return Err(shared.over_limit());
     }
     let ticket = Ticket::new(shared);
@@ -192,8 +195,10 @@ fn at_once_admitted<M: Manager>(
 }
 
 /// A take through the admission gate (docs/design.md, "Admission"): it waits at the gate
-/// under its deadline — refused at once instead while the pool sheds, and refused once it has
-/// waited twice `queue_target` — then takes a member as any other take with the time left.
+/// under its deadline — refused at once instead while the pool sheds or when `queue_max`
+/// takes already wait (here and in the pool's queue), refused once it has waited twice
+/// `queue_target`, and served `Closed` by a close — then takes a member as any other take
+/// with the time left.
 async fn admitted<M: Manager>(
     shared: &Arc<Shared<M>>,
     caller: Caller,
@@ -205,7 +210,21 @@ async fn admitted<M: Manager>(
         if let Some((target, delay)) = shared.shedder.shed(begun) {
             return Err(shared.shed_error(target, delay));
         }
-        let admitted = shared.admission.admit(begun, deadline).await;
+        // Decided under the hot lock: the queue bound counts the pool's waiters too, and a
+        // close cannot slip between the look and the joining (the gate's invariants 4, 5).
+        let joined = {
+            let hot = shared.hot.lock();
+            shared
+                .admission
+                .join(hot.view().queued, hot.queue_max(), hot.is_closed())
+        };
+        let admitted = match joined {
+            Join::Admitted => Admit::Admitted,
+            Join::Waiting(key) => shared.admission.wait(key, begun, deadline).await,
+            Join::Closed => return Err(shared.closed_error()),
+            Join::Full(0) => return Err(shared.over_limit()),
+            Join::Full(queue_max) => return Err(shared.queue_full(queue_max)),
+        };
         shared.shedder.waited(begun);
         // With a `queue_target` the gate itself refuses a take that has waited twice it.
         match admitted {
@@ -214,6 +233,7 @@ async fn admitted<M: Manager>(
             Admit::Stale(target, waited) => {
                 return Err(shared.stale_error(target, waited));
             }
+            Admit::Closed => return Err(shared.closed_error()),
         }
     }
     let ticket = Ticket::new(shared);

@@ -36,7 +36,7 @@ impl<M: Manager> Shared<M> {
         })
     }
 
-    pub(super) fn queue_full(&self, queue_max: usize) -> TakeError {
+    pub(crate) fn queue_full(&self, queue_max: usize) -> TakeError {
         tracing::debug!(pool = %self.name, queue_max, "queue full; take refused");
         self.counted(TakeError::QueueFull {
             pool: self.name.clone(),

@@ -1,0 +1,154 @@
+//! The admission gate keeps every promise the pool's own queue keeps: a close serves the takes
+//! waiting at it `Closed`, a closed pool answers `Closed` whatever its limit, `queue_max`
+//! counts the takes waiting at the gate with those in the pool's queue, and a take that
+//! gives up at the gate hands its place on.
+#![allow(clippy::disallowed_methods)] // tests spawn their own consumers
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use pooler::{AdmissionMode, PoolConfig, Shutdown, TakeError};
+
+fn config(mode: AdmissionMode, max: usize, queue_max: usize) -> PoolConfig {
+    PoolConfig::new("gate", max, max)
+        .to_builder()
+        .admission(mode)
+        .queue_max(queue_max)
+        .build()
+        .unwrap()
+}
+
+const MODES: [AdmissionMode; 2] = [AdmissionMode::Vegas, AdmissionMode::Gradient];
+
+/// Takes waiting at the gate (the limit is reached) are served `Closed` by either close,
+/// at once: `take_member` with a deadline and `take` without one.
+#[tokio::test(start_paused = true)]
+async fn a_close_serves_the_takes_waiting_at_the_gate() {
+    for mode in MODES {
+        for how in [Shutdown::Graceful, Shutdown::Immediate] {
+            let (pool, _) = pool_with(config(mode, 1, 50), Fake::default()).await;
+            let held = pool.try_take_member().unwrap();
+            let timed = spawn_take(&pool, Duration::from_secs(10));
+            let p = pool.clone();
+            let untimed = tokio::spawn(async move { p.take().await });
+            settle().await;
+            assert!(!timed.is_finished() && !untimed.is_finished());
+            let closing = {
+                let pool = pool.clone();
+                tokio::spawn(async move { pool.close(how).await })
+            };
+            settle().await;
+            for waiter in [timed, untimed] {
+                assert!(waiter.is_finished(), "{mode:?} {how:?}: still waiting");
+                let e = waiter.await.unwrap().unwrap_err();
+                assert!(
+                    matches!(e, TakeError::Closed { .. }),
+                    "{mode:?} {how:?}: {e}"
+                );
+            }
+            drop(held);
+            closing.await.unwrap();
+        }
+    }
+}
+
+/// A closed pool whose gate is at its limit says `Closed`, at once, to every kind of take.
+#[tokio::test(start_paused = true)]
+async fn a_closed_pool_at_its_limit_answers_closed() {
+    for mode in MODES {
+        let (pool, _) = pool_with(config(mode, 1, 50), Fake::default()).await;
+        let held = pool.try_take_member().unwrap();
+        let closing = {
+            let pool = pool.clone();
+            tokio::spawn(async move { pool.close(Shutdown::Graceful).await })
+        };
+        settle().await;
+        let e = pool.try_take_member().unwrap_err();
+        assert!(matches!(e, TakeError::Closed { .. }), "{mode:?} try: {e}");
+        let e = pool.take_member(Duration::ZERO).await.unwrap_err();
+        assert!(matches!(e, TakeError::Closed { .. }), "{mode:?} zero: {e}");
+        let at = tokio::time::Instant::now();
+        let e = pool.take_member(Duration::from_secs(10)).await.unwrap_err();
+        assert!(matches!(e, TakeError::Closed { .. }), "{mode:?} timed: {e}");
+        assert_eq!(at.elapsed(), Duration::ZERO, "{mode:?}: refused at once");
+        let e = pool.take().await.unwrap_err();
+        assert!(matches!(e, TakeError::Closed { .. }), "{mode:?} take: {e}");
+        drop(held);
+        closing.await.unwrap();
+    }
+}
+
+/// `queue_max = 5`, 100 takes over a held member: with or without the gate, 5 wait and 95
+/// are refused with `QueueFull` at once.
+#[tokio::test(start_paused = true)]
+async fn queue_max_bounds_the_takes_waiting_at_the_gate() {
+    for mode in [
+        AdmissionMode::Off,
+        AdmissionMode::Vegas,
+        AdmissionMode::Gradient,
+    ] {
+        let (pool, _) = pool_with(config(mode, 1, 5), Fake::default()).await;
+        let held = pool.try_take_member().unwrap();
+        let takes: Vec<_> = (0..100)
+            .map(|_| spawn_take(&pool, Duration::from_secs(10)))
+            .collect();
+        settle().await;
+        let mut refused = 0;
+        let mut waiting = Vec::new();
+        for take in takes {
+            if take.is_finished() {
+                let e = take.await.unwrap().unwrap_err();
+                assert!(
+                    matches!(e, TakeError::QueueFull { queue_max: 5, .. }),
+                    "{mode:?}: {e}"
+                );
+                refused += 1;
+            } else {
+                waiting.push(take);
+            }
+        }
+        assert_eq!((refused, waiting.len()), (95, 5), "{mode:?}");
+        // The five are served in turn as the member comes back.
+        drop(held);
+        for take in waiting {
+            drop(take.await.unwrap().expect("served"));
+        }
+    }
+}
+
+/// With `queue_max = 0` a take over the limit is refused with the reason it would have
+/// waited for, at once.
+#[tokio::test(start_paused = true)]
+async fn no_queue_refuses_over_the_limit_at_once() {
+    let (pool, _) = pool_with(config(AdmissionMode::Vegas, 1, 0), Fake::default()).await;
+    let _held = pool.try_take_member().unwrap();
+    let e = pool.take_member(Duration::from_secs(10)).await.unwrap_err();
+    assert!(matches!(e, TakeError::OverLimit { .. }), "{e}");
+}
+
+/// A take that gives up at the gate (dropped, or timed out) leaves no place behind: the
+/// next take after it is served by the next return.
+#[tokio::test(start_paused = true)]
+async fn a_take_that_gives_up_at_the_gate_leaves_no_place() {
+    let (pool, _) = pool_with(config(AdmissionMode::Vegas, 1, 2), Fake::default()).await;
+    let held = pool.try_take_member().unwrap();
+    let dropped = spawn_take(&pool, Duration::from_secs(10));
+    let timed_out = spawn_take(&pool, ms(100));
+    settle().await;
+    dropped.abort();
+    advance(ms(100)).await;
+    let e = timed_out.await.unwrap().unwrap_err();
+    assert!(matches!(e, TakeError::Timeout { .. }), "{e}");
+    // Both places are free again: two more may wait.
+    let a = spawn_take(&pool, Duration::from_secs(10));
+    let b = spawn_take(&pool, Duration::from_secs(10));
+    settle().await;
+    assert!(!a.is_finished() && !b.is_finished());
+    drop(held);
+    let a = a.await.unwrap().expect("served first");
+    drop(a);
+    drop(b.await.unwrap().expect("served next"));
+    assert_eq!(pool.admission().unwrap().admitted, 0);
+}
