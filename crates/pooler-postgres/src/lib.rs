@@ -8,6 +8,7 @@ mod session;
 #[cfg(feature = "serde")]
 mod settings;
 mod statements;
+mod verdicts;
 mod watch;
 
 use std::ops::{Deref, DerefMut};

@@ -48,6 +48,7 @@ use tokio_postgres::tls::{ChannelBinding, TlsStream};
 
 use crate::role::{Heard, Listen};
 use crate::session::{Dirt, Scan};
+use crate::verdicts::Verdicts;
 
 /// The code of SSLRequest (and GSSENCRequest one above it): the server answers it with a
 /// single unframed byte.
@@ -444,6 +445,8 @@ pub struct Watched<S> {
     doubtful_syncs: u64,
     /// The SQL of the Query or Parse being written.
     scan: Scan,
+    /// What each prepared statement leaves, applied on each Bind of it.
+    verdicts: Verdicts,
     /// The start of the server message being read, for what it says of the server's role.
     listen: Listen,
     /// The last write waited on the socket (mirrors `Seen::blocked`, stored only on change).
@@ -463,6 +466,7 @@ impl<S> Watched<S> {
             syncs_since_execute: 0,
             doubtful_syncs: 0,
             scan: Scan::default(),
+            verdicts: Verdicts::default(),
             listen: Listen::default(),
             blocked: false,
         }
@@ -487,6 +491,7 @@ impl<S> Watched<S> {
             syncs: &mut self.syncs_since_execute,
             doubtful: &mut self.doubtful_syncs,
             scan: &mut self.scan,
+            verdicts: &mut self.verdicts,
         };
         self.writing.feed(bytes, &mut self.untyped, &mut writer);
     }
@@ -515,6 +520,7 @@ struct Writer<'a> {
     syncs: &'a mut u64,
     doubtful: &'a mut u64,
     scan: &'a mut Scan,
+    verdicts: &'a mut Verdicts,
 }
 
 impl Visit for Writer<'_> {
@@ -539,7 +545,11 @@ impl Visit for Writer<'_> {
                             self.scan.begin(false);
                         }
                     }
-                    b'P' => self.scan.begin(true),
+                    b'P' => {
+                        self.scan.begin(true);
+                        self.verdicts.begin(kind);
+                    }
+                    b'B' | b'C' => self.verdicts.begin(kind),
                     b'E' => *self.syncs = 0,
                     b'S' => {
                         *self.syncs += 1;
@@ -564,13 +574,29 @@ impl Visit for Writer<'_> {
 
     #[inline]
     fn body(&mut self, kind: u8, payload: &[u8]) {
-        if kind == b'Q' || kind == b'P' {
-            let before = self.scan.dirt();
-            self.scan.feed(payload);
-            let after = self.scan.dirt();
-            if after != before {
-                self.seen.dirt.fetch_or(after.0, Ordering::AcqRel);
+        match kind {
+            b'Q' | b'P' => {
+                if kind == b'P' {
+                    self.verdicts.feed(payload);
+                }
+                let before = self.scan.dirt();
+                self.scan.feed(payload);
+                let after = self.scan.dirt();
+                if after != before {
+                    self.seen.dirt.fetch_or(after.0, Ordering::AcqRel);
+                    if kind == b'P' {
+                        self.verdicts.parsed(after.0);
+                    }
+                }
             }
+            // A Bind of a statement whose text left state leaves it again.
+            b'B' | b'C' => {
+                let dirt = self.verdicts.feed(payload);
+                if dirt != 0 {
+                    self.seen.dirt.fetch_or(dirt, Ordering::AcqRel);
+                }
+            }
+            _ => {}
         }
     }
 }

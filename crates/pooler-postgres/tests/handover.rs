@@ -529,3 +529,61 @@ async fn the_transaction_modes_end_the_transaction_and_keep_the_session() {
         pool.close(Shutdown::Graceful).await;
     }
 }
+
+/// The multi-tenant pattern for row-level security: each request sets its tenant (and takes
+/// a session advisory lock) through cached statements. From the second request on, a cached
+/// statement is only bound and executed — its text is never sent again — yet it leaves the
+/// same state each time: the next request must never run as the previous tenant or inherit
+/// its lock. Through the connection, inside a transaction, and pipelined; the connection is
+/// reset, not replaced.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cached_statement_dirties_the_session_on_every_use() {
+    let Some(url) = url().await else { return };
+    let admin = admin(&url).await;
+    let fresh = fingerprint(&admin).await;
+    let pool = one_of_one(&url, "pg-tenant", Recycle::default()).await;
+    let id = Member::id(&take(&pool).await);
+    const SET: &str = "SELECT set_config('app.tenant', $1, false)";
+    const LOCK: &str = "SELECT pg_advisory_lock($1)";
+    for round in 0..3_i64 {
+        for how in ["connection", "transaction", "pipelined"] {
+            let mut conn = take(&pool).await;
+            let tenant = format!("{round}");
+            match how {
+                "connection" => {
+                    let set = conn.prepare_cached(SET).await.unwrap();
+                    conn.query_one(&set, &[&tenant]).await.unwrap();
+                    let lock = conn.prepare_cached(LOCK).await.unwrap();
+                    conn.query_one(&lock, &[&(7000 + round)]).await.unwrap();
+                }
+                "transaction" => {
+                    let tx = conn.transaction().await.unwrap();
+                    let set = tx.prepare_cached(SET).await.unwrap();
+                    tx.query_one(&set, &[&tenant]).await.unwrap();
+                    tx.commit().await.unwrap();
+                }
+                _ => {
+                    let set = conn.prepare_cached(SET).await.unwrap();
+                    let lock = conn.prepare_cached(LOCK).await.unwrap();
+                    let key = 7100 + round;
+                    let (a, b) = futures_util::future::join(
+                        conn.query_one(&set, &[&tenant]),
+                        conn.query_one(&lock, &[&key]),
+                    )
+                    .await;
+                    a.unwrap();
+                    b.unwrap();
+                }
+            }
+            drop(conn);
+            let conn = take(&pool).await;
+            assert_eq!(
+                fingerprint(&conn).await,
+                fresh,
+                "round {round}, {how}: the next request sees the last one's session"
+            );
+            assert_eq!(Member::id(&conn), id, "reset, not replaced");
+        }
+    }
+    pool.close(Shutdown::Graceful).await;
+}
