@@ -34,6 +34,8 @@ const ON: u8 = 2;
 pub(crate) struct Heard {
     hot_standby: AtomicU8,
     read_only_default: AtomicU8,
+    /// `standard_conforming_strings` (reported at the startup and on change).
+    standard_strings: AtomicU8,
     refused_write: AtomicBool,
 }
 
@@ -48,6 +50,12 @@ impl Heard {
         flag(&self.read_only_default)
     }
 
+    /// Whether the server reads a backslash in `'…'` as an escape: it said
+    /// `standard_conforming_strings = off` (the default, `on`, when it has not said).
+    pub(crate) fn backslash_quotes(&self) -> bool {
+        flag(&self.standard_strings) == Some(false)
+    }
+
     /// Whether a write was refused because the session is read-only.
     pub(crate) fn refused_write(&self) -> bool {
         self.refused_write.load(Ordering::Acquire)
@@ -57,6 +65,7 @@ impl Heard {
         let to = match name {
             b"in_hot_standby" => &self.hot_standby,
             b"default_transaction_read_only" => &self.read_only_default,
+            b"standard_conforming_strings" => &self.standard_strings,
             _ => return,
         };
         to.store(if value == b"on" { ON } else { OFF }, Ordering::Release);

@@ -3,12 +3,18 @@
 //! in whatever pieces the writes come in).
 //!
 //! The scan follows the lexical structure that can hide a `;` or a keyword — string literals
-//! (`'…'`, `E'…'` with backslash escapes), quoted identifiers, dollar quotes and both kinds of
-//! comment — and looks at the words that open each statement, plus a few function names
-//! anywhere. It marks the session [`Dirt`]: state that outlives the transaction and would
-//! reach the connection's next user. What it cannot see is state changed inside a function
-//! body or a `DO` block; the reported parameters (`ParameterStatus`) cover part of that, the
-//! reader's side (docs/design.md, "Recycling on return").
+//! (`'…'`, `E'…'` with backslash escapes, and `'…'` with them too while the server reports
+//! `standard_conforming_strings = off`), quoted identifiers, dollar quotes and both kinds of
+//! comment — and looks at the words that open each statement, and at every call. It marks
+//! the session [`Dirt`]: state that outlives the transaction and would reach the connection's
+//! next user.
+//!
+//! It fails safe: a statement is clean only when the scan can account for all of it. A
+//! statement of a kind it does not know, one it cannot see into (`CALL`, `DO`, SQL `EXECUTE`),
+//! and a call of a function not known to leave nothing (any function of the application's,
+//! however quoted or qualified) mark the session with every resettable kind of [`Dirt`]
+//! ([`Dirt::ALL`]); the word lists are in `words.rs` (docs/design.md, "Recycling on
+//! return").
 //!
 //! # Invariants
 //!
@@ -37,6 +43,10 @@ impl Dirt {
     /// State no statement resets: a library `LOAD`ed, or the statements tokio-postgres
     /// prepared for itself dropped (`DISCARD ALL`, `DEALLOCATE`). The connection is replaced.
     pub(crate) const LASTING: u8 = 64;
+    /// Whatever a statement the scan cannot account for may have left: everything a reset
+    /// restores.
+    pub(crate) const ALL: u8 =
+        Self::SETTING | Self::PREPARED | Self::LISTEN | Self::TEMP | Self::HOLD | Self::ADVISORY;
 
     pub(crate) fn is_clean(self) -> bool {
         self.0 == 0
@@ -47,7 +57,10 @@ impl Dirt {
     }
 }
 
-/// Byte classes, looked up rather than computed on the hot loops.
+mod words;
+
+/// Byte classes, looked up rather than computed on the hot loops. `BLANK`: white space and
+/// digits, which neither end a call's name nor begin a word.
 const IDENT: u8 = 1;
 const BLANK: u8 = 2;
 
@@ -59,23 +72,7 @@ const CLASS: [u8; 256] = {
         if c.is_ascii_alphanumeric() || c == b'_' || c == b'$' || c >= 0x80 {
             class[b] = IDENT;
         }
-        if c.is_ascii_digit()
-            || matches!(
-                c,
-                b' ' | b'\t'
-                    | b'\n'
-                    | b'\r'
-                    | b'('
-                    | b')'
-                    | b','
-                    | b'='
-                    | b'.'
-                    | b'*'
-                    | b'+'
-                    | b'<'
-                    | b'>'
-            )
-        {
+        if c.is_ascii_digit() || matches!(c, b' ' | b'\t' | b'\n' | b'\r') {
             class[b] |= BLANK;
         }
         b += 1;
@@ -142,6 +139,8 @@ enum Kw {
     PgTemp,
     SetConfig,
     Advisory,
+    Explain,
+    Select,
 }
 
 fn keyword(word: &[u8]) -> Kw {
@@ -150,13 +149,15 @@ fn keyword(word: &[u8]) -> Kw {
     if !(3..=27).contains(&word.len())
         || !matches!(
             word[0],
-            b's' | b'r' | b'l' | b't' | b'c' | b'p' | b'i' | b'd' | b'h' | b'v'
+            b's' | b'r' | b'l' | b't' | b'c' | b'p' | b'i' | b'd' | b'h' | b'v' | b'e'
         )
     {
         return Kw::Other;
     }
     match word {
         b"set" => Kw::Set,
+        b"select" => Kw::Select,
+        b"explain" => Kw::Explain,
         b"reset" => Kw::Reset,
         b"local" => Kw::Local,
         b"transaction" => Kw::Transaction,
@@ -202,13 +203,39 @@ struct Lexer {
     prev: Kw,
     /// The statement has named the kind of its object (`CREATE … TABLE`).
     object: bool,
+    /// A name (a word, or a quoted identifier) has just ended: a `(` after it (blanks
+    /// between) is a call.
+    pending: Pending,
+    /// The name before the current one named an object (`INTO t`): a `(` after the current
+    /// name opens a list. `names`: the current one does.
+    before_names: bool,
+    names: bool,
+    /// A `.` came right after a name: the next name is qualified (`s.f`), and keeps what the
+    /// name before the qualifier said.
+    qualified: bool,
+    /// An `INTO`, then maybe `LOCAL`, `GLOBAL` or `UNLOGGED`: a `TEMP` now makes a table.
+    into: bool,
+    /// A `'…'` string takes backslash escapes (`standard_conforming_strings = off`).
+    backslash: bool,
     dirt: u8,
 }
 
+/// What a `(` would call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+enum Pending {
+    #[default]
+    Nothing,
+    /// The word in `word`.
+    Word,
+    /// A quoted identifier.
+    Quoted,
+}
+
 impl Lexer {
-    fn new(parse: bool) -> Self {
+    fn new(parse: bool, backslash: bool) -> Self {
         Lexer {
             state: if parse { State::Name } else { State::Code },
+            backslash,
             ..Lexer::default()
         }
     }
@@ -259,8 +286,10 @@ impl Lexer {
             if self.state == State::Name {
                 self.state = State::Code;
             } else {
-                if self.state == State::Word {
-                    self.word_done();
+                match self.state {
+                    State::Word => self.word_done(),
+                    State::IdentEnd => self.quoted_done(),
+                    _ => {}
                 }
                 self.state = State::Done;
             }
@@ -319,6 +348,7 @@ impl Lexer {
                 if b == b'"' {
                     self.state = State::Ident;
                 } else {
+                    self.quoted_done();
                     self.state = State::Code;
                     self.code(b);
                 }
@@ -414,6 +444,17 @@ impl Lexer {
     /// A byte of code (outside quotes and comments).
     fn code(&mut self, b: u8) {
         let e_prefix = std::mem::take(&mut self.e_prefix);
+        if CLASS[usize::from(b)] & BLANK != 0 {
+            return; // between a name and its `(`, or anywhere
+        }
+        let pending = std::mem::take(&mut self.pending);
+        match b {
+            b'(' if pending != Pending::Nothing => self.call(pending),
+            b'.' if pending != Pending::Nothing => self.qualified = true,
+            // A name begins: it is the one a `.` qualified, if any.
+            b'"' | b'a'..=b'z' | b'A'..=b'Z' | b'_' | 0x80..=0xff => {}
+            _ => self.qualified = false,
+        }
         match b {
             b'a'..=b'z' | b'A'..=b'Z' | b'_' | 0x80..=0xff => {
                 self.word[0] = b.to_ascii_lowercase();
@@ -422,7 +463,7 @@ impl Lexer {
                 self.state = State::Word;
             }
             b'\'' => {
-                self.state = if e_prefix {
+                self.state = if e_prefix || self.backslash {
                     State::EQuote
                 } else {
                     State::Quote
@@ -435,22 +476,78 @@ impl Lexer {
             }
             b'-' => self.state = State::Dash,
             b'/' => self.state = State::Slash,
-            b';' => {
-                self.nth = 0;
-                self.first = Kw::Other;
-                self.prev = Kw::Other;
-                self.object = false;
-            }
+            b';' => self.next_statement(),
             _ => {}
+        }
+    }
+
+    /// A `;`: the next statement begins.
+    fn next_statement(&mut self) {
+        self.nth = 0;
+        self.first = Kw::Other;
+        self.prev = Kw::Other;
+        self.object = false;
+        self.before_names = false;
+        self.names = false;
+        self.into = false;
+    }
+
+    /// A name ended (a word, or a quoted identifier when `word` is false): what it says of
+    /// the `(` after the next name.
+    fn name_done(&mut self, word: bool) {
+        if std::mem::take(&mut self.qualified) {
+            // `s.t`: `t` stands where `s` stood.
+            self.names = false;
+            return;
+        }
+        self.before_names = self.names;
+        self.names = word
+            && !self.long
+            && words::names_object(&self.word[..self.len], self.first == Kw::Create);
+    }
+
+    /// A `(` right after a name: a call, unless the name is a keyword, a type, the name of an
+    /// object being defined or referenced, or a function known to leave nothing.
+    fn call(&mut self, pending: Pending) {
+        if self.before_names {
+            return;
+        }
+        let known = match pending {
+            Pending::Word if !self.long => {
+                let word = &self.word[..self.len];
+                words::not_a_call(word) || words::neutral_call(word)
+            }
+            _ => false,
+        };
+        if !known {
+            self.dirt |= Dirt::ALL;
         }
     }
 
     /// A word of code has ended.
     fn word_done(&mut self) {
+        let kw = if self.long {
+            Kw::Other
+        } else {
+            keyword(&self.word[..self.len])
+        };
+        if self.first == Kw::Explain && matches!(kw, Kw::Create | Kw::Declare) {
+            // `EXPLAIN ANALYZE CREATE …` runs the statement it explains.
+            self.next_statement();
+        }
         let word = &self.word[..self.len];
         self.e_prefix = word == b"e";
-        let kw = if self.long { Kw::Other } else { keyword(word) };
         let mut dirt = 0;
+        if self.nth == 0
+            && (self.long || words::first(word) == words::First::Unknown)
+            && !self.qualified
+        {
+            dirt |= Dirt::ALL;
+        }
+        if word == b"pg_settings" && !matches!(self.first, Kw::Select | Kw::Explain) {
+            // `UPDATE pg_settings SET setting = …` is a `set_config`.
+            dirt |= Dirt::SETTING;
+        }
         match (self.nth, self.first, kw) {
             (0, _, Kw::Reset) => dirt |= Dirt::SETTING,
             (0, _, Kw::Listen) => dirt |= Dirt::LISTEN,
@@ -469,7 +566,7 @@ impl Lexer {
             _ => {}
         }
         match kw {
-            Kw::Temp if self.prev == Kw::Into => dirt |= Dirt::TEMP,
+            Kw::Temp if self.into => dirt |= Dirt::TEMP,
             Kw::PgTemp => dirt |= Dirt::TEMP,
             Kw::SetConfig => dirt |= Dirt::SETTING,
             Kw::Advisory => dirt |= Dirt::ADVISORY,
@@ -478,10 +575,29 @@ impl Lexer {
         if self.nth == 0 {
             self.first = kw;
         }
+        self.into = kw == Kw::Into
+            || (self.into && matches!(&self.word[..self.len], b"local" | b"global" | b"unlogged"));
         self.object |= kw == Kw::Object;
         self.dirt |= dirt;
         self.prev = kw;
         self.nth = self.nth.saturating_add(1);
+        self.name_done(true);
+        self.pending = Pending::Word;
+    }
+
+    /// A quoted identifier ended: a word no keyword matches (`SET "search_path" = …` is a
+    /// `SET`; a statement cannot begin with one).
+    fn quoted_done(&mut self) {
+        match (self.nth, self.first) {
+            (0, _) => self.dirt |= Dirt::ALL,
+            (1, Kw::Set) => self.dirt |= Dirt::SETTING,
+            _ => {}
+        }
+        self.prev = Kw::Other;
+        self.into = false;
+        self.nth = self.nth.saturating_add(1);
+        self.name_done(false);
+        self.pending = Pending::Quoted;
     }
 }
 
@@ -500,12 +616,21 @@ pub(crate) struct Scan {
     text: Vec<u8>,
     /// While the text matches `last`: how much of it has matched.
     repeat: Option<usize>,
+    /// `'…'` takes backslash escapes (what `last` was found clean under).
+    backslash: bool,
 }
 
 impl Scan {
-    /// A new message: `parse` for a Parse (statement name, then the query), else a Query.
-    pub(crate) fn begin(&mut self, parse: bool) {
-        self.lex = Lexer::new(parse);
+    /// A new message: `parse` for a Parse (statement name, then the query), else a Query;
+    /// `backslash`: the server reads a backslash in `'…'` as an escape
+    /// (`standard_conforming_strings = off`).
+    pub(crate) fn begin(&mut self, parse: bool, backslash: bool) {
+        if backslash != self.backslash {
+            // A text clean under one reading of strings may not be under the other.
+            self.last.clear();
+            self.backslash = backslash;
+        }
+        self.lex = Lexer::new(parse, backslash);
         self.text.clear();
         self.repeat = (!self.last.is_empty()).then_some(0);
     }
@@ -571,7 +696,7 @@ impl Scan {
 /// Scans `sql` whole, as a Query message's text.
 pub(crate) fn scan(sql: &str) -> Dirt {
     let mut scan = Scan::default();
-    scan.begin(false);
+    scan.begin(false, false);
     scan.feed(sql.as_bytes());
     scan.feed(&[0]);
     scan.dirt()
@@ -585,7 +710,7 @@ mod tests {
     fn a_text_like_the_last_clean_one_is_compared_and_any_change_lexed() {
         let mut s = Scan::default();
         let run = |s: &mut Scan, text: &[u8], step: usize| {
-            s.begin(false);
+            s.begin(false, false);
             for piece in text.chunks(step) {
                 s.feed(piece);
             }
@@ -609,7 +734,7 @@ mod tests {
         }
         // A Parse: the name is skipped, the query compared.
         let parse = |s: &mut Scan, text: &[u8]| {
-            s.begin(true);
+            s.begin(true, false);
             s.feed(text);
             s.dirt()
         };
@@ -707,7 +832,7 @@ mod tests {
             let whole = scan(sql);
             for step in 1..8 {
                 let mut s = Scan::default();
-                s.begin(false);
+                s.begin(false, false);
                 for piece in sql.as_bytes().chunks(step) {
                     s.feed(piece);
                 }
@@ -720,11 +845,160 @@ mod tests {
     #[test]
     fn a_parse_message_skips_its_statement_name() {
         let mut s = Scan::default();
-        s.begin(true);
+        s.begin(true, false);
         s.feed(b"listen\0SELECT 1\0\0\0");
         assert!(s.dirt().is_clean());
-        s.begin(true);
+        s.begin(true, false);
         s.feed(b"s1\0SET ROLE x\0\0\0");
         assert!(s.dirt().has(Dirt::SETTING));
+    }
+
+    /// What the scan cannot account for is dirty: every way that read as clean from outside.
+    #[test]
+    fn what_the_scan_cannot_account_for_is_dirty() {
+        let dirty = [
+            ("SET \"search_path\" = pg_catalog", Dirt::SETTING),
+            ("SET \"statement_timeout\" = 5", Dirt::SETTING),
+            ("SELECT \"pg_advisory_lock\"(1)", Dirt::ADVISORY),
+            (
+                "SELECT pg_catalog.\"set_config\"('a.b', '1', false)",
+                Dirt::SETTING,
+            ),
+            (
+                "SELECT pg_catalog.set_config('a.b', '1', false)",
+                Dirt::SETTING,
+            ),
+            ("SELECT pg_catalog.pg_advisory_lock (1)", Dirt::ADVISORY),
+            ("SELECT * FROM set_config('a.b', '1', false)", Dirt::SETTING),
+            ("SELECT 1 INTO LOCAL TEMP t", Dirt::TEMP),
+            ("SELECT 1 INTO GLOBAL TEMPORARY t", Dirt::TEMP),
+            ("SELECT 1 INTO TEMPORARY t", Dirt::TEMP),
+            (
+                "EXPLAIN ANALYZE CREATE TEMP TABLE t AS SELECT 1",
+                Dirt::TEMP,
+            ),
+            (
+                "UPDATE pg_settings SET setting = 'x' WHERE name = 'search_path'",
+                Dirt::SETTING,
+            ),
+            ("SELECT my_function(1)", Dirt::ALL),
+            ("SELECT \"MyFunction\"(1)", Dirt::ALL),
+            ("SELECT app.audit($1)", Dirt::ALL),
+            ("SELECT setseed(0.5)", Dirt::ALL),
+            ("CALL my_procedure()", Dirt::ALL),
+            ("DO $$BEGIN PERFORM 1; END$$", Dirt::ALL),
+            ("EXECUTE p", Dirt::ALL),
+            ("REASSIGN OWNED BY a TO b", Dirt::ALL),
+            ("\"weird\"", Dirt::ALL),
+            ("SELECT 1; CALL p()", Dirt::ALL),
+        ];
+        for (sql, bit) in dirty {
+            let dirt = scan(sql);
+            assert!(dirt.0 & bit == bit, "{sql}: {dirt:?}");
+        }
+    }
+
+    /// With `standard_conforming_strings = off` a backslash escapes the quote in `'…'`: the
+    /// text after it is still inside the string, and what follows the string's real end is
+    /// code.
+    #[test]
+    fn strings_are_read_as_the_server_reads_them() {
+        let hidden = "SELECT '\\'' ; LISTEN x; SELECT pg_advisory_lock(1) --'";
+        let lex = |sql: &str, backslash: bool| {
+            let mut s = Scan::default();
+            s.begin(false, backslash);
+            s.feed(sql.as_bytes());
+            s.feed(&[0]);
+            s.dirt()
+        };
+        assert!(
+            lex(hidden, true).has(Dirt::LISTEN),
+            "off: the quote was escaped"
+        );
+        assert!(lex(hidden, true).has(Dirt::ADVISORY));
+        // Under the default reading that text is one string, then a comment.
+        assert!(lex(hidden, false).is_clean());
+        let trick = "SELECT 'a\\'; LISTEN x";
+        assert!(
+            lex(trick, false).has(Dirt::LISTEN),
+            "on: the backslash is a character"
+        );
+        assert!(lex(trick, true).is_clean(), "off: still inside the string");
+        // The remembered clean text is forgotten when the reading changes.
+        let mut s = Scan::default();
+        for backslash in [false, true] {
+            s.begin(false, backslash);
+            s.feed(trick.as_bytes());
+            s.feed(&[0]);
+        }
+        assert!(s.dirt().is_clean());
+        s.begin(false, false);
+        s.feed(trick.as_bytes());
+        s.feed(&[0]);
+        assert!(
+            s.dirt().has(Dirt::LISTEN),
+            "re-read under the other reading"
+        );
+        for sql in [
+            "SELECT U&'\\0041'; LISTEN x",
+            "SELECT E'\\''; LISTEN x",
+            "SELECT /* a /* b */ ; */ 1; LISTEN x",
+            "SELECT $a$ $b$ ; $b$ $a$; LISTEN x",
+        ] {
+            assert!(lex(sql, false).has(Dirt::LISTEN), "{sql}");
+        }
+    }
+
+    /// The statements real applications send stay clean, so their returns cost nothing:
+    /// pgbench's built-in scripts, the CRUD diesel-async and sqlx emit, an ORM transaction,
+    /// DDL of migrations.
+    #[test]
+    fn the_statements_of_real_workloads_are_clean() {
+        let clean = [
+            // pgbench (tpcb-like, simple-update, select-only), with parameters.
+            "UPDATE pgbench_accounts SET abalance = abalance + $1 WHERE aid = $2",
+            "SELECT abalance FROM pgbench_accounts WHERE aid = $1",
+            "UPDATE pgbench_tellers SET tbalance = tbalance + $1 WHERE tid = $2",
+            "UPDATE pgbench_branches SET bbalance = bbalance + $1 WHERE bid = $2",
+            "INSERT INTO pgbench_history (tid, bid, aid, delta, mtime) \
+             VALUES ($1, $2, $3, $4, CURRENT_TIMESTAMP)",
+            "BEGIN",
+            "END",
+            // diesel-async.
+            "SELECT \"users\".\"id\", \"users\".\"name\" FROM \"users\" WHERE \"users\".\"id\" = $1",
+            "INSERT INTO \"users\" (\"name\", \"email\") VALUES ($1, $2) RETURNING \"users\".\"id\"",
+            "UPDATE \"users\" SET \"name\" = $1 WHERE (\"users\".\"id\" = $2) RETURNING \"users\".\"id\"",
+            "DELETE FROM \"users\" WHERE (\"users\".\"id\" = $1)",
+            "SELECT COUNT(*) FROM \"users\"",
+            "SELECT EXISTS (SELECT \"users\".\"id\" FROM \"users\" WHERE \"users\".\"id\" = $1)",
+            "INSERT INTO \"public\".\"users\" (\"name\") VALUES ($1)",
+            "SAVEPOINT diesel_savepoint_1",
+            "RELEASE SAVEPOINT diesel_savepoint_1",
+            "ROLLBACK TO SAVEPOINT diesel_savepoint_1",
+            // sqlx.
+            "SELECT id, name FROM users WHERE id = ANY($1)",
+            "INSERT INTO users (name) SELECT * FROM UNNEST($1::text[])",
+            "SELECT coalesce(max(version), 0) FROM _sqlx_migrations",
+            "INSERT INTO public.events (kind, at) VALUES ($1, now()) ON CONFLICT (kind) DO UPDATE SET at = EXCLUDED.at",
+            "SELECT id FROM jobs WHERE state = 'new' ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED",
+            // An ORM transaction.
+            "BEGIN ISOLATION LEVEL REPEATABLE READ",
+            "SELECT t.id, lower(t.name), jsonb_build_object('a', t.a) FROM t WHERE t.id IN ($1, $2)",
+            "WITH moved AS (DELETE FROM q WHERE id = $1 RETURNING *) INSERT INTO done SELECT * FROM moved",
+            "SELECT count(*) OVER (PARTITION BY a ORDER BY b) FROM t",
+            "SELECT CAST($1 AS numeric(10, 2)), $2::varchar(20)",
+            "SELECT EXTRACT(EPOCH FROM now() - ts) FROM t",
+            "COMMIT",
+            // Migrations.
+            "CREATE TABLE IF NOT EXISTS orders (id bigserial PRIMARY KEY, user_id bigint \
+             REFERENCES users (id), total numeric(12, 2) CHECK (total >= 0), \
+             created timestamptz DEFAULT now(), UNIQUE (user_id, created))",
+            "CREATE INDEX orders_user ON orders USING btree (user_id)",
+            "ALTER TABLE orders ADD COLUMN note text",
+            "SELECT * FROM pg_settings WHERE name = 'search_path'",
+        ];
+        for sql in clean {
+            assert!(scan(sql).is_clean(), "{sql}: {:?}", scan(sql));
+        }
     }
 }

@@ -542,11 +542,11 @@ impl Visit for Writer<'_> {
                         *self.syncs = 0;
                         seen.requested(false);
                         if kind == b'Q' {
-                            self.scan.begin(false);
+                            self.scan.begin(false, seen.heard.backslash_quotes());
                         }
                     }
                     b'P' => {
-                        self.scan.begin(true);
+                        self.scan.begin(true, seen.heard.backslash_quotes());
                         self.verdicts.begin(kind);
                     }
                     b'B' | b'C' => self.verdicts.begin(kind),
