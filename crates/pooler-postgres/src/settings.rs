@@ -69,18 +69,19 @@ pub struct PgSettings {
     pub load_balance_hosts: Option<LoadBalanceName>,
     /// SCRAM channel binding: `disable`, `prefer` (the default) or `require`.
     pub channel_binding: Option<ChannelBindingName>,
-    /// TCP keepalives on the connection's socket (default on).
+    /// TCP keepalives on the connection's socket (default on: after 10 s idle, every 5 s, 4
+    /// unanswered end the connection, so an idle dead link is found within 30 s).
     pub keepalives: Option<bool>,
-    /// Idle time before the first keepalive (default 2 hours), in pooler's time forms.
+    /// Idle time before the first keepalive (default 10 s), in pooler's time forms.
     #[serde(default, deserialize_with = "pooler::time::option::deserialize")]
     pub keepalives_idle: Option<Duration>,
-    /// Time between keepalives, in pooler's time forms.
+    /// Time between keepalives (default 5 s), in pooler's time forms.
     #[serde(default, deserialize_with = "pooler::time::option::deserialize")]
     pub keepalives_interval: Option<Duration>,
-    /// Keepalives unanswered before the connection is dropped.
+    /// Keepalives unanswered before the connection is dropped (default 4).
     pub keepalives_retries: Option<u32>,
     /// How long sent data may stay unacknowledged before the connection is dropped (Linux's
-    /// `TCP_USER_TIMEOUT`), in pooler's time forms.
+    /// `TCP_USER_TIMEOUT`; default 30 s), in pooler's time forms.
     #[serde(default, deserialize_with = "pooler::time::option::deserialize")]
     pub tcp_user_timeout: Option<Duration>,
 }
