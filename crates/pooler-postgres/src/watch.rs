@@ -75,7 +75,13 @@ pub enum TxStatus {
     InTransaction,
     /// In a failed transaction block (statements are refused until it ends).
     Failed,
-    /// Requests are in flight, or the server has not stated a status yet.
+    /// Not known now: requests are in flight, the server has not stated a status yet, or
+    /// the connection's driver has been woken and not yet run (it may hold a request not
+    /// yet written). That last also follows most extended-protocol statements for a moment
+    /// after they return: tokio-postgres ends a statement's future at its CommandComplete,
+    /// which wakes the driver (the answer's channel freed) before its ReadyForQuery has been
+    /// read or the driver has run again. [`PgConnection::settled`](crate::PgConnection::settled)
+    /// waits that moment out (no round trip); the pool's return does the same.
     Unsettled,
 }
 
@@ -101,6 +107,8 @@ pub(crate) struct Seen {
     blocked: AtomicBool,
     /// The server is in copy-in mode, and the client has not ended it.
     in_copy: AtomicBool,
+    /// The server is sending a `COPY … TO STDOUT` whose end has not been read.
+    copy_out: AtomicBool,
     /// Session state left by the statements written, as [`Dirt`] bits.
     dirt: AtomicU8,
     /// When the busy period under way began ([`now_nanos`]). Only the driver task writes
@@ -233,6 +241,12 @@ impl Seen {
     /// Session state the statements written so far may have left.
     pub(crate) fn dirt(&self) -> Dirt {
         Dirt(self.dirt.load(Ordering::Acquire))
+    }
+
+    /// Whether the server is still sending a `COPY … TO STDOUT` (its stream dropped midway:
+    /// only the driver can read the rest).
+    pub(crate) fn copy_out(&self) -> bool {
+        self.copy_out.load(Ordering::Acquire)
     }
 
     /// Whether the server is in copy-in mode that the client has not ended (a `CopyInSink`
@@ -622,6 +636,9 @@ impl Visit for Reader<'_> {
                     .fetch_sub(std::mem::take(self.doubtful), Ordering::AcqRel);
             }
             Header::Typed(b'G') => seen.in_copy.store(true, Ordering::Release),
+            // CopyOutResponse: the copy's rows follow until the server's CopyDone.
+            Header::Typed(b'H') => seen.copy_out.store(true, Ordering::Release),
+            Header::Typed(b'c') => seen.copy_out.store(false, Ordering::Release),
             // A parameter the server reports changed after the startup (the startup's own
             // reports come before its ReadyForQuery).
             Header::Typed(b'S') if seen.answered.load(Ordering::Relaxed) > 0 => {
@@ -640,6 +657,7 @@ impl Visit for Reader<'_> {
         {
             // The answer to a COPY that failed before copy-in mode: its Syncs count.
             *self.doubtful = 0;
+            self.seen.copy_out.store(false, Ordering::Release);
             self.seen.status.store(status, Ordering::Release);
             self.seen.answered();
         }

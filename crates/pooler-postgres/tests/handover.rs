@@ -587,3 +587,38 @@ async fn a_cached_statement_dirties_the_session_on_every_use() {
     }
     pool.close(Shutdown::Graceful).await;
 }
+
+/// A `COPY … TO STDOUT` stream dropped midway: the server goes on sending the rest, which
+/// only the connection's driver can read and discard. That connection is replaced at once
+/// (in every mode), so the next taker of a full pool waits for a new connection, not for the
+/// whole copy to drain; and the copy never reaches the next user.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_copy_out_dropped_midway_is_replaced_at_once() {
+    use futures_util::StreamExt as _;
+    let Some(url) = url().await else { return };
+    for recycle in [Recycle::Observed, Recycle::Nothing] {
+        let pool = one_of_one(&url, "pg-copy-out", recycle.clone()).await;
+        let conn = take(&pool).await;
+        let first = Member::id(&conn);
+        {
+            let stream = conn
+                .copy_out("COPY (SELECT g, repeat('x', 200) FROM generate_series(1, 20000000) g) TO STDOUT")
+                .await
+                .unwrap();
+            let mut stream = std::pin::pin!(stream);
+            let chunk = stream.next().await.expect("a first row").unwrap();
+            assert!(!chunk.is_empty());
+        }
+        drop(conn);
+        let begun = std::time::Instant::now();
+        let next = pool
+            .take_member(Duration::from_secs(3))
+            .await
+            .unwrap_or_else(|e| panic!("{recycle:?}: the next taker waited: {e}"));
+        assert_ne!(Member::id(&next), first, "{recycle:?}: replaced");
+        assert!(begun.elapsed() < Duration::from_secs(3));
+        assert_eq!(next.simple_query("SELECT 1").await.unwrap().len(), 3);
+        drop(next);
+        pool.close(Shutdown::Immediate).await;
+    }
+}
