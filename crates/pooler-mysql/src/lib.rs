@@ -8,6 +8,7 @@ use pooler::{Hooks, Manager, MemberContext};
 pub use mysql_async;
 pub use pooler;
 
+mod reset;
 #[cfg(feature = "serde")]
 mod settings;
 #[cfg(feature = "serde")]
@@ -45,6 +46,8 @@ pub struct MysqlManager {
     opts: Opts,
     recycle: Recycle,
     hooks: Hooks<Conn>,
+    /// The statement that follows a reset (`reset.rs`), learned at the first connection.
+    restore: std::sync::Arc<std::sync::OnceLock<String>>,
 }
 
 impl MysqlManager {
@@ -75,6 +78,7 @@ impl MysqlManager {
             opts,
             recycle: Recycle::default(),
             hooks: Hooks::default(),
+            restore: std::sync::Arc::default(),
         }
     }
 
@@ -108,7 +112,13 @@ impl Manager for MysqlManager {
     type Error = MysqlError;
 
     async fn start(&self, _ctx: &MemberContext) -> Result<Conn, MysqlError> {
-        Ok(Conn::new(self.opts.clone()).await?)
+        let mut conn = Conn::new(self.opts.clone()).await?;
+        if self.recycle == Recycle::Reset && self.restore.get().is_none() {
+            // Two first connections may both learn it: the same statement, set once.
+            let learned = reset::learn(&mut conn, &self.opts).await;
+            let _ = self.restore.set(learned);
+        }
+        Ok(conn)
     }
 
     async fn initialize(&self, conn: &mut Conn) -> Result<(), MysqlError> {
@@ -127,7 +137,8 @@ impl Manager for MysqlManager {
         // the mark when the answer is read: still marked, a command was cancelled (a timeout,
         // a `select!`) with its answer unread, and the next command would read that answer
         // as its own. Its own pool discards such a connection; so does pooler, in every mode.
-        conn.is_disconnected()
+        // Nor is one `change_user`d to another login handed on (`reset.rs`).
+        conn.is_disconnected() || !reset::same_login(conn, &self.opts)
     }
 
     async fn stop(&self, conn: Conn) {
@@ -142,11 +153,23 @@ impl Manager for MysqlManager {
     async fn recycle(&self, conn: &mut Conn) -> Result<(), MysqlError> {
         match self.recycle {
             Recycle::Reset => {
+                if reset::client_in_transaction(conn) {
+                    // A transaction guard forgotten: mysql_async would refuse every later
+                    // transaction on this connection (`reset.rs`).
+                    return Err(MysqlError::Unclean(
+                        "a transaction guard was forgotten; mysql_async still believes it open",
+                    ));
+                }
                 // A result set a user dropped half read is drained first (mysql_async does it
-                // before any command).
-                if !conn.reset().await? {
+                // before any command). With no database configured, COM_CHANGE_USER also
+                // takes the session back to none.
+                if self.opts.db_name().is_none() || !conn.reset().await? {
                     conn.change_user(mysql_async::ChangeUserOpts::default())
                         .await?;
+                }
+                // What the reset leaves: the database and the role (`reset.rs`).
+                if let Some(restore) = self.restore.get().filter(|s| !s.is_empty()) {
+                    conn.query_drop(restore.as_str()).await?;
                 }
                 // The session is back at its start, before `after_connect`.
                 self.hooks
@@ -172,6 +195,8 @@ pub enum MysqlError {
     Mysql(mysql_async::Error),
     /// A hook of the manager's ([`Hooks`]) failed.
     Hook(Box<dyn std::error::Error + Send + Sync>),
+    /// A connection given back in a state no reset restores: it is replaced.
+    Unclean(&'static str),
 }
 
 impl std::fmt::Display for MysqlError {
@@ -179,6 +204,7 @@ impl std::fmt::Display for MysqlError {
         match self {
             MysqlError::Mysql(e) => write!(f, "{e}"),
             MysqlError::Hook(e) => write!(f, "a hook failed: {e}"),
+            MysqlError::Unclean(why) => write!(f, "the connection cannot be made clean: {why}"),
         }
     }
 }
@@ -188,6 +214,7 @@ impl std::error::Error for MysqlError {
         match self {
             MysqlError::Mysql(e) => Some(e),
             MysqlError::Hook(e) => Some(&**e),
+            MysqlError::Unclean(_) => None,
         }
     }
 }

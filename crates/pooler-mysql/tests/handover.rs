@@ -74,7 +74,7 @@ async fn fingerprint(conn: &mut Conn) -> Vec<String> {
         .query_first(
             "SELECT @@autocommit, @@session.sql_mode, @pooler_var, \
              IS_USED_LOCK('pooler_lock') <=> CONNECTION_ID(), @@session.time_zone, \
-             @@session.tx_read_only",
+             @@session.tx_read_only, DATABASE(), CURRENT_ROLE()",
         )
         .await
         .unwrap();
@@ -135,6 +135,12 @@ fn ways() -> Vec<(&'static str, Leave)> {
                     .unwrap();
             })
         }),
+        ("USE another database", |c| {
+            Box::pin(async move { c.query_drop("USE pooler_elsewhere").await.unwrap() })
+        }),
+        ("SET ROLE", |c| {
+            Box::pin(async move { c.query_drop("SET ROLE pooler_role").await.unwrap() })
+        }),
         ("time_zone and read-only transactions", |c| {
             Box::pin(async move {
                 c.query_drop("SET time_zone = '+05:00'").await.unwrap();
@@ -157,6 +163,9 @@ async fn the_default_hands_on_a_session_like_a_new_one() {
         "CREATE TABLE IF NOT EXISTS pooler_other (v INT)",
         "CREATE TABLE IF NOT EXISTS pooler_locked (v INT)",
         "DELETE FROM pooler_other",
+        "CREATE DATABASE IF NOT EXISTS pooler_elsewhere",
+        "CREATE ROLE IF NOT EXISTS pooler_role",
+        "GRANT pooler_role TO CURRENT_USER",
     ] {
         admin.query_drop(sql).await.unwrap();
     }
@@ -260,4 +269,81 @@ async fn the_other_modes_keep_what_the_table_says() {
         drop(conn);
         pool.close(Shutdown::Graceful).await;
     }
+}
+
+/// A transaction guard forgotten (`std::mem::forget`): the reset rolls the server back, and
+/// the client must not go on believing it is in a transaction — the next user's
+/// `start_transaction` works, and their write lands.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forgotten_transaction_guard_never_blocks_the_next_users_transaction() {
+    let Some(url) = url().await else { return };
+    let mut admin = admin(&url).await;
+    admin
+        .query_drop("CREATE TABLE IF NOT EXISTS pooler_forgot (v INT)")
+        .await
+        .unwrap();
+    admin.query_drop("DELETE FROM pooler_forgot").await.unwrap();
+    let pool = one_of_one(&url, Recycle::default()).await;
+    for round in 0..3 {
+        let mut conn = take(&pool).await;
+        let tx = conn
+            .start_transaction(mysql_async::TxOpts::default())
+            .await
+            .unwrap_or_else(|e| panic!("round {round}: {e}"));
+        std::mem::forget(tx);
+        drop(conn);
+        let mut conn = take(&pool).await;
+        let mut tx = conn
+            .start_transaction(mysql_async::TxOpts::default())
+            .await
+            .unwrap_or_else(|e| panic!("round {round}: the next user's transaction: {e}"));
+        tx.query_drop("INSERT INTO pooler_forgot VALUES (1)")
+            .await
+            .unwrap();
+        tx.commit().await.unwrap();
+    }
+    let landed: Option<i64> = admin
+        .query_first("SELECT COUNT(*) FROM pooler_forgot")
+        .await
+        .unwrap();
+    assert_eq!(landed, Some(3));
+    pool.close(Shutdown::Graceful).await;
+}
+
+/// `change_user` to another user or database: the connection is not handed on as that user
+/// (the pool's next user starts as the manager's user, in its database).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_changed_to_another_user_or_database_is_not_handed_on() {
+    let Some(url) = url().await else { return };
+    let mut admin = admin(&url).await;
+    for sql in [
+        "CREATE DATABASE IF NOT EXISTS pooler_elsewhere",
+        "CREATE USER IF NOT EXISTS 'pooler_other_user'@'%'",
+        "CREATE USER IF NOT EXISTS 'pooler_other_user'@'localhost'",
+    ] {
+        admin.query_drop(sql).await.unwrap();
+    }
+    let expected: Option<(String, Option<String>)> = admin
+        .query_first("SELECT SUBSTRING_INDEX(USER(), '@', 1), DATABASE()")
+        .await
+        .unwrap();
+    let pool = one_of_one(&url, Recycle::default()).await;
+    for change in [
+        mysql_async::ChangeUserOpts::default().with_db_name(Some("pooler_elsewhere".into())),
+        mysql_async::ChangeUserOpts::default()
+            .with_user(Some("pooler_other_user".into()))
+            .with_pass(None)
+            .with_db_name(None),
+    ] {
+        let mut conn = take(&pool).await;
+        conn.change_user(change.clone()).await.unwrap();
+        drop(conn);
+        let mut conn = take(&pool).await;
+        let seen: Option<(String, Option<String>)> = conn
+            .query_first("SELECT SUBSTRING_INDEX(USER(), '@', 1), DATABASE()")
+            .await
+            .unwrap();
+        assert_eq!(seen, expected, "after {change:?}");
+    }
+    pool.close(Shutdown::Graceful).await;
 }
