@@ -4,6 +4,8 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use track::Track;
+
 use pooler::{Hooks, Manager, MemberContext};
 use redis::aio::MultiplexedConnection;
 use redis::{
@@ -19,6 +21,7 @@ pub use rustls;
 
 #[cfg(feature = "serde")]
 mod settings;
+mod track;
 #[cfg(feature = "serde")]
 #[cfg_attr(docsrs, doc(cfg(feature = "serde")))]
 pub use settings::{ProtocolName, RedisSettings};
@@ -221,10 +224,10 @@ impl redis::aio::ConnectionLike for RedisConnection {
     ) -> redis::RedisFuture<'a, redis::Value> {
         let RedisConnection { conn, track, .. } = self;
         Box::pin(async move {
-            let blocking = track.issue(cmd);
+            track.issue(cmd);
             // The inherent method: one boxed future per command (this one), not two.
             let answer = conn.send_packed_command(cmd).await;
-            track.answered(blocking);
+            track.answered(cmd, answer.is_ok());
             answer
         })
     }
@@ -237,15 +240,13 @@ impl redis::aio::ConnectionLike for RedisConnection {
     ) -> redis::RedisFuture<'a, Vec<redis::Value>> {
         let RedisConnection { conn, track, .. } = self;
         Box::pin(async move {
-            let mut sent = 0;
-            let mut blocking = 0;
             for cmd in pipeline.cmd_iter() {
-                sent += 1;
-                blocking += u32::from(track.issue(cmd));
+                track.issue(cmd);
             }
             let answers = conn.send_packed_commands(pipeline, offset, count).await;
-            for i in 0..sent {
-                track.answered(i < blocking);
+            let read = answers.is_ok();
+            for cmd in pipeline.cmd_iter() {
+                track.answered(cmd, read);
             }
             answers
         })
@@ -253,128 +254,6 @@ impl redis::aio::ConnectionLike for RedisConnection {
 
     fn get_db(&self) -> i64 {
         self.track.db
-    }
-}
-
-/// What the commands sent through a connection left on it.
-///
-/// # Invariants
-///
-/// 1. `blocking ≤ outstanding`: a blocking request is counted in both until answered.
-#[derive(Debug, Clone, Default)]
-struct Track {
-    /// Requests sent whose answer has not been read (their future was dropped).
-    outstanding: u32,
-    /// Of those, requests that may block on the server (`BLPOP`, `XREAD … BLOCK`, `WAIT`).
-    blocking: u32,
-    /// Inside `MULTI`.
-    multi: bool,
-    /// Keys are watched.
-    watching: bool,
-    /// The database selected now, and the one the connection started with.
-    db: i64,
-    base_db: i64,
-    /// `CLIENT SETNAME` was sent.
-    renamed: bool,
-    /// A mode no command undoes was entered: the connection is replaced.
-    lasting: bool,
-}
-
-impl Track {
-    fn clean(&self) -> bool {
-        self.outstanding == 0
-            && !self.multi
-            && !self.watching
-            && self.db == self.base_db
-            && !self.renamed
-            && !self.lasting
-    }
-
-    /// Notes a command on its way; `true` if it may block on the server.
-    fn issue(&mut self, cmd: &redis::Cmd) -> bool {
-        let mut args = cmd.args_iter().filter_map(|arg| match arg {
-            redis::Arg::Simple(bytes) => Some(bytes),
-            _ => None,
-        });
-        let Some(name) = args.next() else {
-            return false;
-        };
-        let is = |word: &str| name.eq_ignore_ascii_case(word.as_bytes());
-        let mut blocking = false;
-        if is("MULTI") {
-            self.multi = true;
-        } else if is("EXEC") || is("DISCARD") {
-            self.multi = false;
-            self.watching = false;
-        } else if is("WATCH") {
-            self.watching = true;
-        } else if is("UNWATCH") {
-            self.watching = false;
-        } else if is("SELECT") {
-            match args
-                .next()
-                .and_then(|db| std::str::from_utf8(db).ok()?.parse().ok())
-            {
-                Some(db) => self.db = db,
-                None => self.lasting = true,
-            }
-        } else if is("CLIENT") {
-            let sub = args.next().unwrap_or_default();
-            let sub_is = |word: &str| sub.eq_ignore_ascii_case(word.as_bytes());
-            if sub_is("SETNAME") {
-                self.renamed = true;
-            } else if sub_is("REPLY")
-                || sub_is("TRACKING")
-                || sub_is("NO-EVICT")
-                || sub_is("NO-TOUCH")
-            {
-                self.lasting = true;
-            }
-        } else if [
-            "SUBSCRIBE",
-            "PSUBSCRIBE",
-            "SSUBSCRIBE",
-            "MONITOR",
-            "HELLO",
-            "AUTH",
-            "RESET",
-        ]
-        .iter()
-        .any(|w| is(w))
-        {
-            self.lasting = true;
-        } else if [
-            "BLPOP",
-            "BRPOP",
-            "BRPOPLPUSH",
-            "BLMOVE",
-            "BLMPOP",
-            "BZPOPMIN",
-            "BZPOPMAX",
-            "BZMPOP",
-            "WAIT",
-            "WAITAOF",
-        ]
-        .iter()
-        .any(|w| is(w))
-            || ((is("XREAD") || is("XREADGROUP"))
-                && args.any(|arg| arg.eq_ignore_ascii_case(b"BLOCK")))
-        {
-            blocking = true;
-            self.blocking += 1;
-        }
-        self.outstanding += 1;
-        debug_assert!(self.blocking <= self.outstanding);
-        blocking
-    }
-
-    /// The answers to a request (or a pipeline) sent with [`Track::issue`] were read.
-    fn answered(&mut self, blocking: bool) {
-        self.outstanding -= 1;
-        if blocking {
-            self.blocking -= 1;
-        }
-        debug_assert!(self.blocking <= self.outstanding);
     }
 }
 
@@ -516,7 +395,7 @@ impl Manager for RedisManager {
             if track.watching {
                 restore.cmd("UNWATCH").ignore();
             }
-            if track.db != track.base_db {
+            if track.db_moved() {
                 restore.cmd("SELECT").arg(track.base_db).ignore();
             }
             if track.renamed {
@@ -527,6 +406,9 @@ impl Manager for RedisManager {
                     .ignore();
             }
             restore.cmd("PING").ignore();
+            // A cleaning command the server did not need (`DISCARD` with no `MULTI`, after
+            // an `EXEC` that may have been sent: `track.rs`) answers an error: ignored.
+            restore.ignore_errors();
             tokio::time::timeout(SETTLE, restore.query_async::<()>(&mut conn.conn))
                 .await
                 .map_err(|_| {

@@ -367,3 +367,86 @@ async fn one_shared_connection_serves_many_tasks_at_once() {
         task.await.unwrap();
     }
 }
+
+/// Polls `cmd` on `conn` exactly once and drops it: on a current-thread runtime redis-rs's
+/// driver has not taken it, and never sends it (a deadline already spent, a `select!`).
+async fn poll_once_and_drop(conn: &mut pooler_redis::Member, cmd: &redis::Cmd) {
+    let mut answer = std::pin::pin!(cmd.query_async::<redis::Value>(&mut **conn));
+    std::future::poll_fn(|cx| {
+        let _ = answer.as_mut().poll(cx);
+        std::task::Poll::Ready(())
+    })
+    .await;
+}
+
+/// A command that may or may not have reached the server counts as sent for what it leaves
+/// (`MULTI`, `WATCH`, `SELECT n`) and as unsent for what it cleans (`EXEC`, `DISCARD`,
+/// `UNWATCH`, `SELECT` back): each of these, cancelled before it was sent, must not leave the
+/// next user queued in a transaction, writing into another database, or watching keys.
+#[tokio::test(flavor = "current_thread")]
+async fn a_cleaning_command_cancelled_before_it_was_sent_cleans_nothing() {
+    let Some(url) = url().await else { return };
+    let mut admin = admin(&url).await;
+    let pool = one_of_one(&url, "pooler-unsent").await;
+
+    // MULTI, then an EXEC that never left.
+    let mut conn = take(&pool).await;
+    let _: () = redis::cmd("MULTI").query_async(&mut *conn).await.unwrap();
+    poll_once_and_drop(&mut conn, &redis::cmd("EXEC")).await;
+    drop(conn);
+    let mut conn = take(&pool).await;
+    let set: String = redis::cmd("SET")
+        .arg("pooler:unsent:a")
+        .arg("mine")
+        .query_async(&mut *conn)
+        .await
+        .unwrap();
+    assert_eq!(set, "OK", "the next user's SET ran, not QUEUED");
+    drop(conn);
+
+    // SELECT 3, then a SELECT 0 that never left.
+    let mut conn = take(&pool).await;
+    let _: () = redis::cmd("SELECT")
+        .arg(3)
+        .query_async(&mut *conn)
+        .await
+        .unwrap();
+    poll_once_and_drop(&mut conn, &redis::cmd("SELECT").arg(0).clone()).await;
+    drop(conn);
+    let mut conn = take(&pool).await;
+    let _: () = conn.set("pooler:unsent:b", "db0").await.unwrap();
+    drop(conn);
+    let in_db0: Option<String> = admin.get("pooler:unsent:b").await.unwrap();
+    assert_eq!(
+        in_db0.as_deref(),
+        Some("db0"),
+        "the next user wrote into db 0"
+    );
+
+    // WATCH k, k changed by someone else, then an UNWATCH that never left.
+    let mut conn = take(&pool).await;
+    let _: () = redis::cmd("WATCH")
+        .arg("pooler:unsent:w")
+        .query_async(&mut *conn)
+        .await
+        .unwrap();
+    let _: () = admin.set("pooler:unsent:w", "changed").await.unwrap();
+    poll_once_and_drop(&mut conn, &redis::cmd("UNWATCH")).await;
+    drop(conn);
+    let mut conn = take(&pool).await;
+    let done: Option<Vec<String>> = redis::pipe()
+        .atomic()
+        .cmd("SET")
+        .arg("pooler:unsent:c")
+        .arg("mine")
+        .query_async(&mut *conn)
+        .await
+        .unwrap();
+    assert_eq!(
+        done,
+        Some(vec!["OK".to_owned()]),
+        "the next user's transaction ran"
+    );
+    drop(conn);
+    pool.close(Shutdown::Graceful).await;
+}
