@@ -6,351 +6,31 @@ use std::sync::atomic::{AtomicU8, Ordering};
 
 use futures_util::StreamExt as _;
 use futures_util::future::{Either, select};
-use lapin::PublisherConfirm;
-use lapin::options::{
-    BasicAckOptions, BasicConsumeOptions, BasicGetOptions, BasicNackOptions, BasicPublishOptions,
-    BasicQosOptions, BasicRecoverAsyncOptions, BasicRejectOptions, ChannelFlowOptions,
-    ConfirmSelectOptions,
-};
+use lapin::options::{BasicQosOptions, BasicRecoverOptions};
 use lapin::tcp::OwnedTLSConfig;
-use lapin::types::{FieldTable, ShortString};
-use lapin::{BasicProperties, Channel, Connection, ConnectionProperties, DefaultConnectionBuilder};
+use lapin::{ConnectionProperties, DefaultConnectionBuilder};
 use pooler::{Hooks, Manager, MemberContext};
-use tokio::sync::Mutex;
 
 pub use lapin;
 pub use pooler;
 
+mod channel;
 #[cfg(feature = "serde")]
 mod settings;
+mod shared;
+
+pub use channel::AmqpChannel;
+use channel::Left;
 #[cfg(feature = "serde")]
 #[cfg_attr(docsrs, doc(cfg(feature = "serde")))]
 pub use settings::{AmqpSettings, SettingsError};
+use shared::{Shared, Slot};
 
 /// A pool of AMQP channels.
 pub type Pool = pooler::Pool<AmqpManager>;
-/// A channel taken from a [`Pool`]: dereferences to [`AmqpChannel`], and so to [`Channel`].
+/// A channel taken from a [`Pool`]: dereferences to [`AmqpChannel`], which has
+/// `lapin::Channel`'s methods.
 pub type Member = pooler::Member<AmqpManager>;
-
-/// The pool's connection and how many of its channels are open.
-#[derive(Default)]
-struct Shared {
-    /// Held across a connect, so concurrent starts open one connection, not several.
-    opening: Mutex<()>,
-    state: std::sync::Mutex<State>,
-}
-
-#[derive(Default)]
-struct State {
-    connection: Option<Arc<Connection>>,
-    /// Raised when the current connection reports an error: every channel on it is dead.
-    lost: Arc<tokio::sync::watch::Sender<bool>>,
-    /// Counts the connections opened: a channel remembers the one it was opened on.
-    generation: u64,
-    /// Channels open on the current connection.
-    channels: usize,
-}
-
-impl Shared {
-    fn state(&self) -> std::sync::MutexGuard<'_, State> {
-        self.state
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-}
-
-/// A channel's place on its connection: given up when the channel is stopped, or dropped
-/// without a stop (a member returned after an immediate close). The last one given up on
-/// the current connection takes the connection with it, so a closed pool leaves none open
-/// even while a clone of its manager lives.
-struct Slot {
-    shared: Arc<Shared>,
-    generation: u64,
-    released: bool,
-}
-
-impl Slot {
-    /// Gives the place up; the connection if this was its last channel.
-    fn release(&mut self) -> Option<Arc<Connection>> {
-        if std::mem::replace(&mut self.released, true) {
-            return None;
-        }
-        let mut state = self.shared.state();
-        if self.generation != state.generation {
-            return None; // opened on a connection since lost: not counted any more
-        }
-        state.channels = state.channels.saturating_sub(1);
-        if state.channels == 0 {
-            state.connection.take()
-        } else {
-            None
-        }
-    }
-}
-
-impl Drop for Slot {
-    fn drop(&mut self) {
-        // Dropping the last handle on the connection has lapin close it.
-        drop(self.release());
-    }
-}
-
-/// A pooled channel: dereferences to [`Channel`].
-///
-/// The methods that change what the next user of the channel would get are its own, with
-/// lapin's signatures, so that calls written for `Channel` reach them: those whose failure
-/// the broker reports later, by closing the channel (`basic_publish`, `basic_ack`,
-/// `basic_nack`, `basic_reject`, `basic_recover_async`, and `basic_get`, whose delivery may
-/// be acked), have the channel confirmed alive by one round trip when it comes back; a
-/// `basic_qos` is reset; modes no method undoes (`tx_select`, `confirm_select`,
-/// `basic_consume`, `channel_flow`) have the channel replaced.
-pub struct AmqpChannel {
-    channel: Channel,
-    slot: Slot,
-    /// What the user did, as [`Left`] bits.
-    left: AtomicU8,
-}
-
-impl std::fmt::Debug for AmqpChannel {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("AmqpChannel")
-            .field("channel", &self.channel)
-            .field("generation", &self.slot.generation)
-            .field("left", &self.left.load(Ordering::Relaxed))
-            .finish()
-    }
-}
-
-/// What a user left on a channel.
-struct Left;
-
-impl Left {
-    /// A method whose failure the broker reports by closing the channel later.
-    const UNCONFIRMED: u8 = 1;
-    /// `basic_qos` per consumer.
-    const QOS: u8 = 2;
-    /// `basic_qos` for the whole channel.
-    const QOS_GLOBAL: u8 = 4;
-    /// A mode no method undoes.
-    const LASTING: u8 = 8;
-}
-
-impl std::ops::Deref for AmqpChannel {
-    type Target = Channel;
-    fn deref(&self) -> &Channel {
-        &self.channel
-    }
-}
-
-impl AmqpChannel {
-    fn note(&self, left: u8) {
-        self.left.fetch_or(left, Ordering::Relaxed);
-    }
-
-    /// `Channel::basic_publish`; the channel is confirmed alive when it comes back (a publish
-    /// to a missing exchange makes the broker close it later).
-    ///
-    /// # Errors
-    ///
-    /// As lapin's.
-    ///
-    /// # Cancel safety
-    ///
-    /// As lapin's: dropped, the message may or may not have been sent.
-    pub async fn basic_publish(
-        &self,
-        exchange: ShortString,
-        routing_key: ShortString,
-        options: BasicPublishOptions,
-        payload: &[u8],
-        properties: BasicProperties,
-    ) -> lapin::Result<PublisherConfirm> {
-        self.note(Left::UNCONFIRMED);
-        self.channel
-            .basic_publish(exchange, routing_key, options, payload, properties)
-            .await
-    }
-
-    /// `Channel::basic_ack`; the channel is confirmed alive when it comes back (a wrong
-    /// delivery tag makes the broker close it later).
-    ///
-    /// # Errors
-    ///
-    /// As lapin's.
-    ///
-    /// # Cancel safety
-    ///
-    /// As lapin's: dropped, the ack may or may not have been sent.
-    pub async fn basic_ack(
-        &self,
-        delivery_tag: u64,
-        options: BasicAckOptions,
-    ) -> lapin::Result<()> {
-        self.note(Left::UNCONFIRMED);
-        self.channel.basic_ack(delivery_tag, options).await
-    }
-
-    /// `Channel::basic_nack`; the channel is confirmed alive when it comes back.
-    ///
-    /// # Errors
-    ///
-    /// As lapin's.
-    ///
-    /// # Cancel safety
-    ///
-    /// As lapin's: dropped, the nack may or may not have been sent.
-    pub async fn basic_nack(
-        &self,
-        delivery_tag: u64,
-        options: BasicNackOptions,
-    ) -> lapin::Result<()> {
-        self.note(Left::UNCONFIRMED);
-        self.channel.basic_nack(delivery_tag, options).await
-    }
-
-    /// `Channel::basic_reject`; the channel is confirmed alive when it comes back.
-    ///
-    /// # Errors
-    ///
-    /// As lapin's.
-    ///
-    /// # Cancel safety
-    ///
-    /// As lapin's: dropped, the reject may or may not have been sent.
-    pub async fn basic_reject(
-        &self,
-        delivery_tag: u64,
-        options: BasicRejectOptions,
-    ) -> lapin::Result<()> {
-        self.note(Left::UNCONFIRMED);
-        self.channel.basic_reject(delivery_tag, options).await
-    }
-
-    /// `Channel::basic_recover_async`; the channel is confirmed alive when it comes back.
-    ///
-    /// # Errors
-    ///
-    /// As lapin's.
-    ///
-    /// # Cancel safety
-    ///
-    /// As lapin's.
-    pub async fn basic_recover_async(
-        &self,
-        options: BasicRecoverAsyncOptions,
-    ) -> lapin::Result<()> {
-        self.note(Left::UNCONFIRMED);
-        self.channel.basic_recover_async(options).await
-    }
-
-    /// `Channel::basic_get`; the delivery's ack goes out without an answer, so the channel
-    /// is confirmed alive when it comes back. Ack it before giving the channel back.
-    ///
-    /// # Errors
-    ///
-    /// As lapin's.
-    ///
-    /// # Cancel safety
-    ///
-    /// As lapin's.
-    pub async fn basic_get(
-        &self,
-        queue: ShortString,
-        options: BasicGetOptions,
-    ) -> lapin::Result<Option<lapin::message::BasicGetMessage>> {
-        self.note(Left::UNCONFIRMED);
-        self.channel.basic_get(queue, options).await
-    }
-
-    /// `Channel::basic_qos`; put back to no limit when the channel comes back.
-    ///
-    /// # Errors
-    ///
-    /// As lapin's.
-    ///
-    /// # Cancel safety
-    ///
-    /// As lapin's.
-    pub async fn basic_qos(
-        &self,
-        prefetch_count: u16,
-        options: BasicQosOptions,
-    ) -> lapin::Result<()> {
-        self.note(if options.global {
-            Left::QOS_GLOBAL
-        } else {
-            Left::QOS
-        });
-        self.channel.basic_qos(prefetch_count, options).await
-    }
-
-    /// `Channel::basic_consume`; the channel is replaced when it comes back (its consumer
-    /// would go on receiving the next user's deliveries).
-    ///
-    /// # Errors
-    ///
-    /// As lapin's.
-    ///
-    /// # Cancel safety
-    ///
-    /// As lapin's.
-    pub async fn basic_consume(
-        &self,
-        queue: ShortString,
-        consumer_tag: ShortString,
-        options: BasicConsumeOptions,
-        arguments: FieldTable,
-    ) -> lapin::Result<lapin::Consumer> {
-        self.note(Left::LASTING);
-        self.channel
-            .basic_consume(queue, consumer_tag, options, arguments)
-            .await
-    }
-
-    /// `Channel::tx_select`; the channel is replaced when it comes back (no method leaves
-    /// transactional mode: the next user's publishes would wait for a commit).
-    ///
-    /// # Errors
-    ///
-    /// As lapin's.
-    ///
-    /// # Cancel safety
-    ///
-    /// As lapin's.
-    pub async fn tx_select(&self) -> lapin::Result<()> {
-        self.note(Left::LASTING);
-        self.channel.tx_select().await
-    }
-
-    /// `Channel::confirm_select`; the channel is replaced when it comes back (no method
-    /// leaves confirm mode).
-    ///
-    /// # Errors
-    ///
-    /// As lapin's.
-    ///
-    /// # Cancel safety
-    ///
-    /// As lapin's.
-    pub async fn confirm_select(&self, options: ConfirmSelectOptions) -> lapin::Result<()> {
-        self.note(Left::LASTING);
-        self.channel.confirm_select(options).await
-    }
-
-    /// `Channel::channel_flow`; the channel is replaced when it comes back.
-    ///
-    /// # Errors
-    ///
-    /// As lapin's.
-    ///
-    /// # Cancel safety
-    ///
-    /// As lapin's.
-    pub async fn channel_flow(&self, options: ChannelFlowOptions) -> lapin::Result<bool> {
-        self.note(Left::LASTING);
-        self.channel.channel_flow(options).await
-    }
-}
 
 /// Opens channels on one connection per pool, (re)connecting when needed.
 ///
@@ -623,13 +303,29 @@ impl Manager for AmqpManager {
                 .basic_qos(0, BasicQosOptions { global: true })
                 .await?;
         }
+        // A delivery got and maybe not acked goes back to its queue: otherwise the next
+        // user's `basic_ack(tag, multiple)` would ack it, and the message be lost. The
+        // recover is answered, so it is also a round trip that confirms the channel alive.
+        let recovered = left & Left::GOT != 0;
+        if recovered {
+            channel
+                .channel
+                .basic_recover(BasicRecoverOptions { requeue: true })
+                .await?;
+        }
         // Resetting the per-consumer prefetch (0: no limit, as on a new channel) is also the
         // round trip that confirms the channel alive.
-        if left & Left::QOS != 0 || (left & Left::UNCONFIRMED != 0 && !global) {
+        if left & Left::QOS != 0 || (left & Left::UNCONFIRMED != 0 && !global && !recovered) {
             channel
                 .channel
                 .basic_qos(0, BasicQosOptions { global: false })
                 .await?;
+        }
+        if left & Left::UNCONFIRMED != 0 {
+            // Messages the broker returned (`mandatory`) came before the answer above: they
+            // were the last user's, and are dropped here. Not in confirm mode (that mode
+            // replaces the channel), so nothing is waited for.
+            drop(channel.channel.wait_for_confirms().await?);
         }
         channel.left.store(0, Ordering::Relaxed);
         self.hooks

@@ -201,3 +201,136 @@ async fn an_immediate_close_leaves_no_connection_open_after_a_late_return() {
     })
     .await;
 }
+
+/// A delivery one user got and did not ack never becomes the next user's: the next user's
+/// `basic_ack(tag, multiple = true)` must not ack it (the message would be lost); it is back
+/// in the queue.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delivery_left_unacked_goes_back_to_its_queue() {
+    let Some(url) = url().await else { return };
+    let pool = one_of_one(&url, "amqp-unacked").await;
+    let name = format!("pooler-unacked-{}", std::process::id());
+    let channel = take(&pool).await;
+    queue(&channel, &name).await;
+    for body in [&b"first"[..], b"second"] {
+        channel
+            .basic_publish(
+                "".into(),
+                name.as_str().into(),
+                BasicPublishOptions::default(),
+                body,
+                BasicProperties::default(),
+            )
+            .await
+            .unwrap()
+            .await
+            .unwrap();
+    }
+    drop(channel);
+    // User 1 gets "first" and gives the channel back without acking it.
+    let channel = take(&pool).await;
+    let mut got = None;
+    for _ in 0..100 {
+        got = channel
+            .basic_get(name.as_str().into(), BasicGetOptions { no_ack: false })
+            .await
+            .unwrap();
+        if got.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(got.expect("a delivery").delivery.data, b"first");
+    drop(channel);
+    // User 2 gets the next one and acks everything up to it.
+    let channel = take(&pool).await;
+    let mut seen = Vec::new();
+    for _ in 0..100 {
+        if let Some(m) = channel
+            .basic_get(name.as_str().into(), BasicGetOptions { no_ack: false })
+            .await
+            .unwrap()
+        {
+            seen.push(m.delivery.data.clone());
+            channel
+                .basic_ack(m.delivery.delivery_tag, BasicAckOptions { multiple: true })
+                .await
+                .unwrap();
+            if seen.len() == 2 {
+                break;
+            }
+        } else {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+    seen.sort();
+    assert_eq!(
+        seen,
+        vec![b"first".to_vec(), b"second".to_vec()],
+        "user 1's delivery came back to the queue, and nothing was lost"
+    );
+    channel
+        .queue_delete(name.as_str().into(), QueueDeleteOptions::default())
+        .await
+        .unwrap();
+    drop(channel);
+    pool.close(Shutdown::Graceful).await;
+}
+
+/// A `mandatory` message the broker returns to one user is never the next user's: their
+/// `wait_for_confirms()` returns only their own returns.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_returned_message_never_reaches_the_next_user() {
+    let Some(url) = url().await else { return };
+    let pool = one_of_one(&url, "amqp-returned").await;
+    let channel = take(&pool).await;
+    channel
+        .basic_publish(
+            "".into(),
+            format!("pooler-nowhere-{}", std::process::id())
+                .as_str()
+                .into(),
+            BasicPublishOptions {
+                mandatory: true,
+                ..BasicPublishOptions::default()
+            },
+            b"user 1's",
+            BasicProperties::default(),
+        )
+        .await
+        .unwrap();
+    drop(channel);
+    let channel = take(&pool).await;
+    channel
+        .confirm_select(ConfirmSelectOptions::default())
+        .await
+        .unwrap();
+    let returned = channel.wait_for_confirms().await.unwrap();
+    assert!(
+        returned.is_empty(),
+        "the next user saw {} returned message(s) of the last user's",
+        returned.len()
+    );
+    drop(channel);
+    pool.close(Shutdown::Graceful).await;
+}
+
+/// The raw channel is reached only through `untracked()`, and a channel reached so is
+/// replaced when it comes back: transactional mode set through it never reaches the next
+/// user.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_raw_channel_is_reached_only_untracked_and_replaced() {
+    async fn helper(channel: &lapin::Channel) {
+        channel.tx_select().await.unwrap();
+    }
+    let Some(url) = url().await else { return };
+    let pool = one_of_one(&url, "amqp-untracked").await;
+    let channel = take(&pool).await;
+    let first = Member::id(&channel);
+    helper(channel.untracked()).await;
+    drop(channel);
+    let channel = take(&pool).await;
+    assert_ne!(Member::id(&channel), first, "replaced");
+    drop(channel);
+    pool.close(Shutdown::Graceful).await;
+}

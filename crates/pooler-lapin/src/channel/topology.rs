@@ -1,0 +1,189 @@
+//! The channel's methods that declare, bind and delete exchanges and queues: answered by the
+//! broker, and leaving nothing on the channel for its next user.
+
+use lapin::options::{
+    ExchangeBindOptions, ExchangeDeclareOptions, ExchangeDeleteOptions, ExchangeUnbindOptions,
+    QueueBindOptions, QueueDeclareOptions, QueueDeleteOptions, QueuePurgeOptions,
+};
+use lapin::types::{FieldTable, ShortString};
+
+use super::AmqpChannel;
+
+impl AmqpChannel {
+    /// `Channel::exchange_declare`.
+    ///
+    /// # Errors
+    ///
+    /// As lapin's.
+    ///
+    /// # Cancel safety
+    ///
+    /// As lapin's.
+    pub async fn exchange_declare(
+        &self,
+        exchange: ShortString,
+        kind: lapin::ExchangeKind,
+        options: ExchangeDeclareOptions,
+        arguments: FieldTable,
+    ) -> lapin::Result<()> {
+        self.channel
+            .exchange_declare(exchange, kind, options, arguments)
+            .await
+    }
+
+    /// `Channel::exchange_delete`.
+    ///
+    /// # Errors
+    ///
+    /// As lapin's.
+    ///
+    /// # Cancel safety
+    ///
+    /// As lapin's.
+    pub async fn exchange_delete(
+        &self,
+        exchange: ShortString,
+        options: ExchangeDeleteOptions,
+    ) -> lapin::Result<()> {
+        self.channel.exchange_delete(exchange, options).await
+    }
+
+    /// `Channel::exchange_bind`.
+    ///
+    /// # Errors
+    ///
+    /// As lapin's.
+    ///
+    /// # Cancel safety
+    ///
+    /// As lapin's.
+    pub async fn exchange_bind(
+        &self,
+        destination: ShortString,
+        source: ShortString,
+        routing_key: ShortString,
+        options: ExchangeBindOptions,
+        arguments: FieldTable,
+    ) -> lapin::Result<()> {
+        self.channel
+            .exchange_bind(destination, source, routing_key, options, arguments)
+            .await
+    }
+
+    /// `Channel::exchange_unbind`.
+    ///
+    /// # Errors
+    ///
+    /// As lapin's.
+    ///
+    /// # Cancel safety
+    ///
+    /// As lapin's.
+    pub async fn exchange_unbind(
+        &self,
+        destination: ShortString,
+        source: ShortString,
+        routing_key: ShortString,
+        options: ExchangeUnbindOptions,
+        arguments: FieldTable,
+    ) -> lapin::Result<()> {
+        self.channel
+            .exchange_unbind(destination, source, routing_key, options, arguments)
+            .await
+    }
+
+    /// `Channel::queue_declare`.
+    ///
+    /// # Errors
+    ///
+    /// As lapin's.
+    ///
+    /// # Cancel safety
+    ///
+    /// As lapin's.
+    pub async fn queue_declare(
+        &self,
+        queue: ShortString,
+        options: QueueDeclareOptions,
+        arguments: FieldTable,
+    ) -> lapin::Result<lapin::Queue> {
+        self.channel.queue_declare(queue, options, arguments).await
+    }
+
+    /// `Channel::queue_bind`.
+    ///
+    /// # Errors
+    ///
+    /// As lapin's.
+    ///
+    /// # Cancel safety
+    ///
+    /// As lapin's.
+    pub async fn queue_bind(
+        &self,
+        queue: ShortString,
+        exchange: ShortString,
+        routing_key: ShortString,
+        options: QueueBindOptions,
+        arguments: FieldTable,
+    ) -> lapin::Result<()> {
+        self.channel
+            .queue_bind(queue, exchange, routing_key, options, arguments)
+            .await
+    }
+
+    /// `Channel::queue_unbind`.
+    ///
+    /// # Errors
+    ///
+    /// As lapin's.
+    ///
+    /// # Cancel safety
+    ///
+    /// As lapin's.
+    pub async fn queue_unbind(
+        &self,
+        queue: ShortString,
+        exchange: ShortString,
+        routing_key: ShortString,
+        arguments: FieldTable,
+    ) -> lapin::Result<()> {
+        self.channel
+            .queue_unbind(queue, exchange, routing_key, arguments)
+            .await
+    }
+
+    /// `Channel::queue_purge`.
+    ///
+    /// # Errors
+    ///
+    /// As lapin's.
+    ///
+    /// # Cancel safety
+    ///
+    /// As lapin's.
+    pub async fn queue_purge(
+        &self,
+        queue: ShortString,
+        options: QueuePurgeOptions,
+    ) -> lapin::Result<u32> {
+        self.channel.queue_purge(queue, options).await
+    }
+
+    /// `Channel::queue_delete`.
+    ///
+    /// # Errors
+    ///
+    /// As lapin's.
+    ///
+    /// # Cancel safety
+    ///
+    /// As lapin's.
+    pub async fn queue_delete(
+        &self,
+        queue: ShortString,
+        options: QueueDeleteOptions,
+    ) -> lapin::Result<u32> {
+        self.channel.queue_delete(queue, options).await
+    }
+}
