@@ -54,12 +54,24 @@ pub trait PooledConnection: PoolableConnection + 'static {
     /// can, every returned connection is verified with a round trip before it is handed on:
     /// a `SELECT` of a number that changes each time, whose answer must be that number.
     const CANCEL_LEAVES_ANSWER: bool;
+    /// What every return runs, in one round trip, unless
+    /// [`on_return`](DieselManager::on_return) names another statement: the server's own
+    /// transaction ended (one diesel's transaction manager does not know of, such as
+    /// `sql_query("BEGIN")`, is still the server's) and the session state a user may leave
+    /// put back as far as a statement can (docs/design.md, "diesel-async").
+    const RESET: &'static str;
 }
 
 /// tokio-postgres matches each answer to its request and drops those of requests given up.
 #[cfg(feature = "postgres")]
 impl PooledConnection for diesel_async::AsyncPgConnection {
     const CANCEL_LEAVES_ANSWER: bool = false;
+    /// What `DISCARD ALL` does, but keeping the statements diesel-async prepared (it caches
+    /// them per connection): settings and role, cursors, `LISTEN`, session advisory locks,
+    /// temporary tables, sequence state.
+    const RESET: &'static str = "ROLLBACK; CLOSE ALL; SET SESSION AUTHORIZATION DEFAULT; \
+        RESET ALL; UNLISTEN *; SELECT pg_advisory_unlock_all(); DISCARD TEMP; \
+        DISCARD SEQUENCES";
 }
 
 /// mysql_async reads a cancelled command's answer as the next command's (it marks such a
@@ -67,6 +79,11 @@ impl PooledConnection for diesel_async::AsyncPgConnection {
 #[cfg(feature = "mysql")]
 impl PooledConnection for diesel_async::AsyncMysqlConnection {
     const CANCEL_LEAVES_ANSWER: bool = true;
+    /// MySQL has no statement that resets a session (`COM_RESET_CONNECTION` is a command
+    /// diesel-async does not send): the transaction, `autocommit` (off, it loses the next
+    /// user's writes) and table locks are put back; user and session variables, temporary
+    /// tables and named locks are not (`on_return` can add them, or use pooler-mysql).
+    const RESET: &'static str = "ROLLBACK; SET SESSION autocommit = 1; UNLOCK TABLES";
 }
 
 /// How a connection is opened: from the URL, to a connection or diesel's connection error.
@@ -85,8 +102,10 @@ type Establish<C> =
 /// - MySQL: the answer of a query the user cancelled, left for the next query to read
 ///   ([`PooledConnection::CANCEL_LEAVES_ANSWER`]): a round trip verifies the connection, and
 ///   a connection that answers out of turn is replaced;
-/// - the statement set with [`on_return`](DieselManager::on_return), if any (`RESET ALL`,
-///   `DISCARD TEMP`, …): run, and the connection replaced when it fails;
+/// - the server's transaction and the session: [`PooledConnection::RESET`] (or the
+///   statement set with [`on_return`](DieselManager::on_return)) runs in one round trip, and
+///   the connection is replaced when it fails; the `after_connect` hook runs again after it,
+///   since the reset takes the session back to its start;
 /// - the `after_return` hook, if any ([`hooks`](DieselManager::hooks)).
 ///
 /// A free connection's health check (the pool's `health_interval`) is `SELECT 1`.
@@ -153,10 +172,10 @@ impl<C: PooledConnection> DieselManager<C> {
     }
 
     /// The same manager, running `statement` on every returned connection before it is
-    /// handed on (a failure replaces the connection). For what a user may leave on a session
-    /// besides a transaction: `RESET ALL` (PostgreSQL's settings, `SET ROLE` included),
-    /// `DISCARD TEMP` (its temporary tables). Not `DISCARD ALL`: it also drops the prepared
-    /// statements diesel-async keeps per connection. Costs a round trip per return.
+    /// handed on, instead of [`PooledConnection::RESET`] (a failure replaces the connection).
+    /// Make it end the server's transaction too (`ROLLBACK; …`): a transaction opened with
+    /// `sql_query("BEGIN")` is the server's, not diesel's. Not `DISCARD ALL`: it also drops
+    /// the prepared statements diesel-async keeps per connection.
     #[must_use]
     pub fn on_return(mut self, statement: impl Into<Cow<'static, str>>) -> Self {
         self.on_return = Some(statement.into());
@@ -261,12 +280,15 @@ where
                 return Err(DieselError::Broken);
             }
         }
-        if let Some(statement) = &self.on_return {
-            diesel::sql_query(statement.as_ref())
-                .execute(conn)
-                .await
-                .map_err(DieselError::Query)?;
-        }
+        let reset = self.on_return.as_deref().unwrap_or(C::RESET);
+        conn.batch_execute(reset)
+            .await
+            .map_err(DieselError::Query)?;
+        // The reset took the session back to its start, before `after_connect`.
+        self.hooks
+            .run_after_connect(conn)
+            .await
+            .map_err(DieselError::Hook)?;
         self.hooks
             .run_after_return(conn)
             .await

@@ -45,19 +45,21 @@ async fn after_a_user_set_the_application_name(
     name
 }
 
+/// By default every return resets the session; `on_return` replaces that reset with the
+/// user's own statement (here one that ends the transaction and keeps the settings).
 #[tokio::test]
-async fn on_return_clears_what_a_user_set_on_the_session() {
+async fn the_default_reset_clears_the_session_and_on_return_replaces_it() {
     let Some(url) = url().await else { return };
-    let kept = after_a_user_set_the_application_name(DieselManager::new(url.as_str())).await;
-    assert_eq!(
-        kept, "left-behind",
-        "without on_return the session is handed on as left"
-    );
-    let reset = after_a_user_set_the_application_name(
-        DieselManager::new(url.as_str()).on_return("RESET ALL"),
+    let reset = after_a_user_set_the_application_name(DieselManager::new(url.as_str())).await;
+    assert_eq!(reset, "", "the default reset");
+    let kept = after_a_user_set_the_application_name(
+        DieselManager::new(url.as_str()).on_return("ROLLBACK"),
     )
     .await;
-    assert_eq!(reset, "", "RESET ALL on return");
+    assert_eq!(
+        kept, "left-behind",
+        "on_return(\"ROLLBACK\") keeps the settings"
+    );
 }
 
 #[tokio::test]
@@ -99,6 +101,46 @@ async fn connections_open_the_way_given_and_run_the_hooks() {
     .await
     .unwrap();
     assert_eq!(name, "hooked");
+    drop(conn);
+    pool.close(Shutdown::Graceful).await;
+}
+
+/// Session state a user sets (`SET search_path`, `SET ROLE`, a custom setting) is not the
+/// next user's: by default every return resets the session.
+#[tokio::test]
+async fn the_next_user_starts_from_a_fresh_session() {
+    use pooler_diesel_async::diesel::sql_query;
+    let Some(url) = url().await else { return };
+    let mut admin = AsyncPgConnection::establish(&url).await.unwrap();
+    sql_query(
+        "DO $$BEGIN IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'pooler_tenant') \
+         THEN CREATE ROLE pooler_tenant NOLOGIN; END IF; END$$",
+    )
+    .execute(&mut admin)
+    .await
+    .unwrap();
+    let probe = "current_user || ',' || current_setting('search_path') || ',' || \
+                 coalesce(current_setting('app.tenant', true), '')";
+    let fresh: String = select(sql::<pooler_diesel_async::diesel::sql_types::Text>(probe))
+        .get_result(&mut admin)
+        .await
+        .unwrap();
+    let pool = pool(&url, 1).await;
+    let mut conn = pool.take_member(Duration::from_secs(5)).await.unwrap();
+    for statement in [
+        "SET search_path TO pg_catalog",
+        "SET ROLE pooler_tenant",
+        "SELECT set_config('app.tenant', '7', false)",
+    ] {
+        sql_query(statement).execute(&mut *conn).await.unwrap();
+    }
+    drop(conn);
+    let mut conn = pool.take_member(Duration::from_secs(5)).await.unwrap();
+    let seen: String = select(sql::<pooler_diesel_async::diesel::sql_types::Text>(probe))
+        .get_result(&mut *conn)
+        .await
+        .unwrap();
+    assert_eq!(seen, fresh);
     drop(conn);
     pool.close(Shutdown::Graceful).await;
 }

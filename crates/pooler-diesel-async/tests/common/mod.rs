@@ -96,6 +96,40 @@ macro_rules! live_tests {
             pool.close(Shutdown::Graceful).await;
         }
 
+        /// A transaction diesel's manager does not know of (`sql_query("BEGIN")`), left
+        /// open: the next user's write must land, not run inside it and vanish.
+        #[tokio::test]
+        async fn a_raw_begin_left_open_never_swallows_the_next_users_write() {
+            use pooler_diesel_async::diesel::sql_query;
+            let Some(url) = url().await else { return };
+            let pool = pool(&url, 1).await;
+            let mut conn = pool.take_member(Duration::from_secs(5)).await.unwrap();
+            sql_query("CREATE TABLE IF NOT EXISTS pooler_diesel_raw (v INT)")
+                .execute(&mut *conn)
+                .await
+                .unwrap();
+            sql_query("DELETE FROM pooler_diesel_raw")
+                .execute(&mut *conn)
+                .await
+                .unwrap();
+            sql_query("BEGIN").execute(&mut *conn).await.unwrap();
+            drop(conn);
+            let mut conn = pool.take_member(Duration::from_secs(5)).await.unwrap();
+            sql_query("INSERT INTO pooler_diesel_raw VALUES (1)")
+                .execute(&mut *conn)
+                .await
+                .unwrap();
+            drop(conn);
+            // Seen from another connection: the write was committed.
+            let mut other = <$conn as AsyncConnection>::establish(&url).await.unwrap();
+            let n: i64 = select(sql::<BigInt>("(SELECT COUNT(*) FROM pooler_diesel_raw)"))
+                .get_result(&mut other)
+                .await
+                .unwrap();
+            assert_eq!(n, 1, "the next user's write landed");
+            pool.close(Shutdown::Graceful).await;
+        }
+
         #[tokio::test]
         async fn a_transaction_dropped_part_way_is_not_handed_on() {
             let Some(url) = url().await else { return };
