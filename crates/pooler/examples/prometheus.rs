@@ -29,6 +29,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     Member::fail(b); // counted in pooler_killed_in_use_total{reason="failed"}
     tokio::time::sleep(Duration::from_millis(10)).await;
 
+    // Take counts and gauges reach the recorder on the pool's 100 ms tick; a scrape that
+    // must show everything up to now publishes first.
+    pool.publish_metrics();
     print!("{}", prometheus.render());
     pool.close(Shutdown::Graceful).await;
     Ok(())

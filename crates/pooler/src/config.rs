@@ -43,7 +43,7 @@ pub const MAX_COUNT: usize = 1_000_000;
 /// key but the required ones at its default); change one with
 /// [`to_builder`](PoolConfig::to_builder). With the `serde` feature it reads and writes with
 /// serde (every time value accepts the forms listed in [`time`](crate::time)); with the
-/// `file` feature [`PoolConfig::from_toml_str`] reads TOML and reports every problem with
+/// `file` feature `PoolConfig::from_toml_str` reads TOML and reports every problem with
 /// its key.
 ///
 /// ```

@@ -252,6 +252,7 @@ impl<M: Manager> Pool<M> {
     /// are failing and none is in use) or [`TakeError::Closed`].
     #[track_caller]
     #[inline]
+    #[doc(alias = "try_get")]
     pub fn try_take_member(&self) -> Result<Member<M>, TakeError> {
         self.take_at_once(Location::caller())
     }
@@ -282,6 +283,8 @@ impl<M: Manager> Pool<M> {
     ///
     /// Cancel safe: dropping the future leaves the queue and loses no member.
     #[track_caller]
+    #[doc(alias = "get")]
+    #[doc(alias = "get_timeout")]
     pub fn take_member(
         &self,
         timeout: Duration,
@@ -304,6 +307,7 @@ impl<M: Manager> Pool<M> {
     ///
     /// Cancel safe: dropping the future leaves the queue and loses no member.
     #[track_caller]
+    #[doc(alias = "get")]
     pub fn take(&self) -> impl Future<Output = Result<Member<M>, TakeError>> + Send + '_ {
         let timeout = self.shared().features.take_timeout();
         Take::new(self.shared(), Location::caller(), timeout)
