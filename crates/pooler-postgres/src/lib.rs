@@ -128,6 +128,8 @@ pub struct PgManager<T = NoTls> {
     recycle: Recycle,
     statement_cache: usize,
     hooks: Hooks<PgConnection>,
+    /// Custom settings every connection defines (`custom_settings`), lower case.
+    custom: Arc<[Box<[u8]>]>,
 }
 
 /// How many prepared statements each connection keeps by default.
@@ -184,6 +186,7 @@ impl PgManager<NoTls> {
             recycle: Recycle::default(),
             statement_cache: STATEMENT_CACHE,
             hooks: Hooks::default(),
+            custom: Arc::from(Vec::new()),
         }
     }
 }
@@ -200,6 +203,7 @@ impl<T> PgManager<T> {
             recycle: self.recycle,
             statement_cache: self.statement_cache,
             hooks: self.hooks,
+            custom: self.custom,
         }
     }
 
@@ -247,6 +251,31 @@ impl<T> PgManager<T> {
     #[must_use]
     pub fn recycle(mut self, recycle: Recycle) -> Self {
         self.recycle = recycle;
+        self
+    }
+
+    /// Custom settings (`app.tenant`) the application sets, for row-level security or the
+    /// like. Every connection defines each (as `''`) when it opens, so a connection whose
+    /// user set one is reset to what a new connection reads, `''`, and kept. A custom setting
+    /// set that this list does not name has the connection replaced instead: once set, a
+    /// custom setting stays defined on the session (`''` after `RESET ALL`, where a new
+    /// connection reads `NULL`), so no reset can hand the next user a session like a new
+    /// one (docs/design.md, "Recycling on return").
+    #[must_use]
+    pub fn custom_settings<I, S>(mut self, names: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        self.custom = names
+            .into_iter()
+            .map(|n| {
+                n.as_ref()
+                    .to_ascii_lowercase()
+                    .into_bytes()
+                    .into_boxed_slice()
+            })
+            .collect();
         self
     }
 
@@ -692,6 +721,13 @@ where
     }
 
     async fn initialize(&self, conn: &mut PgConnection) -> Result<(), PgError> {
+        conn.parts.seen.declare(self.custom.clone());
+        if !self.custom.is_empty() {
+            conn.parts
+                .client
+                .batch_execute(&define(&self.custom))
+                .await?;
+        }
         self.hooks
             .run_after_connect(conn)
             .await
@@ -812,6 +848,20 @@ impl<T> PgManager<T> {
     }
 }
 
+/// The statement that defines the custom settings `names` as `''`.
+fn define(names: &[Box<[u8]>]) -> String {
+    let mut sql = String::from("SELECT ");
+    for (i, name) in names.iter().enumerate() {
+        if i > 0 {
+            sql.push_str(", ");
+        }
+        sql.push_str("set_config('");
+        sql.push_str(&String::from_utf8_lossy(name).replace('\'', "''"));
+        sql.push_str("', '', false)");
+    }
+    sql
+}
+
 /// How long a returned connection waits for an outstanding answer before asking the server
 /// with a query instead.
 const SETTLE: std::time::Duration = std::time::Duration::from_secs(1);
@@ -856,6 +906,11 @@ async fn clean(recycle: &Recycle, conn: &mut PgConnection) -> Result<bool, PgErr
     if !matches!(recycle, Recycle::Transaction) && dirt.has(Dirt::LASTING) {
         return Err(PgError::Unclean(
             "a statement dropped what no reset restores (LOAD, DISCARD ALL, DEALLOCATE ALL)",
+        ));
+    }
+    if !matches!(recycle, Recycle::Transaction) && dirt.has(Dirt::CUSTOM) {
+        return Err(PgError::Unclean(
+            "a custom setting was set that PgManager::custom_settings does not name (no reset undefines it)",
         ));
     }
     let mut sql = String::new();

@@ -43,6 +43,9 @@ impl Dirt {
     /// State no statement resets: a library `LOAD`ed, or the statements tokio-postgres
     /// prepared for itself dropped (`DISCARD ALL`, `DEALLOCATE`). The connection is replaced.
     pub(crate) const LASTING: u8 = 64;
+    /// A custom setting (`app.tenant`) the pool was not told of, or one whose name could
+    /// not be read: no reset undefines it (`session/custom.rs`). The connection is replaced.
+    pub(crate) const CUSTOM: u8 = 128;
     /// Whatever a statement the scan cannot account for may have left: everything a reset
     /// restores.
     pub(crate) const ALL: u8 =
@@ -57,7 +60,10 @@ impl Dirt {
     }
 }
 
+mod custom;
 mod words;
+
+use custom::Customs;
 
 /// Byte classes, looked up rather than computed on the hot loops. `BLANK`: white space and
 /// digits, which neither end a call's name nor begin a word.
@@ -217,6 +223,10 @@ struct Lexer {
     into: bool,
     /// A `'…'` string takes backslash escapes (`standard_conforming_strings = off`).
     backslash: bool,
+    /// The statement's `SET` named a scope (`LOCAL`, `SESSION`) before its setting.
+    scoped: bool,
+    /// The custom settings the statements set.
+    customs: Customs,
     dirt: u8,
 }
 
@@ -289,8 +299,10 @@ impl Lexer {
                 match self.state {
                     State::Word => self.word_done(),
                     State::IdentEnd => self.quoted_done(),
+                    State::QuoteEnd | State::EQuoteEnd => self.customs.string_end(),
                     _ => {}
                 }
+                self.customs.end();
                 self.state = State::Done;
             }
             return;
@@ -315,12 +327,15 @@ impl Lexer {
             State::Quote => {
                 if b == b'\'' {
                     self.state = State::QuoteEnd;
+                } else {
+                    self.customs.string_byte(b);
                 }
             }
             State::QuoteEnd => {
                 if b == b'\'' {
                     self.state = State::Quote;
                 } else {
+                    self.customs.string_end();
                     self.state = State::Code;
                     self.code(b);
                 }
@@ -328,13 +343,14 @@ impl Lexer {
             State::EQuote => match b {
                 b'\\' => self.state = State::EQuoteEscape,
                 b'\'' => self.state = State::EQuoteEnd,
-                _ => {}
+                _ => self.customs.string_byte(b),
             },
             State::EQuoteEscape => self.state = State::EQuote,
             State::EQuoteEnd => {
                 if b == b'\'' {
                     self.state = State::EQuote;
                 } else {
+                    self.customs.string_end();
                     self.state = State::Code;
                     self.code(b);
                 }
@@ -342,12 +358,15 @@ impl Lexer {
             State::Ident => {
                 if b == b'"' {
                     self.state = State::IdentEnd;
+                } else {
+                    self.customs.ident_byte(b);
                 }
             }
             State::IdentEnd => {
                 if b == b'"' {
                     self.state = State::Ident;
                 } else {
+                    self.customs.ident_end();
                     self.quoted_done();
                     self.state = State::Code;
                     self.code(b);
@@ -447,6 +466,12 @@ impl Lexer {
         if CLASS[usize::from(b)] & BLANK != 0 {
             return; // between a name and its `(`, or anywhere
         }
+        match b {
+            b'a'..=b'z' | b'A'..=b'Z' | b'_' | 0x80..=0xff => self.customs.word_start(),
+            b'"' => self.customs.ident_begin(self.at_setting_name()),
+            b';' => self.customs.end(),
+            _ => self.customs.code(b),
+        }
         let pending = std::mem::take(&mut self.pending);
         match b {
             b'(' if pending != Pending::Nothing => self.call(pending),
@@ -481,8 +506,18 @@ impl Lexer {
         }
     }
 
+    /// Whether the next name is a `SET`'s (or `RESET`'s) setting.
+    fn at_setting_name(&self) -> bool {
+        match self.first {
+            Kw::Set => self.nth == 1 || (self.nth == 2 && self.scoped),
+            Kw::Reset => self.nth == 1,
+            _ => false,
+        }
+    }
+
     /// A `;`: the next statement begins.
     fn next_statement(&mut self) {
+        self.scoped = false;
         self.nth = 0;
         self.first = Kw::Other;
         self.prev = Kw::Other;
@@ -575,6 +610,18 @@ impl Lexer {
         if self.nth == 0 {
             self.first = kw;
         }
+        if !self.customs.word(&self.word[..self.len]) {
+            if self.first == Kw::Set && self.nth == 1 && matches!(kw, Kw::Local)
+                || (self.first == Kw::Set && self.nth == 1 && &self.word[..self.len] == b"session")
+            {
+                self.scoped = true;
+            } else if self.nth > 0 && self.at_setting_name() {
+                self.customs.setting(&self.word[..self.len]);
+            }
+        }
+        if kw == Kw::SetConfig {
+            self.customs.set_config();
+        }
         self.into = kw == Kw::Into
             || (self.into && matches!(&self.word[..self.len], b"local" | b"global" | b"unlogged"));
         self.object |= kw == Kw::Object;
@@ -638,6 +685,12 @@ impl Scan {
     /// What the text scanned since [`begin`](Scan::begin) may have left on the session.
     pub(crate) fn dirt(&self) -> Dirt {
         Dirt(self.lex.dirt)
+    }
+
+    /// The custom settings (`a.b`) the text sets, lower case, and whether it may set one
+    /// whose name could not be read.
+    pub(crate) fn customs(&self) -> (&[Vec<u8>], bool) {
+        (&self.lex.customs.names, self.lex.customs.unknown)
     }
 
     /// Scans the next piece of the message's payload.

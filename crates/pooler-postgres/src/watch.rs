@@ -122,6 +122,9 @@ pub(crate) struct Seen {
     served_answers: AtomicU64,
     /// What the server said of its role.
     pub(crate) heard: Heard,
+    /// The custom settings the pool defines on every connection (`PgManager::custom_settings`),
+    /// lower case: setting one of them leaves what a reset restores.
+    declared: std::sync::OnceLock<Arc<[Box<[u8]>]>>,
 }
 
 impl Seen {
@@ -235,6 +238,25 @@ impl Seen {
             self.served_nanos.fetch_add(took, Ordering::Relaxed);
             self.served_answers.fetch_add(answers, Ordering::Relaxed);
             self.busy_answers.store(0, Ordering::Relaxed);
+        }
+    }
+
+    /// The custom settings the pool defines on this connection (set once, before any user's
+    /// statement).
+    pub(crate) fn declare(&self, names: Arc<[Box<[u8]>]>) {
+        let _ = self.declared.set(names);
+    }
+
+    /// What setting the custom settings `names` (and, `unknown`, one whose name could not be
+    /// read) leaves: nothing more than a setting if the pool defines each, else what no
+    /// reset restores.
+    fn customs(&self, names: &[Vec<u8>], unknown: bool) -> u8 {
+        let declared = self.declared.get().map_or(&[][..], |d| &d[..]);
+        let known = |n: &Vec<u8>| declared.iter().any(|d| **d == **n);
+        if unknown || !names.iter().all(known) {
+            Dirt::CUSTOM
+        } else {
+            0
         }
     }
 
@@ -595,11 +617,15 @@ impl Visit for Writer<'_> {
                 }
                 let before = self.scan.dirt();
                 self.scan.feed(payload);
-                let after = self.scan.dirt();
-                if after != before {
-                    self.seen.dirt.fetch_or(after.0, Ordering::AcqRel);
+                let mut after = self.scan.dirt().0;
+                let (names, unknown) = self.scan.customs();
+                if unknown || !names.is_empty() {
+                    after |= self.seen.customs(names, unknown);
+                }
+                if after != before.0 {
+                    self.seen.dirt.fetch_or(after, Ordering::AcqRel);
                     if kind == b'P' {
-                        self.verdicts.parsed(after.0);
+                        self.verdicts.parsed(after);
                     }
                 }
             }

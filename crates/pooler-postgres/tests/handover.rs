@@ -13,10 +13,15 @@ use pooler::{Member, Pool, PoolConfig, Shutdown};
 use pooler_postgres::{PgConnection, PgManager, Recycle, TxStatus};
 use tokio_postgres::SimpleQueryMessage;
 
+/// A manager tagged `tag`, cleaning as `recycle` says; the custom setting the tests use for
+/// row-level security, `app.tenant`, is declared (`custom_settings`), as applications that
+/// set one should.
 fn manager(url: &str, tag: &str, recycle: Recycle) -> PgManager {
     let mut config: tokio_postgres::Config = url.parse().expect("a valid URL");
     config.application_name(tag);
-    PgManager::from_config(config).recycle(recycle)
+    PgManager::from_config(config)
+        .recycle(recycle)
+        .custom_settings(["app.tenant"])
 }
 
 async fn one_of_one(url: &str, tag: &str, recycle: Recycle) -> pooler_postgres::Pool {
@@ -621,4 +626,83 @@ async fn a_copy_out_dropped_midway_is_replaced_at_once() {
         drop(next);
         pool.close(Shutdown::Immediate).await;
     }
+}
+
+/// Custom settings: a new connection of the pool reads what every later user reads. Declared
+/// (`custom_settings`), a custom setting is defined as `''` on every connection and reset to
+/// it, the connection kept; one not declared, or one whose name the scan cannot read (a
+/// parameter), has the connection replaced, so the next user reads `NULL`, as on a new
+/// connection, and `current_setting(..)::int` does not fail for them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_custom_setting_never_reaches_the_next_user_defined() {
+    let Some(url) = url().await else { return };
+    const READ: &str = "SELECT current_setting('app.tenant', true), \
+                        current_setting('app.other', true)";
+    async fn read(conn: &PgConnection) -> (Option<String>, Option<String>) {
+        let row = conn.query_one(READ, &[]).await.unwrap();
+        (row.get(0), row.get(1))
+    }
+    let pool = one_of_one(&url, "pg-custom", Recycle::default()).await;
+    let mut conn = take(&pool).await;
+    let first = Member::id(&conn);
+    let fresh = read(&conn).await;
+    assert_eq!(
+        fresh,
+        (Some(String::new()), None),
+        "declared: ''; not declared: NULL"
+    );
+    // Declared, set three ways: reset, kept.
+    for set in [
+        "SET app.tenant = '7'",
+        "SELECT set_config('app.tenant', '7', false)",
+        "SET SESSION \"app\".\"tenant\" TO '7'",
+    ] {
+        conn.batch_execute(set).await.unwrap();
+        drop(conn);
+        conn = take(&pool).await;
+        assert_eq!(read(&conn).await, fresh, "{set}");
+        assert_eq!(Member::id(&conn), first, "{set}: reset, not replaced");
+    }
+    // Not declared, or not readable: replaced.
+    let mut id = first;
+    for set in [
+        "SET app.other = '7'",
+        "SELECT set_config('app.other', '7', false)",
+        "RESET app.other",
+    ] {
+        conn.batch_execute(set).await.unwrap();
+        drop(conn);
+        conn = take(&pool).await;
+        assert_eq!(read(&conn).await, fresh, "{set}");
+        assert_ne!(Member::id(&conn), id, "{set}: replaced");
+        id = Member::id(&conn);
+    }
+    let by_parameter = conn
+        .prepare_cached("SELECT set_config($1, '7', false)")
+        .await
+        .unwrap();
+    conn.query_one(&by_parameter, &[&"app.other"])
+        .await
+        .unwrap();
+    drop(conn);
+    let next = take(&pool).await;
+    assert_eq!(read(&next).await, fresh, "a name passed as a parameter");
+    assert_ne!(
+        Member::id(&next),
+        id,
+        "a name passed as a parameter: replaced"
+    );
+    assert_eq!(
+        next.query_one(
+            "SELECT coalesce(current_setting('app.other', true), '0')::int",
+            &[]
+        )
+        .await
+        .unwrap()
+        .get::<_, i32>(0),
+        0,
+        "the next user's cast does not fail"
+    );
+    drop(next);
+    pool.close(Shutdown::Graceful).await;
 }
