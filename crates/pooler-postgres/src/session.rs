@@ -611,8 +611,9 @@ impl Lexer {
             self.first = kw;
         }
         if !self.customs.word(&self.word[..self.len]) {
-            if self.first == Kw::Set && self.nth == 1 && matches!(kw, Kw::Local)
-                || (self.first == Kw::Set && self.nth == 1 && &self.word[..self.len] == b"session")
+            if self.first == Kw::Set
+                && self.nth == 1
+                && (kw == Kw::Local || &self.word[..self.len] == b"session")
             {
                 self.scoped = true;
             } else if self.nth > 0 && self.at_setting_name() {
