@@ -8,6 +8,8 @@
 //! - [`tls`]: a throwaway CA and server certificate for a live TLS test.
 //! - [`Proxy`]: a TCP proxy in front of a server, which a test opens, closes (refusing new
 //!   connections) and cuts (dropping live ones), to stage outages.
+//! - [`blackhole`]: a server reached through a network namespace whose link a test takes
+//!   down silently (no FIN, no RST).
 #![allow(clippy::disallowed_methods)] // test support spawns its own tasks
 
 use std::net::SocketAddr;
@@ -18,6 +20,7 @@ use std::time::Duration;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinHandle;
 
+pub mod blackhole;
 pub mod scenarios;
 pub mod tls;
 
