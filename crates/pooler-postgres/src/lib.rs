@@ -130,6 +130,8 @@ pub struct PgManager<T = NoTls> {
     hooks: Hooks<PgConnection>,
     /// Custom settings every connection defines (`custom_settings`), lower case.
     custom: Arc<[Box<[u8]>]>,
+    /// Functions the application declared neutral (`neutral_functions`), lower case.
+    neutral: Arc<[Box<[u8]>]>,
 }
 
 /// How many prepared statements each connection keeps by default.
@@ -187,6 +189,7 @@ impl PgManager<NoTls> {
             statement_cache: STATEMENT_CACHE,
             hooks: Hooks::default(),
             custom: Arc::from(Vec::new()),
+            neutral: Arc::from(Vec::new()),
         }
     }
 }
@@ -204,6 +207,7 @@ impl<T> PgManager<T> {
             statement_cache: self.statement_cache,
             hooks: self.hooks,
             custom: self.custom,
+            neutral: self.neutral,
         }
     }
 
@@ -268,6 +272,32 @@ impl<T> PgManager<T> {
         S: AsRef<str>,
     {
         self.custom = names
+            .into_iter()
+            .map(|n| {
+                n.as_ref()
+                    .to_ascii_lowercase()
+                    .into_bytes()
+                    .into_boxed_slice()
+            })
+            .collect();
+        self
+    }
+
+    /// Functions of the application's own that leave no session state: a call of one is
+    /// not read as dirty. The session scan cannot see into a function body, so by default a
+    /// call of any function not known to leave nothing (a built-in such as `count` or
+    /// `jsonb_build_object`) costs a full reset on return; a function declared here does not.
+    /// Names match the function's own name, without its schema (`app.audit(…)` matches
+    /// `audit`), case-insensitively; a call by a quoted name is never matched. Declaring a
+    /// function that does leave state (a `set_config`, a temporary table, a lock) hands that
+    /// state to the next user (docs/design.md, "Recycling on return").
+    #[must_use]
+    pub fn neutral_functions<I, S>(mut self, names: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        self.neutral = names
             .into_iter()
             .map(|n| {
                 n.as_ref()
@@ -721,7 +751,9 @@ where
     }
 
     async fn initialize(&self, conn: &mut PgConnection) -> Result<(), PgError> {
-        conn.parts.seen.declare(self.custom.clone());
+        conn.parts
+            .seen
+            .declare(self.custom.clone(), self.neutral.clone());
         if !self.custom.is_empty() {
             conn.parts
                 .client

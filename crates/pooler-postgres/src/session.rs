@@ -227,8 +227,14 @@ struct Lexer {
     scoped: bool,
     /// The custom settings the statements set.
     customs: Customs,
+    /// Functions called that are not known to leave nothing (at most `CALLS`; past that,
+    /// `Dirt::ALL`).
+    calls: Vec<Vec<u8>>,
     dirt: u8,
 }
+
+/// The most calls of unknown functions a message's text is followed for.
+const CALLS: usize = 16;
 
 /// What a `(` would call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -554,8 +560,16 @@ impl Lexer {
             }
             _ => false,
         };
-        if !known {
-            self.dirt |= Dirt::ALL;
+        if known {
+            return;
+        }
+        match pending {
+            // A name the application may have declared neutral
+            // (`PgManager::neutral_functions`): the writer decides (`Scan::calls`).
+            Pending::Word if !self.long && self.calls.len() < CALLS => {
+                self.calls.push(self.word[..self.len].to_vec());
+            }
+            _ => self.dirt |= Dirt::ALL,
         }
     }
 
@@ -688,6 +702,13 @@ impl Scan {
         Dirt(self.lex.dirt)
     }
 
+    /// The functions the text calls that are not known to leave nothing, lower case, each
+    /// by its name without its schema: [`Dirt::ALL`] unless the application declared every
+    /// one neutral.
+    pub(crate) fn calls(&self) -> &[Vec<u8>] {
+        &self.lex.calls
+    }
+
     /// The custom settings (`a.b`) the text sets, lower case, and whether it may set one
     /// whose name could not be read.
     pub(crate) fn customs(&self) -> (&[Vec<u8>], bool) {
@@ -739,6 +760,7 @@ impl Scan {
         }
         if self.lex.state == State::Done
             && self.lex.dirt == 0
+            && self.lex.calls.is_empty()
             && self.text.last() == Some(&0)
             && self.text.len() <= REMEMBERED
         {
@@ -753,7 +775,12 @@ pub(crate) fn scan(sql: &str) -> Dirt {
     scan.begin(false, false);
     scan.feed(sql.as_bytes());
     scan.feed(&[0]);
-    scan.dirt()
+    let calls = if scan.calls().is_empty() {
+        0
+    } else {
+        Dirt::ALL
+    };
+    Dirt(scan.dirt().0 | calls)
 }
 
 #[cfg(test)]
@@ -891,7 +918,8 @@ mod tests {
                     s.feed(piece);
                 }
                 s.feed(&[0]);
-                assert_eq!(s.dirt(), whole, "{sql} in pieces of {step}");
+                let calls = if s.calls().is_empty() { 0 } else { Dirt::ALL };
+                assert_eq!(Dirt(s.dirt().0 | calls), whole, "{sql} in pieces of {step}");
             }
         }
     }
@@ -1053,6 +1081,19 @@ mod tests {
         ];
         for sql in clean {
             assert!(scan(sql).is_clean(), "{sql}: {:?}", scan(sql));
+        }
+    }
+
+    /// A text that calls an unknown function is never remembered as clean: sent again, its
+    /// calls are read again (the writer decides whether the application declared them).
+    #[test]
+    fn a_text_with_a_call_is_read_again_each_time() {
+        let mut s = Scan::default();
+        for _ in 0..3 {
+            s.begin(false, false);
+            s.feed(b"SELECT app.audit(1), count(*) FROM t\0");
+            assert_eq!(s.calls(), [b"audit".to_vec()]);
+            assert!(s.dirt().is_clean(), "the call is the writer's to judge");
         }
     }
 }

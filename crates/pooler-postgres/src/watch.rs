@@ -125,6 +125,9 @@ pub(crate) struct Seen {
     /// The custom settings the pool defines on every connection (`PgManager::custom_settings`),
     /// lower case: setting one of them leaves what a reset restores.
     declared: std::sync::OnceLock<Arc<[Box<[u8]>]>>,
+    /// The functions the application declared neutral (`PgManager::neutral_functions`),
+    /// lower case.
+    neutral: std::sync::OnceLock<Arc<[Box<[u8]>]>>,
 }
 
 impl Seen {
@@ -243,8 +246,20 @@ impl Seen {
 
     /// The custom settings the pool defines on this connection (set once, before any user's
     /// statement).
-    pub(crate) fn declare(&self, names: Arc<[Box<[u8]>]>) {
+    pub(crate) fn declare(&self, names: Arc<[Box<[u8]>]>, neutral: Arc<[Box<[u8]>]>) {
         let _ = self.declared.set(names);
+        let _ = self.neutral.set(neutral);
+    }
+
+    /// What calling the functions `calls` (none known to leave nothing) leaves: nothing if
+    /// the application declared each neutral, else anything a reset restores.
+    fn calls(&self, calls: &[Vec<u8>]) -> u8 {
+        let neutral = self.neutral.get().map_or(&[][..], |d| &d[..]);
+        if calls.iter().all(|c| neutral.iter().any(|n| **n == **c)) {
+            0
+        } else {
+            Dirt::ALL
+        }
     }
 
     /// What setting the custom settings `names` (and, `unknown`, one whose name could not be
@@ -621,6 +636,10 @@ impl Visit for Writer<'_> {
                 let (names, unknown) = self.scan.customs();
                 if unknown || !names.is_empty() {
                     after |= self.seen.customs(names, unknown);
+                }
+                let calls = self.scan.calls();
+                if !calls.is_empty() {
+                    after |= self.seen.calls(calls);
                 }
                 if after != before.0 {
                     self.seen.dirt.fetch_or(after, Ordering::AcqRel);

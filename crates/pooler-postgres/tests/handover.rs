@@ -706,3 +706,45 @@ async fn a_custom_setting_never_reaches_the_next_user_defined() {
     drop(next);
     pool.close(Shutdown::Graceful).await;
 }
+
+/// A function of the application's own is dirty by default (the scan cannot see into it) and
+/// clean once declared neutral (`neutral_functions`), however it is called: plainly, by a
+/// schema-qualified name, from the statement cache.
+#[tokio::test(flavor = "current_thread")]
+async fn a_function_declared_neutral_needs_no_reset() {
+    use pooler::Manager as _;
+    let Some(url) = url().await else { return };
+    let admin = admin(&url).await;
+    admin
+        .batch_execute(
+            "CREATE OR REPLACE FUNCTION pooler_neutral_fn(int) RETURNS int LANGUAGE sql AS \
+             $$SELECT $1 + 1$$; \
+             CREATE OR REPLACE FUNCTION pooler_other_fn(int) RETURNS int LANGUAGE sql AS \
+             $$SELECT $1 + 2$$",
+        )
+        .await
+        .unwrap();
+    let manager =
+        manager(&url, "pg-neutral", Recycle::default()).neutral_functions(["Pooler_Neutral_Fn"]);
+    let pool = Pool::start(PoolConfig::new("pg-neutral", 1, 1), manager)
+        .await
+        .unwrap();
+    for (sql, dirty) in [
+        ("SELECT pooler_neutral_fn(1)", false),
+        ("SELECT public.pooler_neutral_fn(1)", false),
+        ("SELECT count(*), pooler_neutral_fn(2) FROM pg_class", false),
+        ("SELECT pooler_other_fn(1)", true),
+        ("SELECT pooler_neutral_fn(1), pooler_other_fn(1)", true),
+        ("SELECT \"pooler_neutral_fn\"(1)", true),
+    ] {
+        let conn = take(&pool).await;
+        let statement = conn.prepare_cached(sql).await.unwrap();
+        for _ in 0..2 {
+            conn.query(&statement, &[]).await.unwrap();
+            assert_eq!(conn.settled().await, TxStatus::Idle);
+            assert_eq!(pool.manager().needs_recycle(&conn), dirty, "{sql}");
+        }
+        drop(conn);
+    }
+    pool.close(Shutdown::Graceful).await;
+}
