@@ -40,15 +40,22 @@ use std::io;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, AtomicUsize, Ordering};
-use std::task::{Context, Poll, Wake, Waker};
+use std::task::{Context, Poll};
 
-use futures_util::task::AtomicWaker;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio_postgres::tls::{ChannelBinding, TlsStream};
 
 use crate::role::{Heard, Listen};
 use crate::session::{Dirt, Scan};
 use crate::verdicts::Verdicts;
+
+mod driven;
+mod framing;
+mod sides;
+
+pub(crate) use driven::Driven;
+use framing::Framing;
+use sides::{Reader, Writer};
 
 /// The code of SSLRequest (and GSSENCRequest one above it): the server answers it with a
 /// single unframed byte.
@@ -293,187 +300,6 @@ impl Seen {
     }
 }
 
-/// Drives a connection's future and tells [`Seen`] when it is quiet (see the module's docs).
-pub(crate) struct Driven<F> {
-    inner: F,
-    seen: Arc<Seen>,
-    wake: Arc<Wakeup>,
-    waker: Waker,
-}
-
-/// The waker handed to the connection's future: it notes the wake-up, then wakes the task.
-struct Wakeup {
-    /// Held strongly (a waker outliving the connection keeps a few bytes alive, nothing
-    /// else): a wake-up is then one store, not an upgrade and a release.
-    seen: Arc<Seen>,
-    /// The driver task's waker, kept from its first poll: a task's waker stays the same, so
-    /// a wake-up wakes it by reference, with no waker taken, cloned and put back per poll.
-    task: std::sync::OnceLock<Waker>,
-    /// Should the driver ever be polled with another waker: that one, and `moved` set.
-    other: AtomicWaker,
-    moved: AtomicBool,
-}
-
-impl Wake for Wakeup {
-    fn wake(self: Arc<Self>) {
-        self.wake_by_ref();
-    }
-
-    fn wake_by_ref(self: &Arc<Self>) {
-        self.seen.woken.store(true, Ordering::SeqCst);
-        if self.moved.load(Ordering::Acquire) {
-            self.other.wake();
-        } else if let Some(task) = self.task.get() {
-            task.wake_by_ref();
-        }
-    }
-}
-
-impl<F> Driven<F> {
-    pub(crate) fn new(inner: F, seen: Arc<Seen>) -> Self {
-        let wake = Arc::new(Wakeup {
-            seen: seen.clone(),
-            task: std::sync::OnceLock::new(),
-            other: AtomicWaker::new(),
-            moved: AtomicBool::new(false),
-        });
-        let waker = Waker::from(wake.clone());
-        // Not polled yet: whatever was queued since the connection was opened is still to be
-        // written, and nothing has registered this waker with the request channel.
-        seen.woken.store(true, Ordering::SeqCst);
-        Driven {
-            inner,
-            seen,
-            wake,
-            waker,
-        }
-    }
-}
-
-impl<F: Future + Unpin> Future for Driven<F> {
-    type Output = F::Output;
-
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
-        let this = &mut *self;
-        match this.wake.task.get() {
-            Some(task) if task.will_wake(cx.waker()) => {}
-            Some(_) => {
-                this.wake.other.register(cx.waker());
-                this.wake.moved.store(true, Ordering::Release);
-            }
-            None => drop(this.wake.task.set(cx.waker().clone())),
-        }
-        this.seen.busy.store(true, Ordering::SeqCst);
-        this.seen.woken.store(false, Ordering::SeqCst);
-        let polled = Pin::new(&mut this.inner).poll(&mut Context::from_waker(&this.waker));
-        this.seen.busy.store(false, Ordering::SeqCst);
-        if this.seen.watchers.load(Ordering::SeqCst) > 0 {
-            this.seen.changed.notify_waiters();
-        }
-        polled
-    }
-}
-
-/// Follows one direction's framing: a type byte (none for the untyped messages the client
-/// sends first), a big-endian length that counts itself, the payload.
-#[derive(Debug, Default)]
-struct Framing {
-    /// Header bytes gathered so far.
-    header: [u8; 8],
-    have: usize,
-    /// Payload bytes of the current message still to come.
-    rest: u64,
-    /// The current message's type (0 while untyped).
-    kind: u8,
-}
-
-/// What a finished header says.
-enum Header {
-    /// A typed message of this kind.
-    Typed(u8),
-    /// An untyped message with this code (startup version, SSLRequest...).
-    Untyped(u32),
-}
-
-/// What a direction does with the messages going by.
-trait Visit {
-    /// A message's header is complete; for an untyped one, `true` says another untyped
-    /// message follows.
-    fn header(&mut self, header: Header) -> bool;
-    /// The next piece of a typed message's payload, in order.
-    fn body(&mut self, kind: u8, payload: &[u8]);
-}
-
-impl Framing {
-    /// Feeds `bytes`; `untyped` says whether the next message has no type byte. Tells `visit`
-    /// of each header completed and each piece of payload.
-    #[inline]
-    fn feed(&mut self, mut bytes: &[u8], untyped: &mut u8, visit: &mut impl Visit) {
-        while !bytes.is_empty() {
-            if self.rest > 0 {
-                let skip = usize::try_from(self.rest)
-                    .unwrap_or(usize::MAX)
-                    .min(bytes.len());
-                if self.kind != 0 {
-                    visit.body(self.kind, &bytes[..skip]);
-                }
-                self.rest -= skip as u64;
-                bytes = &bytes[skip..];
-                continue;
-            }
-            if *untyped == 0 && self.have == 0 && bytes.len() >= 5 {
-                // The common case: a typed header whole in this read, parsed where it lies,
-                // and most often its whole message too, passed on at once.
-                let kind = bytes[0];
-                let len = u32::from_be_bytes([bytes[1], bytes[2], bytes[3], bytes[4]]);
-                let whole = usize::try_from(len).map_or(usize::MAX, |len| len.saturating_add(1));
-                if len >= 4 && bytes.len() >= whole {
-                    visit.header(Header::Typed(kind));
-                    if whole > 5 {
-                        visit.body(kind, &bytes[5..whole]);
-                    }
-                    bytes = &bytes[whole..];
-                } else {
-                    self.typed(kind, len, visit);
-                    bytes = &bytes[5..];
-                }
-                continue;
-            }
-            let size = if *untyped > 0 { 8 } else { 5 };
-            let take = (size - self.have).min(bytes.len());
-            self.header[self.have..self.have + take].copy_from_slice(&bytes[..take]);
-            self.have += take;
-            bytes = &bytes[take..];
-            if self.have < size {
-                continue;
-            }
-            let h = self.header;
-            self.have = 0;
-            if size == 8 {
-                *untyped -= 1;
-                let len = u32::from_be_bytes([h[0], h[1], h[2], h[3]]);
-                let code = u32::from_be_bytes([h[4], h[5], h[6], h[7]]);
-                self.kind = 0;
-                self.rest = u64::from(len.saturating_sub(8));
-                if visit.header(Header::Untyped(code)) {
-                    *untyped += 1;
-                }
-            } else {
-                let len = u32::from_be_bytes([h[1], h[2], h[3], h[4]]);
-                self.typed(h[0], len, visit);
-            }
-        }
-    }
-
-    /// A typed message's header is complete: its kind, and its length (which counts itself).
-    #[inline]
-    fn typed(&mut self, kind: u8, len: u32, visit: &mut impl Visit) {
-        self.kind = kind;
-        self.rest = u64::from(len.saturating_sub(4));
-        visit.header(Header::Typed(kind));
-    }
-}
-
 /// A stream that watches the transaction status go by.
 #[derive(Debug)]
 pub struct Watched<S> {
@@ -564,151 +390,6 @@ impl<S> Watched<S> {
     }
 }
 
-/// The client's side: requests counted, SQL scanned.
-struct Writer<'a> {
-    seen: &'a Seen,
-    unframed: &'a mut u8,
-    syncs: &'a mut u64,
-    doubtful: &'a mut u64,
-    scan: &'a mut Scan,
-    verdicts: &'a mut Verdicts,
-}
-
-impl Visit for Writer<'_> {
-    fn header(&mut self, header: Header) -> bool {
-        let seen = self.seen;
-        match header {
-            Header::Untyped(SSL_REQUEST | GSSENC_REQUEST) => {
-                *self.unframed = 1;
-                true // the startup follows, untyped
-            }
-            Header::Untyped(_) => {
-                // The startup: answered by the first ReadyForQuery.
-                seen.requested(true);
-                false
-            }
-            Header::Typed(kind) => {
-                match kind {
-                    b'Q' | b'F' => {
-                        *self.syncs = 0;
-                        seen.requested(false);
-                        if kind == b'Q' {
-                            self.scan.begin(false, seen.heard.backslash_quotes());
-                        }
-                    }
-                    b'P' => {
-                        self.scan.begin(true, seen.heard.backslash_quotes());
-                        self.verdicts.begin(kind);
-                    }
-                    b'B' | b'C' => self.verdicts.begin(kind),
-                    b'E' => *self.syncs = 0,
-                    b'S' => {
-                        *self.syncs += 1;
-                        seen.requested(false);
-                    }
-                    // CopyDone or CopyFail: the Syncs sent while the server was in copy-in
-                    // mode were ignored.
-                    b'c' | b'f' if seen.in_copy.load(Ordering::Acquire) => {
-                        seen.in_copy.store(false, Ordering::Release);
-                        seen.expected.fetch_sub(*self.syncs, Ordering::AcqRel);
-                        *self.syncs = 0;
-                    }
-                    // Ended before the server's answer to the Execute was read (a `copy_in`
-                    // future dropped early): that answer decides.
-                    b'c' | b'f' => *self.doubtful += std::mem::take(self.syncs),
-                    _ => {}
-                }
-                false
-            }
-        }
-    }
-
-    #[inline]
-    fn body(&mut self, kind: u8, payload: &[u8]) {
-        match kind {
-            b'Q' | b'P' => {
-                if kind == b'P' {
-                    self.verdicts.feed(payload);
-                }
-                let before = self.scan.dirt();
-                self.scan.feed(payload);
-                let mut after = self.scan.dirt().0;
-                let (names, unknown) = self.scan.customs();
-                if unknown || !names.is_empty() {
-                    after |= self.seen.customs(names, unknown);
-                }
-                let calls = self.scan.calls();
-                if !calls.is_empty() {
-                    after |= self.seen.calls(calls);
-                }
-                if after != before.0 {
-                    self.seen.dirt.fetch_or(after, Ordering::AcqRel);
-                    if kind == b'P' {
-                        self.verdicts.parsed(after);
-                    }
-                }
-            }
-            // A Bind of a statement whose text left state leaves it again.
-            b'B' | b'C' => {
-                let dirt = self.verdicts.feed(payload);
-                if dirt != 0 {
-                    self.seen.dirt.fetch_or(dirt, Ordering::AcqRel);
-                }
-            }
-            _ => {}
-        }
-    }
-}
-
-/// The server's side: answers counted, copy-in mode and reported parameters noted.
-struct Reader<'a> {
-    seen: &'a Seen,
-    doubtful: &'a mut u64,
-    listen: &'a mut Listen,
-}
-
-impl Visit for Reader<'_> {
-    fn header(&mut self, header: Header) -> bool {
-        let seen = self.seen;
-        if let Header::Typed(kind) = header {
-            self.listen.begin(kind);
-        }
-        match header {
-            Header::Typed(b'G') if *self.doubtful > 0 => {
-                // The copy began, and the client has ended it already: the Syncs it sent in
-                // between were ignored.
-                seen.expected
-                    .fetch_sub(std::mem::take(self.doubtful), Ordering::AcqRel);
-            }
-            Header::Typed(b'G') => seen.in_copy.store(true, Ordering::Release),
-            // CopyOutResponse: the copy's rows follow until the server's CopyDone.
-            Header::Typed(b'H') => seen.copy_out.store(true, Ordering::Release),
-            Header::Typed(b'c') => seen.copy_out.store(false, Ordering::Release),
-            // A parameter the server reports changed after the startup (the startup's own
-            // reports come before its ReadyForQuery).
-            Header::Typed(b'S') if seen.answered.load(Ordering::Relaxed) > 0 => {
-                seen.dirt.fetch_or(Dirt::SETTING, Ordering::AcqRel);
-            }
-            _ => {}
-        }
-        false
-    }
-
-    #[inline]
-    fn body(&mut self, kind: u8, payload: &[u8]) {
-        self.listen.feed(payload, &self.seen.heard);
-        if kind == b'Z'
-            && let Some(&status) = payload.first()
-        {
-            // The answer to a COPY that failed before copy-in mode: its Syncs count.
-            *self.doubtful = 0;
-            self.seen.copy_out.store(false, Ordering::Release);
-            self.seen.status.store(status, Ordering::Release);
-            self.seen.answered();
-        }
-    }
-}
-
 impl<S: AsyncRead + Unpin> AsyncRead for Watched<S> {
     fn poll_read(
         mut self: Pin<&mut Self>,
@@ -765,6 +446,9 @@ impl<S: TlsStream + Unpin> TlsStream for Watched<S> {
 
 #[cfg(test)]
 mod tests {
+    use std::task::Waker;
+
+    use super::framing::{Header, Visit};
     use super::*;
 
     fn message(kind: u8, payload: &[u8]) -> Vec<u8> {

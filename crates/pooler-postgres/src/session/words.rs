@@ -221,3 +221,72 @@ pub(super) fn neutral_call(word: &[u8]) -> bool {
             | b"integer" | b"smallint" | b"real" | b"regclass"
     )
 }
+
+/// Keywords the scan acts on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(super) enum Kw {
+    #[default]
+    Other,
+    Set,
+    Reset,
+    Local,
+    Transaction,
+    Constraints,
+    Prepare,
+    Listen,
+    Create,
+    Temp,
+    Into,
+    Declare,
+    Hold,
+    Load,
+    Discard,
+    Deallocate,
+    /// `TABLE`, `VIEW`, `SEQUENCE`: after it, a `CREATE` names its object.
+    Object,
+    PgTemp,
+    SetConfig,
+    Advisory,
+    Explain,
+    Select,
+}
+
+pub(super) fn keyword(word: &[u8]) -> Kw {
+    // Most words are no keyword: a length and a first letter rule them out before any
+    // comparison.
+    if !(3..=27).contains(&word.len())
+        || !matches!(
+            word[0],
+            b's' | b'r' | b'l' | b't' | b'c' | b'p' | b'i' | b'd' | b'h' | b'v' | b'e'
+        )
+    {
+        return Kw::Other;
+    }
+    match word {
+        b"set" => Kw::Set,
+        b"select" => Kw::Select,
+        b"explain" => Kw::Explain,
+        b"reset" => Kw::Reset,
+        b"local" => Kw::Local,
+        b"transaction" => Kw::Transaction,
+        b"constraints" => Kw::Constraints,
+        b"prepare" => Kw::Prepare,
+        b"listen" => Kw::Listen,
+        b"create" => Kw::Create,
+        b"temp" | b"temporary" => Kw::Temp,
+        b"into" => Kw::Into,
+        b"declare" => Kw::Declare,
+        b"hold" => Kw::Hold,
+        b"load" => Kw::Load,
+        b"discard" => Kw::Discard,
+        b"deallocate" => Kw::Deallocate,
+        b"table" | b"view" | b"sequence" => Kw::Object,
+        b"pg_temp" => Kw::PgTemp,
+        b"set_config" => Kw::SetConfig,
+        b"pg_advisory_lock"
+        | b"pg_advisory_lock_shared"
+        | b"pg_try_advisory_lock"
+        | b"pg_try_advisory_lock_shared" => Kw::Advisory,
+        _ => Kw::Other,
+    }
+}
