@@ -48,6 +48,8 @@ pub struct MysqlManager {
     hooks: Hooks<Conn>,
     /// The statement that follows a reset (`reset.rs`), learned at the first connection.
     restore: std::sync::Arc<std::sync::OnceLock<String>>,
+    /// The last number a returned connection was asked to echo.
+    nonce: std::sync::Arc<std::sync::atomic::AtomicI32>,
 }
 
 impl MysqlManager {
@@ -79,6 +81,7 @@ impl MysqlManager {
             recycle: Recycle::default(),
             hooks: Hooks::default(),
             restore: std::sync::Arc::default(),
+            nonce: std::sync::Arc::default(),
         }
     }
 
@@ -104,6 +107,26 @@ impl MysqlManager {
     #[must_use]
     pub fn opts(&self) -> &Opts {
         &self.opts
+    }
+
+    /// Sends `SELECT <n>; then` in one query and checks that the first answer read is `n`:
+    /// a connection whose answers are out of step is unclean (replaced).
+    async fn in_step(&self, conn: &mut Conn, then: &str) -> Result<(), MysqlError> {
+        let n = self
+            .nonce
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let sql = if then.is_empty() {
+            format!("SELECT {n}")
+        } else {
+            format!("SELECT {n}; {then}")
+        };
+        let echoed: Vec<i64> = conn.query(sql).await?;
+        if echoed != [i64::from(n)] {
+            return Err(MysqlError::Unclean(
+                "its answers were out of step (a command cancelled after it was written)",
+            ));
+        }
+        Ok(())
     }
 }
 
@@ -167,17 +190,19 @@ impl Manager for MysqlManager {
                     conn.change_user(mysql_async::ChangeUserOpts::default())
                         .await?;
                 }
-                // What the reset leaves: the database and the role (`reset.rs`).
-                if let Some(restore) = self.restore.get().filter(|s| !s.is_empty()) {
-                    conn.query_drop(restore.as_str()).await?;
-                }
+                // What the reset leaves: the database and the role (`reset.rs`), behind a
+                // number the server must echo first: a connection out of step (a command
+                // cancelled after it was written but before mysql_async knew to wait for
+                // its answer) reads an older answer instead, and is replaced.
+                let restore = self.restore.get().map_or("", String::as_str);
+                self.in_step(conn, restore).await?;
                 // The session is back at its start, before `after_connect`.
                 self.hooks
                     .run_after_connect(conn)
                     .await
                     .map_err(MysqlError::Hook)?;
             }
-            Recycle::Rollback => conn.query_drop("ROLLBACK").await?,
+            Recycle::Rollback => self.in_step(conn, "ROLLBACK").await?,
             Recycle::Nothing => {}
         }
         self.hooks

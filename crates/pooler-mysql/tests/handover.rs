@@ -347,3 +347,29 @@ async fn a_connection_changed_to_another_user_or_database_is_not_handed_on() {
     }
     pool.close(Shutdown::Graceful).await;
 }
+
+/// A query cancelled right after it was written, before mysql_async knew to wait for its
+/// answer, and the connection used again: the next command reads the cancelled one's answer,
+/// and the connection is out of step without mysql_async's mark. Found by the hand-over
+/// fuzzer. The next user of the pool must never read an answer that is not theirs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_out_of_step_is_never_handed_on() {
+    let Some(url) = url().await else { return };
+    for recycle in [Recycle::Reset, Recycle::Rollback] {
+        let pool = one_of_one(&url, recycle).await;
+        for round in 0..5 {
+            let mut conn = take(&pool).await;
+            let _ = tokio::time::timeout(
+                Duration::from_millis(1),
+                conn.query_drop("SELECT SLEEP(0.05)"),
+            )
+            .await;
+            let _ = conn.query_drop("SET @pooler_after = 1").await;
+            drop(conn);
+            let mut conn = take(&pool).await;
+            let mine: Option<String> = conn.query_first("SELECT 'mine'").await.unwrap();
+            assert_eq!(mine.as_deref(), Some("mine"), "{recycle:?}, round {round}");
+        }
+        pool.close(Shutdown::Graceful).await;
+    }
+}

@@ -161,10 +161,12 @@ impl Track {
                 .next()
                 .and_then(|db| std::str::from_utf8(db).ok()?.parse().ok())
             {
+                // Inside a `MULTI` the answer is `QUEUED`: the database changes only if the
+                // transaction is executed, so it is not known (the restore selects the
+                // starting one).
+                Some(_) if self.multi => self.db_pending = true,
                 // Commands go out in the order they are issued, and one issued later whose
-                // answer was not read sets `db_pending` again when issued. (A `SELECT` queued
-                // in a `MULTI` that is then discarded leaves the tracker ahead of the server:
-                // a `SELECT` back that was not needed, never a missed one.)
+                // answer was not read sets `db_pending` again when issued.
                 Some(db) => {
                     self.db = db;
                     self.db_pending = false;
@@ -224,5 +226,22 @@ mod tests {
         let mut t = Track::default();
         t.issue(&cmd(&["SELECT", "0"]));
         assert!(t.db_moved());
+    }
+
+    /// Found by the hand-over fuzzer: `SELECT 3`, `MULTI`, `SELECT 0` (answered `QUEUED`),
+    /// then the return's `DISCARD` leaves the server in database 3; the queued `SELECT`
+    /// must not count as done.
+    #[test]
+    fn a_select_queued_in_a_transaction_leaves_the_database_unknown() {
+        let mut t = Track::default();
+        for words in [&["SELECT", "3"][..], &["MULTI"][..], &["SELECT", "0"][..]] {
+            let c = cmd(words);
+            t.issue(&c);
+            t.answered(&c, true);
+        }
+        assert!(
+            t.db_moved(),
+            "the restore must select the starting database"
+        );
     }
 }

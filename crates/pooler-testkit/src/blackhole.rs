@@ -11,7 +11,6 @@ use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-
 /// A network namespace through which the server at `upstream` (on this host's loopback) is
 /// reached at [`addr`](Blackhole::addr); removed, with its forwarders, when dropped.
 pub struct Blackhole {
