@@ -112,8 +112,11 @@ impl PgConnection {
     /// # Cancel safety
     ///
     /// Cancel safe: a `BEGIN` dropped before its answer may still run; the connection's
-    /// return then sees the transaction open and rolls it back (with [`Recycle::Observed`],
-    /// [`Recycle::Transaction`], [`Recycle::Always`] and [`Recycle::Query`]).
+    /// return then sees the transaction open and rolls it back (with
+    /// [`Recycle::Observed`](crate::Recycle::Observed),
+    /// [`Recycle::Transaction`](crate::Recycle::Transaction),
+    /// [`Recycle::Always`](crate::Recycle::Always) and
+    /// [`Recycle::Query`](crate::Recycle::Query)).
     pub async fn transaction(&mut self) -> Result<PgTransaction<'_>, tokio_postgres::Error> {
         let Parts {
             client, statements, ..

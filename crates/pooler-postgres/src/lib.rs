@@ -41,7 +41,8 @@ pub use tokio_postgres_rustls;
 
 /// A pool of PostgreSQL connections (through `T`, `NoTls` by default).
 pub type Pool<T = NoTls> = pooler::Pool<PgManager<T>>;
-/// A PostgreSQL connection taken from a [`Pool`]: dereferences to [`Client`].
+/// A PostgreSQL connection taken from a [`Pool`]: dereferences to
+/// [`Client`](tokio_postgres::Client).
 pub type Member<T = NoTls> = pooler::Member<PgManager<T>>;
 
 /// Starts PostgreSQL connections.
