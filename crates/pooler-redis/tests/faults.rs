@@ -1,0 +1,89 @@
+//! A dead link, for real: Redis reached through a network namespace whose link the test takes
+//! down, so packets vanish with no FIN and no RST (`pooler_testkit::blackhole`). With the
+//! defaults, a command on the dead link fails within the bound (`TCP_USER_TIMEOUT`, 30 s), and
+//! an idle member on it is found dead by the keepalives and never handed out after. About
+//! half a minute of real time each: the bound itself.
+#![allow(clippy::disallowed_methods)] // tests spawn their own consumers
+
+mod common;
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use pooler::{Member, Pool, PoolConfig, Shutdown};
+use pooler_redis::RedisManager;
+use pooler_redis::redis;
+use pooler_testkit::blackhole::Blackhole;
+
+/// The bound, with a margin for the kernel's timer granularity.
+const BOUND: Duration = Duration::from_secs(40);
+
+async fn through_a_blackhole() -> Option<(Blackhole, String)> {
+    let url = common::url().await?;
+    let upstream: SocketAddr = pooler_testkit::host_port(&url)
+        .parse()
+        .expect("the server's address is an IP and a port");
+    let hole = Blackhole::new(upstream)?;
+    let via = format!("redis://{}", hole.addr());
+    Some((hole, via))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_command_on_a_dead_link_fails_and_an_idle_member_is_never_handed_out() {
+    let Some((hole, url)) = through_a_blackhole().await else {
+        return;
+    };
+    let config = PoolConfig::new("redis-dead", 2, 2);
+    let pool = Pool::start(config, RedisManager::new(url.as_str()).unwrap())
+        .await
+        .unwrap();
+    let mut busy = pool.take_member(Duration::from_secs(5)).await.unwrap();
+    let idle_id = {
+        let mut idle = pool.take_member(Duration::from_secs(5)).await.unwrap();
+        let _: String = redis::cmd("PING").query_async(&mut *idle).await.unwrap();
+        Member::id(&idle)
+    };
+    let _: String = redis::cmd("PING").query_async(&mut *busy).await.unwrap();
+    hole.set_down(true);
+    let began = Instant::now();
+    let answer = tokio::time::timeout(
+        BOUND + Duration::from_secs(20),
+        redis::cmd("PING").query_async::<String>(&mut *busy),
+    )
+    .await
+    .expect("the command did not hang past the bound");
+    let took = began.elapsed();
+    eprintln!("a command on a dead link failed after {took:?}");
+    assert!(answer.is_err(), "the command failed");
+    assert!(took <= BOUND, "failed after {took:?}, past {BOUND:?}");
+    drop(busy);
+    // The idle member: gone from the pool within the bound, never handed out.
+    loop {
+        if pool.utilization().free_count == 0 {
+            break;
+        }
+        assert!(
+            began.elapsed() < BOUND,
+            "the dead idle member is still free after {BOUND:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    eprintln!(
+        "an idle member on a dead link was found dead after {:?}",
+        began.elapsed()
+    );
+    if let Ok(conn) = pool.take_member(Duration::from_millis(500)).await {
+        assert_ne!(Member::id(&conn), idle_id, "the dead member was handed out");
+        panic!("a member was handed out while the link is down");
+    }
+    hole.set_down(false);
+    let back = Instant::now();
+    let mut conn = pool
+        .take_member(Duration::from_secs(30))
+        .await
+        .expect("a member once the link is back");
+    let _: String = redis::cmd("PING").query_async(&mut *conn).await.unwrap();
+    eprintln!("full again {:?} after the link came back", back.elapsed());
+    drop(conn);
+    pool.close(Shutdown::Immediate).await;
+}
