@@ -61,6 +61,19 @@ pub struct PgManager<T = NoTls> {
     neutral: Arc<[Box<[u8]>]>,
 }
 
+/// Names as the scan compares them: lower case, as bytes.
+fn lower_case<S: AsRef<str>>(names: impl IntoIterator<Item = S>) -> Arc<[Box<[u8]>]> {
+    names
+        .into_iter()
+        .map(|n| {
+            n.as_ref()
+                .to_ascii_lowercase()
+                .into_bytes()
+                .into_boxed_slice()
+        })
+        .collect()
+}
+
 /// How many prepared statements each connection keeps by default.
 pub const STATEMENT_CACHE: usize = 256;
 
@@ -198,15 +211,7 @@ impl<T> PgManager<T> {
         I: IntoIterator<Item = S>,
         S: AsRef<str>,
     {
-        self.custom = names
-            .into_iter()
-            .map(|n| {
-                n.as_ref()
-                    .to_ascii_lowercase()
-                    .into_bytes()
-                    .into_boxed_slice()
-            })
-            .collect();
+        self.custom = lower_case(names);
         self
     }
 
@@ -224,15 +229,7 @@ impl<T> PgManager<T> {
         I: IntoIterator<Item = S>,
         S: AsRef<str>,
     {
-        self.neutral = names
-            .into_iter()
-            .map(|n| {
-                n.as_ref()
-                    .to_ascii_lowercase()
-                    .into_bytes()
-                    .into_boxed_slice()
-            })
-            .collect();
+        self.neutral = lower_case(names);
         self
     }
 

@@ -8,7 +8,6 @@
 
 mod common;
 
-use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use pooler::{Member, Pool, PoolConfig, Shutdown, TakeError};
@@ -21,10 +20,7 @@ const BOUND: Duration = Duration::from_secs(40);
 
 async fn through_a_blackhole() -> Option<(Blackhole, String)> {
     let url = common::url().await?;
-    let upstream: SocketAddr = pooler_testkit::host_port(&url)
-        .parse()
-        .expect("the server's address is an IP and a port");
-    let hole = Blackhole::new(upstream)?;
+    let hole = Blackhole::in_front_of(&url)?;
     let via = format!(
         "postgres://postgres@{}/test?sslmode=disable&connect_timeout=3",
         hole.addr()

@@ -148,13 +148,6 @@ async fn fingerprint(conn: &PgConnection) -> Vec<Option<String>> {
         .collect()
 }
 
-fn cases() -> u32 {
-    std::env::var("POOLER_FUZZ_CASES")
-        .ok()
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(64)
-}
-
 #[test]
 fn the_next_user_always_sees_a_session_like_a_new_one() {
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -190,7 +183,7 @@ fn the_next_user_always_sees_a_session_like_a_new_one() {
         (pool, fresh)
     });
     let mut runner = proptest::test_runner::TestRunner::new(ProptestConfig {
-        cases: cases(),
+        cases: pooler_testkit::fuzz_cases(),
         failure_persistence: Some(Box::new(
             proptest::test_runner::FileFailurePersistence::WithSource("proptest-regressions"),
         )),

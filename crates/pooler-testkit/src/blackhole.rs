@@ -132,6 +132,20 @@ impl Blackhole {
         panic!("the forwarders through {ns} did not come up");
     }
 
+    /// A namespace in front of the server of `url` (its host an IP address): as
+    /// [`new`](Blackhole::new).
+    ///
+    /// # Panics
+    ///
+    /// When the URL's host is not an IP address and a port, or as `new`.
+    #[must_use]
+    pub fn in_front_of(url: &str) -> Option<Blackhole> {
+        let upstream: SocketAddr = crate::host_port(url)
+            .parse()
+            .expect("the server's address is an IP and a port");
+        Blackhole::new(upstream)
+    }
+
     /// Where the server is reached through the namespace.
     #[must_use]
     pub fn addr(&self) -> SocketAddr {

@@ -48,6 +48,16 @@ pub async fn service(
     None
 }
 
+/// How many sequences a hand-over fuzzer runs: `POOLER_FUZZ_CASES`, 64 by default (CI's size;
+/// a long run sets 10 000).
+#[must_use]
+pub fn fuzz_cases() -> u32 {
+    std::env::var("POOLER_FUZZ_CASES")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(64)
+}
+
 /// Waits in real time, bounded by 15 s, until `done` holds; panics naming `what` otherwise.
 ///
 /// # Cancel safety
