@@ -224,10 +224,10 @@ impl redis::aio::ConnectionLike for RedisConnection {
     ) -> redis::RedisFuture<'a, redis::Value> {
         let RedisConnection { conn, track, .. } = self;
         Box::pin(async move {
-            track.issue(cmd);
+            let issued = track.issue(cmd);
             // The inherent method: one boxed future per command (this one), not two.
             let answer = conn.send_packed_command(cmd).await;
-            track.answered(cmd, answer.is_ok());
+            track.answered(issued, answer.is_ok());
             answer
         })
     }
@@ -240,13 +240,11 @@ impl redis::aio::ConnectionLike for RedisConnection {
     ) -> redis::RedisFuture<'a, Vec<redis::Value>> {
         let RedisConnection { conn, track, .. } = self;
         Box::pin(async move {
-            for cmd in pipeline.cmd_iter() {
-                track.issue(cmd);
-            }
+            let issued: Vec<_> = pipeline.cmd_iter().map(|cmd| track.issue(cmd)).collect();
             let answers = conn.send_packed_commands(pipeline, offset, count).await;
             let read = answers.is_ok();
-            for cmd in pipeline.cmd_iter() {
-                track.answered(cmd, read);
+            for issued in issued {
+                track.answered(issued, read);
             }
             answers
         })

@@ -86,30 +86,42 @@ impl Track {
         self.db != self.base_db || self.db_pending
     }
 
-    /// Notes a command on its way: what it may leave counts from now. `true` if it may block
-    /// on the server.
-    pub(crate) fn issue(&mut self, cmd: &redis::Cmd) -> bool {
+    /// Notes a command on its way: what it may leave counts from now. What it cleans, and
+    /// whether it may block, is handed back, for [`Track::answered`].
+    pub(crate) fn issue(&mut self, cmd: &redis::Cmd) -> Issued {
+        self.outstanding += 1;
+        let mut issued = Issued {
+            blocking: false,
+            cleans: Cleans::Nothing,
+        };
         let Some((name, mut args)) = words(cmd) else {
-            self.outstanding += 1;
-            return false;
+            return issued;
         };
         let is = |word: &str| name.eq_ignore_ascii_case(word.as_bytes());
-        let mut blocking = false;
         if is("MULTI") {
             self.multi = true;
+        } else if is("EXEC") || is("DISCARD") {
+            issued.cleans = Cleans::Transaction;
         } else if is("WATCH") {
             self.watching = true;
+        } else if is("UNWATCH") {
+            issued.cleans = Cleans::Watch;
         } else if is("SELECT") {
             self.db_pending = true;
+            issued.cleans = Cleans::Select(
+                args.next()
+                    .and_then(|db| std::str::from_utf8(db).ok()?.parse().ok()),
+            );
         } else if is("CLIENT") {
             let sub = args.next().unwrap_or_default();
             let sub_is = |word: &str| sub.eq_ignore_ascii_case(word.as_bytes());
             if sub_is("SETNAME") {
                 self.renamed = true;
-            } else if sub_is("REPLY")
-                || sub_is("TRACKING")
-                || sub_is("NO-EVICT")
-                || sub_is("NO-TOUCH")
+            } else if [
+                "REPLY", "TRACKING", "CACHING", "NO-EVICT", "NO-TOUCH", "SETINFO",
+            ]
+            .iter()
+            .any(|w| sub_is(w))
             {
                 self.lasting = true;
             }
@@ -121,60 +133,72 @@ impl Track {
             "HELLO",
             "AUTH",
             "RESET",
+            "READONLY",
+            "READWRITE",
         ]
         .iter()
         .any(|w| is(w))
         {
             self.lasting = true;
         } else if blocks(cmd) {
-            blocking = true;
+            issued.blocking = true;
             self.blocking += 1;
         }
-        self.outstanding += 1;
         debug_assert!(self.blocking <= self.outstanding, "invariant 1");
-        blocking
+        issued
     }
 
-    /// The answer to `cmd` (issued with [`Track::issue`]) came back: `read` if it was read
-    /// (an answer, or the server's error), not if the request failed on its way. What it
-    /// cleans counts only then.
-    pub(crate) fn answered(&mut self, cmd: &redis::Cmd, read: bool) {
+    /// The answer to a command [`Track::issue`] saw came back: `read` if it was read (an
+    /// answer, or the server's error), not if the request failed on its way. What it cleans
+    /// counts only then.
+    pub(crate) fn answered(&mut self, issued: Issued, read: bool) {
         self.outstanding -= 1;
-        if blocks(cmd) {
+        if issued.blocking {
             self.blocking -= 1;
         }
         debug_assert!(self.blocking <= self.outstanding, "invariant 1");
         if !read {
             return;
         }
-        let Some((name, mut args)) = words(cmd) else {
-            return;
-        };
-        let is = |word: &str| name.eq_ignore_ascii_case(word.as_bytes());
-        if is("EXEC") || is("DISCARD") {
-            self.multi = false;
-            self.watching = false;
-        } else if is("UNWATCH") {
-            self.watching = false;
-        } else if is("SELECT") {
-            match args
-                .next()
-                .and_then(|db| std::str::from_utf8(db).ok()?.parse().ok())
-            {
-                // Inside a `MULTI` the answer is `QUEUED`: the database changes only if the
-                // transaction is executed, so it is not known (the restore selects the
-                // starting one).
-                Some(_) if self.multi => self.db_pending = true,
-                // Commands go out in the order they are issued, and one issued later whose
-                // answer was not read sets `db_pending` again when issued.
-                Some(db) => {
-                    self.db = db;
-                    self.db_pending = false;
-                }
-                None => self.lasting = true,
+        match issued.cleans {
+            Cleans::Nothing => {}
+            Cleans::Transaction => {
+                self.multi = false;
+                self.watching = false;
             }
+            Cleans::Watch => self.watching = false,
+            // Inside a `MULTI` the answer is `QUEUED`: the database changes only if the
+            // transaction is executed, so it is not known (the restore selects the starting
+            // one).
+            Cleans::Select(Some(_)) if self.multi => self.db_pending = true,
+            // Commands go out in the order they are issued, and one issued later whose
+            // answer was not read set `db_pending` again when it was issued.
+            Cleans::Select(Some(db)) => {
+                self.db = db;
+                self.db_pending = false;
+            }
+            Cleans::Select(None) => self.lasting = true,
         }
     }
+}
+
+/// What [`Track::issue`] decided of a command, carried to its answer.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Issued {
+    blocking: bool,
+    cleans: Cleans,
+}
+
+/// What a command cleans once its answer is read.
+#[derive(Debug, Clone, Copy)]
+enum Cleans {
+    Nothing,
+    /// `EXEC` or `DISCARD`: the transaction and the watched keys.
+    Transaction,
+    /// `UNWATCH`.
+    Watch,
+    /// `SELECT n` (`None`: a database that is no number).
+    Select(Option<i64>),
 }
 
 #[cfg(test)]
@@ -201,8 +225,8 @@ mod tests {
         ] {
             let mut t = Track::default();
             let (leave, clean) = (cmd(leave), cmd(clean));
-            t.issue(&leave);
-            t.answered(&leave, true);
+            let i = t.issue(&leave);
+            t.answered(i, true);
             assert!(!t.clean(), "{dirty}: left");
             // Issued, never sent (dropped): nothing cleaned, and the answer never comes.
             t.issue(&clean);
@@ -212,14 +236,14 @@ mod tests {
             );
             // Issued again and answered: clean.
             t.outstanding = 0;
-            t.issue(&clean);
-            t.answered(&clean, true);
+            let i = t.issue(&clean);
+            t.answered(i, true);
             assert!(t.clean(), "{dirty}: cleaned once answered: {t:?}");
             // A request that failed on its way cleans nothing either.
-            t.issue(&leave);
-            t.answered(&leave, true);
-            t.issue(&clean);
-            t.answered(&clean, false);
+            let i = t.issue(&leave);
+            t.answered(i, true);
+            let i = t.issue(&clean);
+            t.answered(i, false);
             assert!(!t.clean(), "{dirty}: a failed clean");
         }
         // A SELECT issued and not answered leaves the database unknown.
@@ -235,9 +259,8 @@ mod tests {
     fn a_select_queued_in_a_transaction_leaves_the_database_unknown() {
         let mut t = Track::default();
         for words in [&["SELECT", "3"][..], &["MULTI"][..], &["SELECT", "0"][..]] {
-            let c = cmd(words);
-            t.issue(&c);
-            t.answered(&c, true);
+            let i = t.issue(&cmd(words));
+            t.answered(i, true);
         }
         assert!(
             t.db_moved(),
