@@ -138,7 +138,7 @@ impl Manager for MysqlManager {
         let mut conn = Conn::new(self.opts.clone()).await?;
         if self.recycle == Recycle::Reset && self.restore.get().is_none() {
             // Two first connections may both learn it: the same statement, set once.
-            let learned = reset::learn(&mut conn, &self.opts).await;
+            let learned = reset::learn(&mut conn, &self.opts).await?;
             let _ = self.restore.set(learned);
         }
         Ok(conn)

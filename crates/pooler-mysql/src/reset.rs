@@ -22,14 +22,21 @@ use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, Opts};
 
 /// The statement that follows the reset (empty: none), learned from a new connection.
-pub(crate) async fn learn(conn: &mut Conn, opts: &Opts) -> String {
+///
+/// # Errors
+///
+/// What the server answers, unless it is that `CURRENT_ROLE()` does not exist (a server
+/// without roles): a failure to learn fails the start rather than leave the role unrestored.
+pub(crate) async fn learn(conn: &mut Conn, opts: &Opts) -> Result<String, mysql_async::Error> {
+    /// `ER_SP_DOES_NOT_EXIST`: the function does not exist.
+    const NO_SUCH_FUNCTION: u16 = 1305;
     let mut sql = String::new();
     if let Some(db) = opts.db_name() {
         sql.push_str("USE `");
         sql.push_str(&db.replace('`', "``"));
         sql.push_str("`; ");
     }
-    let version: Option<String> = conn.query_first("SELECT VERSION()").await.ok().flatten();
+    let version: Option<String> = conn.query_first("SELECT VERSION()").await?;
     let maria = version.is_some_and(|v| v.contains("MariaDB"));
     // `CURRENT_ROLE()` exists where roles do (MariaDB 10.0.5, MySQL 8.0).
     let role: Result<Option<Option<String>>, _> = conn.query_first("SELECT CURRENT_ROLE()").await;
@@ -43,9 +50,10 @@ pub(crate) async fn learn(conn: &mut Conn, opts: &Opts) -> String {
             _ => sql.push_str("SET ROLE NONE; "),
         },
         Ok(_) => sql.push_str("SET ROLE DEFAULT; "),
-        Err(_) => {}
+        Err(mysql_async::Error::Server(e)) if e.code == NO_SUCH_FUNCTION => {}
+        Err(e) => return Err(e),
     }
-    sql
+    Ok(sql)
 }
 
 /// Whether `conn` still logs in as `opts` say (user, password, database): one a user has
