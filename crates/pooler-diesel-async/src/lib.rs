@@ -15,10 +15,9 @@ use std::sync::atomic::{AtomicI32, Ordering};
 use diesel::ConnectionResult;
 use diesel::IntoSql;
 use diesel::dsl::{AsExprOf, select};
-use diesel::query_builder::SqlQuery;
 use diesel::sql_types::Integer;
 use diesel_async::RunQueryDsl;
-use diesel_async::methods::{ExecuteDsl, LoadQuery};
+use diesel_async::methods::LoadQuery;
 use diesel_async::pooled_connection::PoolableConnection;
 use pooler::{Hooks, Manager, MemberContext};
 
@@ -234,7 +233,6 @@ impl<C> Manager for DieselManager<C>
 where
     C: PooledConnection,
     for<'a> select<AsExprOf<i32, Integer>>: LoadQuery<'a, C, i32>,
-    SqlQuery: ExecuteDsl<C>,
 {
     type Member = C;
     type Error = DieselError;

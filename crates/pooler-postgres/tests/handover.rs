@@ -615,13 +615,11 @@ async fn a_copy_out_dropped_midway_is_replaced_at_once() {
             assert!(!chunk.is_empty());
         }
         drop(conn);
-        let begun = std::time::Instant::now();
         let next = pool
             .take_member(Duration::from_secs(3))
             .await
             .unwrap_or_else(|e| panic!("{recycle:?}: the next taker waited: {e}"));
         assert_ne!(Member::id(&next), first, "{recycle:?}: replaced");
-        assert!(begun.elapsed() < Duration::from_secs(3));
         assert_eq!(next.simple_query("SELECT 1").await.unwrap().len(), 3);
         drop(next);
         pool.close(Shutdown::Immediate).await;

@@ -163,10 +163,6 @@ impl Blackhole {
             ip(&["link", "set", &self.host_end, state]),
             "ip link set {state}"
         );
-        if !down {
-            // The host end's address and route come back with the link.
-            let _ = ip(&["link", "set", &self.host_end, "up"]);
-        }
     }
 }
 
