@@ -22,11 +22,11 @@
 //!    taken without the gate never take from it.
 //! 2. Nobody waits while there is room: `waiters` is empty or `admitted >= limit`.
 //! 3. `queued_since` is `Some` exactly while `waiters` is not empty.
-//! 4. A closed gate has no waiter and lets none join: a close serves every waiter `Closed`.
-//! 5. A take joins the queue only while the takes waiting here and in the pool's own queue
-//!    are fewer than `queue_max`; it decides under the pool's hot lock (the lock order is
-//!    cold, hot, gate: docs/design.md, "Admission"), so no take joins the pool's queue
-//!    meanwhile.
+//! 4. A take joins the queue only while the pool is open and the takes waiting here and in
+//!    the pool's own queue are fewer than `queue_max`; it decides under the pool's hot lock
+//!    (the lock order is cold, hot, gate: docs/design.md, "Admission"), so neither can change
+//!    meanwhile. A close closes the hot core first, then serves every waiter here `Closed`:
+//!    no waiter is left, and none joins after.
 
 use std::future::poll_fn;
 use std::task::{Poll, Waker};
@@ -126,8 +126,8 @@ pub(crate) enum Admit {
 pub(crate) enum Join {
     /// Let through at once.
     Admitted,
-    /// It waits at this place.
-    Waiting(WaitKey),
+    /// It waits at this place, with the gate's `queue_target` then.
+    Waiting(WaitKey, Option<Duration>),
     /// `queue_max` takes (this many) already wait, here and in the pool's queue; 0: the
     /// pool has no queue.
     Full(usize),
@@ -152,8 +152,6 @@ struct State {
     queued_since: Option<Instant>,
     /// `queue_target`: past it, newest first; at twice it, a waiter is stale.
     target: Option<Duration>,
-    /// The pool has closed (invariant 4).
-    closed: bool,
 }
 
 impl State {
@@ -202,7 +200,6 @@ impl Admission {
                 waiters: Waiters::default(),
                 queued_since: None,
                 target: None,
-                closed: false,
             }),
         };
         gate.set(mode, max, target);
@@ -258,17 +255,17 @@ impl Admission {
             !s.waiters.is_empty(),
             "invariant 3"
         );
-        debug_assert!(!s.closed || s.waiters.is_empty(), "invariant 4");
     }
 
     /// A take over the limit comes to the gate, while `pool_queued` takes wait in the pool's
     /// own queue and its `queue_max` is `queue_max`: the caller holds the pool's hot lock, so
-    /// neither count can grow meanwhile (invariant 5). `closed`: the pool is closed.
+    /// neither count can grow meanwhile, nor the pool close (invariant 4). `closed`: the pool
+    /// is closed.
     pub(crate) fn join(&self, pool_queued: usize, queue_max: usize, closed: bool) -> Join {
-        let mut s = lock(&self.state);
-        if closed || s.closed {
+        if closed {
             return Join::Closed;
         }
+        let mut s = lock(&self.state);
         if s.limiter.is_none() || (s.admitted < s.limit && s.waiters.is_empty()) {
             s.admitted += 1;
             return Join::Admitted;
@@ -281,15 +278,14 @@ impl Admission {
         }
         let key = s.waiters.push();
         Self::check(&s);
-        Join::Waiting(key)
+        Join::Waiting(key, s.target)
     }
 
-    /// Closes the gate: every waiter is served `Closed`, and no take joins from now on.
+    /// The pool has closed (its hot core first): every waiter is served `Closed`.
     pub(crate) fn close(&self) {
         let mut wakers = Vec::new();
         {
             let mut s = lock(&self.state);
-            s.closed = true;
             while !s.waiters.is_empty() {
                 if let Ok(Some(waker)) = s.waiters.serve_oldest(Err(())) {
                     wakers.push(waker);
@@ -301,11 +297,6 @@ impl Admission {
         wakers.into_iter().for_each(Waker::wake);
     }
 
-    /// Whether the gate has been closed.
-    pub(crate) fn is_closed(&self) -> bool {
-        lock(&self.state).closed
-    }
-
     /// Waits for admission until `deadline` (none: no deadline); `begun` is when the take
     /// began. With a `queue_target`, a wait of twice the target ends as [`Admit::Stale`].
     /// For the gate's own tests: a pool with no queue of its own and no `queue_max`.
@@ -313,24 +304,25 @@ impl Admission {
     async fn admit(&self, begun: Instant, deadline: Option<Instant>) -> Admit {
         match self.join(0, usize::MAX, false) {
             Join::Admitted => Admit::Admitted,
-            Join::Waiting(key) => self.wait(key, begun, deadline).await,
+            Join::Waiting(key, target) => self.wait(key, target, begun, deadline).await,
             Join::Closed => Admit::Closed,
             Join::Full(_) => unreachable!("no queue_max"),
         }
     }
 
-    /// Waits at `key` (from [`Admission::join`]) until let through, `deadline` (none: no
-    /// deadline), or the stale mark; `begun` is when the take began.
+    /// Waits at `key` (from [`Admission::join`], with the `target` it gave) until let
+    /// through, `deadline` (none: no deadline), or the stale mark; `begun` is when the take
+    /// began.
     ///
     /// Cancel safe: dropped while waiting, the take leaves the queue; dropped after it was
     /// let through but before it saw so, its admission is handed on.
     pub(crate) async fn wait(
         &self,
         key: WaitKey,
+        target: Option<Duration>,
         begun: Instant,
         deadline: Option<Instant>,
     ) -> Admit {
-        let target = lock(&self.state).target;
         let mut place = Place {
             gate: self,
             key: Some(key),
@@ -376,9 +368,6 @@ impl Admission {
     /// off).
     pub(crate) fn try_admit(&self) -> bool {
         let mut s = lock(&self.state);
-        if s.closed {
-            return false;
-        }
         if s.limiter.is_none() || (s.admitted < s.limit && s.waiters.is_empty()) {
             s.admitted += 1;
             return true;

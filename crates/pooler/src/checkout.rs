@@ -39,9 +39,11 @@ pub(crate) enum Deadline {
 impl Deadline {
     fn at(self, now: Instant) -> Instant {
         match self {
-            Deadline::In(d) => now + d,
+            // Past the longest key, a deadline is never reached: no deadline (and no
+            // `Instant` overflow).
+            Deadline::In(d) if d <= crate::time::MAX_TIME => now + d,
             Deadline::At(at) => at,
-            Deadline::Never => now + crate::time::MAX_TIME,
+            Deadline::In(_) | Deadline::Never => now + crate::time::MAX_TIME,
         }
     }
 }

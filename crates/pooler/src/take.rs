@@ -45,9 +45,8 @@ pub(crate) struct Take<'a, M: Manager> {
 }
 
 impl<'a, M: Manager> Take<'a, M> {
-    /// A timeout longer than any key accepts ([`MAX_TIME`], a year) is a wait without a
-    /// deadline: a deadline that far could overflow `Instant`, and is never reached
-    /// (docs/design.md, "Taking").
+    /// Any timeout: one longer than any key accepts is bounded where a deadline is first
+    /// computed, off the path that finds a member at once ([`bounded`]).
     pub(crate) fn new(
         shared: &'a Arc<Shared<M>>,
         caller: Caller,
@@ -56,7 +55,7 @@ impl<'a, M: Manager> Take<'a, M> {
         Take {
             shared,
             caller,
-            timeout: timeout.filter(|t| *t <= MAX_TIME),
+            timeout,
             waits: None,
         }
     }
@@ -100,6 +99,13 @@ impl<M: Manager> Future for Take<'_, M> {
             None => unreachable!("set above"),
         }
     }
+}
+
+/// A timeout longer than any key accepts ([`MAX_TIME`], a year) is a wait without a
+/// deadline: a deadline that far could overflow `Instant`, and is never reached
+/// (docs/design.md, "Taking"). Applied where a take first computes a deadline.
+fn bounded(timeout: Option<Duration>) -> Option<Duration> {
+    timeout.filter(|t| *t <= MAX_TIME)
 }
 
 /// Whether a subscriber has ever been set in the process: until one is, a take builds no
@@ -183,7 +189,8 @@ fn at_once_admitted<M: Manager>(
     caller: Caller,
 ) -> Result<Member<M>, TakeError> {
     if !shared.admission.try_admit() {
-        if shared.admission.is_closed() || shared.hot.lock().is_closed() {
+        // The gate closes after the hot core: the hot core says whether the pool is closed.
+        if shared.hot.lock().is_closed() {
             return Err(shared.closed_error());
         }
         return Err(shared.over_limit());
@@ -204,6 +211,7 @@ async fn admitted<M: Manager>(
     caller: Caller,
     timeout: Option<Duration>,
 ) -> Result<Member<M>, TakeError> {
+    let timeout = bounded(timeout);
     let begun = Instant::now();
     let deadline = timeout.map(|t| begun + t);
     if !shared.admission.try_admit() {
@@ -211,7 +219,7 @@ async fn admitted<M: Manager>(
             return Err(shared.shed_error(target, delay));
         }
         // Decided under the hot lock: the queue bound counts the pool's waiters too, and a
-        // close cannot slip between the look and the joining (the gate's invariants 4, 5).
+        // close cannot slip between the look and the joining (the gate's invariant 4).
         let joined = {
             let hot = shared.hot.lock();
             shared
@@ -220,7 +228,7 @@ async fn admitted<M: Manager>(
         };
         let admitted = match joined {
             Join::Admitted => Admit::Admitted,
-            Join::Waiting(key) => shared.admission.wait(key, begun, deadline).await,
+            Join::Waiting(key, target) => shared.admission.wait(key, target, begun, deadline).await,
             Join::Closed => return Err(shared.closed_error()),
             Join::Full(0) => return Err(shared.over_limit()),
             Join::Full(queue_max) => return Err(shared.queue_full(queue_max)),
@@ -354,7 +362,7 @@ async fn within<M: Manager>(
     timeout: Option<Duration>,
     attempt: Attempt<M>,
 ) -> Result<Member<M>, TakeError> {
-    let taken = within_loop(shared, caller, timeout, attempt).await;
+    let taken = within_loop(shared, caller, bounded(timeout), attempt).await;
     let span = Span::current();
     if !span.is_disabled() {
         let (outcome, waited) = match &taken {
