@@ -55,22 +55,15 @@ pub struct PgManager<T = NoTls> {
     recycle: Recycle,
     statement_cache: usize,
     hooks: Hooks<PgConnection>,
-    /// Custom settings every connection defines (`custom_settings`), lower case.
-    custom: Arc<[Box<[u8]>]>,
-    /// Functions the application declared neutral (`neutral_functions`), lower case.
-    neutral: Arc<[Box<[u8]>]>,
+    /// Custom settings and neutral functions (`custom_settings`, `neutral_functions`).
+    declared: Arc<session::Declared>,
 }
 
 /// Names as the scan compares them: lower case, as bytes.
-fn lower_case<S: AsRef<str>>(names: impl IntoIterator<Item = S>) -> Arc<[Box<[u8]>]> {
+fn lower_case<S: AsRef<str>>(names: impl IntoIterator<Item = S>) -> Vec<Vec<u8>> {
     names
         .into_iter()
-        .map(|n| {
-            n.as_ref()
-                .to_ascii_lowercase()
-                .into_bytes()
-                .into_boxed_slice()
-        })
+        .map(|n| n.as_ref().to_ascii_lowercase().into_bytes())
         .collect()
 }
 
@@ -128,8 +121,7 @@ impl PgManager<NoTls> {
             recycle: Recycle::default(),
             statement_cache: STATEMENT_CACHE,
             hooks: Hooks::default(),
-            custom: Arc::from(Vec::new()),
-            neutral: Arc::from(Vec::new()),
+            declared: Arc::default(),
         }
     }
 }
@@ -146,8 +138,7 @@ impl<T> PgManager<T> {
             recycle: self.recycle,
             statement_cache: self.statement_cache,
             hooks: self.hooks,
-            custom: self.custom,
-            neutral: self.neutral,
+            declared: self.declared,
         }
     }
 
@@ -211,7 +202,7 @@ impl<T> PgManager<T> {
         I: IntoIterator<Item = S>,
         S: AsRef<str>,
     {
-        self.custom = lower_case(names);
+        Arc::make_mut(&mut self.declared).custom = lower_case(names);
         self
     }
 
@@ -229,7 +220,7 @@ impl<T> PgManager<T> {
         I: IntoIterator<Item = S>,
         S: AsRef<str>,
     {
-        self.neutral = lower_case(names);
+        Arc::make_mut(&mut self.declared).neutral = lower_case(names);
         self
     }
 
@@ -300,13 +291,11 @@ where
     }
 
     async fn initialize(&self, conn: &mut PgConnection) -> Result<(), PgError> {
-        conn.parts
-            .seen
-            .declare(self.custom.clone(), self.neutral.clone());
-        if !self.custom.is_empty() {
+        conn.parts.seen.declare(self.declared.clone());
+        if !self.declared.custom.is_empty() {
             conn.parts
                 .client
-                .batch_execute(&define(&self.custom))
+                .batch_execute(&define(&self.declared.custom))
                 .await?;
         }
         self.hooks

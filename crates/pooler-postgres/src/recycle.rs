@@ -89,7 +89,7 @@ impl Recycle {
 }
 
 /// The statement that defines the custom settings `names` as `''`.
-pub(crate) fn define(names: &[Box<[u8]>]) -> String {
+pub(crate) fn define(names: &[Vec<u8>]) -> String {
     let mut sql = String::from("SELECT ");
     for (i, name) in names.iter().enumerate() {
         if i > 0 {

@@ -67,6 +67,16 @@ mod words;
 
 use lexer::{Lexer, State};
 
+/// What the application declared to the scan (`PgManager::custom_settings`,
+/// `PgManager::neutral_functions`), lower case. Nothing declared, nothing is excused.
+#[derive(Debug, Default, Clone)]
+pub(crate) struct Declared {
+    /// Custom settings every connection defines, so a reset restores them.
+    pub(crate) custom: Vec<Vec<u8>>,
+    /// Functions that leave no session state.
+    pub(crate) neutral: Vec<Vec<u8>>,
+}
+
 /// The longest text remembered as the last clean one.
 const REMEMBERED: usize = 1024;
 
@@ -101,22 +111,39 @@ impl Scan {
         self.repeat = (!self.last.is_empty()).then_some(0);
     }
 
-    /// What the text scanned since [`begin`](Scan::begin) may have left on the session.
-    pub(crate) fn dirt(&self) -> Dirt {
-        Dirt(self.lex.dirt)
-    }
-
-    /// The functions the text calls that are not known to leave nothing, lower case, each
-    /// by its name without its schema: [`Dirt::ALL`] unless the application declared every
-    /// one neutral.
+    /// The functions the text calls that are not known to leave nothing.
+    #[cfg(test)]
     pub(crate) fn calls(&self) -> &[Vec<u8>] {
         &self.lex.calls
     }
 
-    /// The custom settings (`a.b`) the text sets, lower case, and whether it may set one
-    /// whose name could not be read.
-    pub(crate) fn customs(&self) -> (&[Vec<u8>], bool) {
-        (&self.lex.customs.names, self.lex.customs.unknown)
+    /// What the lexer alone found the text scanned since [`begin`](Scan::begin) leaves
+    /// (without the declared names: [`Scan::verdict`]).
+    #[cfg(test)]
+    pub(crate) fn dirt(&self) -> Dirt {
+        Dirt(self.lex.dirt)
+    }
+
+    /// What the text scanned since [`begin`](Scan::begin) may have left, judged with what
+    /// the application declared: a call of a function it did not declare neutral leaves
+    /// anything a reset restores, a custom setting it did not declare (or one whose name
+    /// could not be read) what no reset restores.
+    pub(crate) fn verdict(&self, declared: &Declared) -> Dirt {
+        let lex = &self.lex;
+        let mut dirt = lex.dirt;
+        if !lex.calls.iter().all(|c| declared.neutral.contains(c)) {
+            dirt |= Dirt::ALL;
+        }
+        if lex.customs.unknown
+            || !lex
+                .customs
+                .names
+                .iter()
+                .all(|n| declared.custom.contains(n))
+        {
+            dirt |= Dirt::CUSTOM;
+        }
+        Dirt(dirt)
     }
 
     /// Scans the next piece of the message's payload.
@@ -179,12 +206,7 @@ pub(crate) fn scan(sql: &str) -> Dirt {
     scan.begin(false, false);
     scan.feed(sql.as_bytes());
     scan.feed(&[0]);
-    let calls = if scan.calls().is_empty() {
-        0
-    } else {
-        Dirt::ALL
-    };
-    Dirt(scan.dirt().0 | calls)
+    scan.verdict(&Declared::default())
 }
 
 #[cfg(test)]
@@ -322,8 +344,11 @@ mod tests {
                     s.feed(piece);
                 }
                 s.feed(&[0]);
-                let calls = if s.calls().is_empty() { 0 } else { Dirt::ALL };
-                assert_eq!(Dirt(s.dirt().0 | calls), whole, "{sql} in pieces of {step}");
+                assert_eq!(
+                    s.verdict(&Declared::default()),
+                    whole,
+                    "{sql} in pieces of {step}"
+                );
             }
         }
     }

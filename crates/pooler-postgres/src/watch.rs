@@ -46,7 +46,7 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio_postgres::tls::{ChannelBinding, TlsStream};
 
 use crate::role::{Heard, Listen};
-use crate::session::{Dirt, Scan};
+use crate::session::{Declared, Dirt, Scan};
 use crate::verdicts::Verdicts;
 
 mod driven;
@@ -129,12 +129,9 @@ pub(crate) struct Seen {
     served_answers: AtomicU64,
     /// What the server said of its role.
     pub(crate) heard: Heard,
-    /// The custom settings the pool defines on every connection (`PgManager::custom_settings`),
-    /// lower case: setting one of them leaves what a reset restores.
-    declared: std::sync::OnceLock<Arc<[Box<[u8]>]>>,
-    /// The functions the application declared neutral (`PgManager::neutral_functions`),
-    /// lower case.
-    neutral: std::sync::OnceLock<Arc<[Box<[u8]>]>>,
+    /// What the application declared to the scan, set once before any user's statement;
+    /// until then nothing is excused.
+    declared: std::sync::OnceLock<Arc<Declared>>,
 }
 
 impl Seen {
@@ -251,35 +248,18 @@ impl Seen {
         }
     }
 
-    /// The custom settings the pool defines on this connection (set once, before any user's
-    /// statement).
-    pub(crate) fn declare(&self, names: Arc<[Box<[u8]>]>, neutral: Arc<[Box<[u8]>]>) {
-        let _ = self.declared.set(names);
-        let _ = self.neutral.set(neutral);
+    /// What the application declared to the scan (set once, before any user's statement).
+    pub(crate) fn declare(&self, declared: Arc<Declared>) {
+        let _ = self.declared.set(declared);
     }
 
-    /// What calling the functions `calls` (none known to leave nothing) leaves: nothing if
-    /// the application declared each neutral, else anything a reset restores.
-    fn calls(&self, calls: &[Vec<u8>]) -> u8 {
-        let neutral = self.neutral.get().map_or(&[][..], |d| &d[..]);
-        if calls.iter().all(|c| neutral.iter().any(|n| **n == **c)) {
-            0
-        } else {
-            Dirt::ALL
-        }
-    }
-
-    /// What setting the custom settings `names` (and, `unknown`, one whose name could not be
-    /// read) leaves: nothing more than a setting if the pool defines each, else what no
-    /// reset restores.
-    fn customs(&self, names: &[Vec<u8>], unknown: bool) -> u8 {
-        let declared = self.declared.get().map_or(&[][..], |d| &d[..]);
-        let known = |n: &Vec<u8>| declared.iter().any(|d| **d == **n);
-        if unknown || !names.iter().all(known) {
-            Dirt::CUSTOM
-        } else {
-            0
-        }
+    /// What the application declared, or nothing yet.
+    fn declared(&self) -> &Declared {
+        static NOTHING: Declared = Declared {
+            custom: Vec::new(),
+            neutral: Vec::new(),
+        };
+        self.declared.get().map_or(&NOTHING, |d| d)
     }
 
     /// Session state the statements written so far may have left.

@@ -75,21 +75,12 @@ impl Visit for Writer<'_> {
                 if kind == b'P' {
                     self.verdicts.feed(payload);
                 }
-                let before = self.scan.dirt();
                 self.scan.feed(payload);
-                let mut after = self.scan.dirt().0;
-                let (names, unknown) = self.scan.customs();
-                if unknown || !names.is_empty() {
-                    after |= self.seen.customs(names, unknown);
-                }
-                let calls = self.scan.calls();
-                if !calls.is_empty() {
-                    after |= self.seen.calls(calls);
-                }
-                if after != before.0 {
-                    self.seen.dirt.fetch_or(after, Ordering::AcqRel);
+                let dirt = self.scan.verdict(self.seen.declared()).0;
+                if dirt != 0 {
+                    self.seen.dirt.fetch_or(dirt, Ordering::AcqRel);
                     if kind == b'P' {
-                        self.verdicts.parsed(after);
+                        self.verdicts.parsed(dirt);
                     }
                 }
             }
@@ -127,7 +118,8 @@ impl Visit for Reader<'_> {
             }
             Header::Typed(b'G') => seen.in_copy.store(true, Ordering::Release),
             // CopyOutResponse: the copy's rows follow until the server's CopyDone.
-            Header::Typed(b'H') => seen.copy_out.store(true, Ordering::Release),
+            // CopyBothResponse (`W`) too: rows may follow the same way.
+            Header::Typed(b'H' | b'W') => seen.copy_out.store(true, Ordering::Release),
             Header::Typed(b'c') => seen.copy_out.store(false, Ordering::Release),
             // A parameter the server reports changed after the startup (the startup's own
             // reports come before its ReadyForQuery).
