@@ -94,7 +94,13 @@ pub(crate) struct Scan {
     repeat: Option<usize>,
     /// `'…'` takes backslash escapes (what `last` was found clean under).
     backslash: bool,
+    /// A Parse's statement name (its first `STATEMENT` bytes), and whether it was longer.
+    statement: Vec<u8>,
+    statement_long: bool,
 }
+
+/// The longest statement name kept (the server keeps 63 bytes of a name).
+const STATEMENT: usize = 64;
 
 impl Scan {
     /// A new message: `parse` for a Parse (statement name, then the query), else a Query;
@@ -108,6 +114,8 @@ impl Scan {
         }
         self.lex = Lexer::new(parse, backslash);
         self.text.clear();
+        self.statement.clear();
+        self.statement_long = false;
         self.repeat = (!self.last.is_empty()).then_some(0);
     }
 
@@ -146,12 +154,26 @@ impl Scan {
         Dirt(dirt)
     }
 
+    /// The name of the statement the Parse being scanned prepares (`""`: the unnamed one);
+    /// `None` if it is longer than any name matched.
+    pub(crate) fn statement(&self) -> Option<&[u8]> {
+        (!self.statement_long).then_some(self.statement.as_slice())
+    }
+
     /// Scans the next piece of the message's payload.
     pub(crate) fn feed(&mut self, mut bytes: &[u8]) {
-        // A Parse's statement name comes first: never compared, never remembered.
+        // A Parse's statement name comes first: kept for its verdict, never compared, never
+        // remembered.
         while self.lex.state == State::Name
             && let Some((&b, rest)) = bytes.split_first()
         {
+            if b != 0 {
+                if self.statement.len() < STATEMENT {
+                    self.statement.push(b);
+                } else {
+                    self.statement_long = true;
+                }
+            }
             self.lex.step(b);
             bytes = rest;
         }
@@ -524,5 +546,27 @@ mod tests {
             assert_eq!(s.calls(), [b"audit".to_vec()]);
             assert!(s.dirt().is_clean(), "the call is the writer's to judge");
         }
+    }
+
+    /// A Parse's statement name is read once, by the scan, for the statement's verdict.
+    #[test]
+    fn a_parse_names_its_statement() {
+        let mut s = Scan::default();
+        for step in [1, 3, 100] {
+            s.begin(true, false);
+            for piece in b"s17\0SET ROLE x\0\0\0".chunks(step) {
+                s.feed(piece);
+            }
+            assert_eq!(s.statement(), Some(&b"s17"[..]));
+            assert!(s.dirt().has(Dirt::SETTING));
+        }
+        s.begin(true, false);
+        let mut long = vec![b'n'; 70];
+        long.extend_from_slice(b"\0SELECT 1\0\0\0");
+        s.feed(&long);
+        assert_eq!(s.statement(), None, "longer than any matched");
+        s.begin(true, false);
+        s.feed(b"\0SELECT 1\0\0\0");
+        assert_eq!(s.statement(), Some(&b""[..]), "the unnamed statement");
     }
 }

@@ -29,8 +29,6 @@ enum Reading {
     /// Nothing to read in this message.
     #[default]
     Nothing,
-    /// A Parse's statement name.
-    ParseName,
     /// A Bind's portal name, then its statement name.
     BindPortal,
     BindName,
@@ -53,7 +51,6 @@ impl Verdicts {
     #[inline]
     pub(crate) fn begin(&mut self, kind: u8) {
         self.reading = match kind {
-            b'P' => Reading::ParseName,
             b'B' if !self.kept.is_empty() => Reading::BindPortal,
             b'C' if !self.kept.is_empty() => Reading::CloseKind,
             _ => return self.reading = Reading::Nothing,
@@ -83,14 +80,13 @@ impl Verdicts {
                         Reading::Nothing
                     };
                 }
-                Reading::ParseName | Reading::BindName | Reading::CloseName if b != 0 => {
+                Reading::BindName | Reading::CloseName if b != 0 => {
                     if self.name.len() < NAME {
                         self.name.push(b);
                     } else {
                         self.long = true;
                     }
                 }
-                Reading::ParseName => self.reading = Reading::Nothing,
                 Reading::BindName => {
                     dirt = self.bound();
                     self.reading = Reading::Nothing;
@@ -107,22 +103,18 @@ impl Verdicts {
         dirt
     }
 
-    /// The Parse being written was found to leave `dirt` (non-zero): kept under its name,
-    /// which is whole by now (the name comes before the text).
-    pub(crate) fn parsed(&mut self, dirt: u8) {
+    /// The Parse of the statement `name` (`None`: a name longer than any matched) was found
+    /// to leave `dirt` (non-zero): kept under its name. The scan reads the name (it comes
+    /// before the text), so it is walked once.
+    pub(crate) fn parsed(&mut self, name: Option<&[u8]>, dirt: u8) {
         debug_assert!(
             dirt != 0,
             "invariant 1: only a verdict that leaves something"
         );
-        if self.long {
-            // Never matched by name: every Bind of a name past the limit takes the union.
-            self.kept.insert(Box::from(&b"\0long"[..]), dirt);
-            return;
-        }
-        *self
-            .kept
-            .entry(Box::from(self.name.as_slice()))
-            .or_default() |= dirt;
+        // Never matched by name, a long one is kept apart: every Bind of a name past the
+        // limit takes the union of all kept.
+        let key = name.unwrap_or(b"\0long");
+        *self.kept.entry(Box::from(key)).or_default() |= dirt;
     }
 
     /// What the statement a Bind names leaves.
@@ -148,16 +140,9 @@ mod tests {
     fn a_bind_of_a_dirty_statement_dirties_again_and_a_close_forgets_it() {
         for step in [1, 2, 100] {
             let mut v = Verdicts::default();
-            // A neutral statement is not kept, and binding it leaves nothing.
-            feed(&mut v, b'P', b"s1\0SELECT 1\0\0\0", step);
-            assert!(v.kept.is_empty());
-            feed(
-                &mut v,
-                b'P',
-                b"s2\0SELECT set_config('a.b', $1, false)\0\0\x01",
-                step,
-            );
-            v.parsed(1);
+            // Nothing kept: a Bind is not even read.
+            assert_eq!(feed(&mut v, b'B', b"\0s2\0\0\0\0\0", step), 0);
+            v.parsed(Some(b"s2"), 1);
             assert_eq!(feed(&mut v, b'B', b"\0s1\0\0\0\0\0", step), 0);
             assert_eq!(feed(&mut v, b'B', b"\0s2\0\0\0\0\0", step), 1);
             assert_eq!(
@@ -177,21 +162,19 @@ mod tests {
     #[test]
     fn the_unnamed_statement_and_a_name_too_long_to_match() {
         let mut v = Verdicts::default();
-        feed(&mut v, b'P', b"\0LISTEN x\0\0\0", 3);
-        v.parsed(4);
+        v.parsed(Some(b""), 4);
         assert_eq!(
             feed(&mut v, b'B', b"\0\0\0\0", 3),
             4,
             "the unnamed statement"
         );
         let long = [b'n'; 80];
-        let mut parse = long.to_vec();
-        parse.extend_from_slice(b"\0SET ROLE r\0\0\0");
-        feed(&mut v, b'P', &parse, 7);
-        v.parsed(1);
+        // Two statements with long names: both kept (a union, not the last one).
+        v.parsed(None, 1);
+        v.parsed(None, 8);
         let mut bind = vec![0];
         bind.extend_from_slice(&long);
         bind.extend_from_slice(b"\0\0\0");
-        assert_eq!(feed(&mut v, b'B', &bind, 5), 1 | 4, "all that is kept");
+        assert_eq!(feed(&mut v, b'B', &bind, 5), 1 | 4 | 8, "all that is kept");
     }
 }

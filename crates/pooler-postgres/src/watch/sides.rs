@@ -41,10 +41,7 @@ impl Visit for Writer<'_> {
                             self.scan.begin(false, seen.heard.backslash_quotes());
                         }
                     }
-                    b'P' => {
-                        self.scan.begin(true, seen.heard.backslash_quotes());
-                        self.verdicts.begin(kind);
-                    }
+                    b'P' => self.scan.begin(true, seen.heard.backslash_quotes()),
                     b'B' | b'C' => self.verdicts.begin(kind),
                     b'E' => *self.syncs = 0,
                     b'S' => {
@@ -72,15 +69,12 @@ impl Visit for Writer<'_> {
     fn body(&mut self, kind: u8, payload: &[u8]) {
         match kind {
             b'Q' | b'P' => {
-                if kind == b'P' {
-                    self.verdicts.feed(payload);
-                }
                 self.scan.feed(payload);
                 let dirt = self.scan.verdict(self.seen.declared()).0;
                 if dirt != 0 {
                     self.seen.dirt.fetch_or(dirt, Ordering::AcqRel);
                     if kind == b'P' {
-                        self.verdicts.parsed(dirt);
+                        self.verdicts.parsed(self.scan.statement(), dirt);
                     }
                 }
             }
