@@ -11,7 +11,6 @@ use std::time::Duration;
 use common::{admin, url};
 use pooler::{Member, Pool, PoolConfig, Shutdown};
 use pooler_postgres::{PgConnection, PgManager, Recycle, TxStatus};
-use tokio_postgres::SimpleQueryMessage;
 
 /// A manager tagged `tag`, cleaning as `recycle` says; the custom setting the tests use for
 /// row-level security, `app.tenant`, is declared (`custom_settings`), as applications that
@@ -222,17 +221,7 @@ const FINGERPRINT: &str = "SELECT current_user, session_user, current_setting('s
     (SELECT count(*) FROM pg_cursors), now() = statement_timestamp()";
 
 async fn fingerprint(conn: &tokio_postgres::Client) -> Vec<Option<String>> {
-    let messages = conn.simple_query(FINGERPRINT).await.expect("fingerprint");
-    let row = messages
-        .iter()
-        .find_map(|m| match m {
-            SimpleQueryMessage::Row(row) => Some(row),
-            _ => None,
-        })
-        .expect("a row");
-    (0..row.len())
-        .map(|i| row.get(i).map(str::to_owned))
-        .collect()
+    common::one_row(conn, FINGERPRINT).await
 }
 
 /// A way of leaving state on a session: SQL run over the simple protocol, or something else.

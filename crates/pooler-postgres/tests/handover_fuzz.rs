@@ -18,7 +18,6 @@ use std::time::Duration;
 use pooler::{Pool, PoolConfig, Shutdown};
 use pooler_postgres::{PgConnection, PgManager};
 use proptest::prelude::*;
-use tokio_postgres::SimpleQueryMessage;
 
 /// How a statement is sent.
 #[derive(Debug, Clone, Copy)]
@@ -135,17 +134,7 @@ const FINGERPRINT: &str = "SELECT current_user, session_user, current_setting('s
     (SELECT count(*) FROM pg_cursors), now() = statement_timestamp()";
 
 async fn fingerprint(conn: &PgConnection) -> Vec<Option<String>> {
-    let messages = conn.simple_query(FINGERPRINT).await.expect("fingerprint");
-    let row = messages
-        .iter()
-        .find_map(|m| match m {
-            SimpleQueryMessage::Row(row) => Some(row),
-            _ => None,
-        })
-        .expect("a row");
-    (0..row.len())
-        .map(|i| row.get(i).map(str::to_owned))
-        .collect()
+    common::one_row(conn, FINGERPRINT).await
 }
 
 #[test]

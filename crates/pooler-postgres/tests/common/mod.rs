@@ -77,3 +77,19 @@ pub(crate) async fn backend_pid(client: &tokio_postgres::Client) -> i32 {
         .unwrap()
         .get(0)
 }
+
+/// The one row `sql` answers over the simple protocol, each column as text (`None`: NULL):
+/// what the hand-over tests compare a session by.
+pub(crate) async fn one_row(conn: &tokio_postgres::Client, sql: &str) -> Vec<Option<String>> {
+    let messages = conn.simple_query(sql).await.expect("the row's query");
+    let row = messages
+        .iter()
+        .find_map(|m| match m {
+            tokio_postgres::SimpleQueryMessage::Row(row) => Some(row),
+            _ => None,
+        })
+        .expect("a row");
+    (0..row.len())
+        .map(|i| row.get(i).map(str::to_owned))
+        .collect()
+}
