@@ -44,11 +44,13 @@ impl Op {
 }
 
 /// The measurements, in report order: (contender, operation).
-pub(crate) const MEASURED: [(&str, Op); 9] = [
+pub(crate) const MEASURED: [(&str, Op); 10] = [
     ("pooler", Op::Take),
     ("pooler", Op::Default),
     ("pooler", Op::Try),
     ("pooler", Op::Fail),
+    // With admission on (vegas): the limit's comparison, and the hold timed for the limiter.
+    ("pooler-admit", Op::Take),
     ("deadpool", Op::Take),
     ("deadpool", Op::Try),
     ("deadpool", Op::Fail),
@@ -73,8 +75,12 @@ pub(crate) async fn count(args: &[String]) {
         .expect("take, try or fail");
     let n: u32 = args.get(2).and_then(|s| s.parse().ok()).expect("a count");
     match (who, op) {
-        ("pooler", _) => {
-            let pool = peers::pooler(8).await;
+        ("pooler" | "pooler-admit", _) => {
+            let pool = if who == "pooler" {
+                peers::pooler(8).await
+            } else {
+                peers::pooler_admitted(8).await
+            };
             let _held: Vec<_> = if op == Op::Fail {
                 (0..8)
                     .map(|_| pool.try_take_member().expect("free"))

@@ -67,6 +67,18 @@ pub(crate) async fn pooler(size: usize) -> pooler::Pool<Noop> {
         .expect("valid config")
 }
 
+/// pooler with adaptive admission on (`vegas`).
+pub(crate) async fn pooler_admitted(size: usize) -> pooler::Pool<Noop> {
+    let config = pooler_config(size)
+        .to_builder()
+        .admission(pooler::AdmissionMode::Vegas)
+        .build()
+        .unwrap();
+    pooler::Pool::start(config, Noop)
+        .await
+        .expect("valid config")
+}
+
 // `take` waits with no deadline, as deadpool's `get` with no timeout configured: no timer is
 // armed for a queued take. (`take_member(timeout)` arms one when it queues.)
 async_contender!(pooler::Pool<Noop>, |p| p.take().await);

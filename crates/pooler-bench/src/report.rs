@@ -155,7 +155,8 @@ pub(crate) fn write(r: &Results, dir: &Path) -> Result<(), Box<dyn std::error::E
              of 8): start-up and pool creation cancel out, and the count does not depend on the \
              machine's load. `take`: an awaited take and its return; `try`: a take that never \
              waits, and its return (deadpool: `timeout_get` with a zero wait); `fail`: a take \
-             that never waits on a pool whose members are all held.\n"
+             that never waits on a pool whose members are all held. `pooler-admit`: with \
+             adaptive admission on (`vegas`).\n"
         )?;
         writeln!(
             md,
@@ -168,7 +169,7 @@ pub(crate) fn write(r: &Results, dir: &Path) -> Result<(), Box<dyn std::error::E
                 .and_then(|i| i.2)
         };
         let ours = get("pooler", Op::Take).map(|p| p.instructions);
-        for who in ["pooler", "deadpool", "bb8", "qp"] {
+        for who in ["pooler", "pooler-admit", "deadpool", "bb8", "qp"] {
             let cell = |op| {
                 get(who, op).map_or_else(|| "—".to_owned(), |v| format!("{:.0}", v.instructions))
             };

@@ -56,8 +56,6 @@ pub(crate) enum Attempt<M: Manager> {
     Check(Member<M>),
     /// A place in the queue; whether this attempt started members (it grew the pool).
     Queued(WaitKey, bool),
-    /// The pool has an admission gate the take must pass first (nothing was taken).
-    Gate,
     Failed(TakeError),
     /// The member found was unusable and is being replaced: attempt again.
     Again,
@@ -68,6 +66,9 @@ enum Decided<T> {
     /// A member came back meanwhile.
     Found(Held<T>, u32),
     Closed,
+    /// The admission limit's members are in use meanwhile: the queue's answer if the take
+    /// may wait (no start would help).
+    OverLimit(Option<Result<WaitKey, Refused>>, usize),
     /// Why no member, and the queue's answer if the take may wait.
     Empty {
         why: Empty,
@@ -86,12 +87,8 @@ impl<M: Manager> Shared<M> {
         self: &Arc<Self>,
         wait: Wait,
         deadline: Deadline,
-        gated: bool,
     ) -> Result<Member<M>, Attempt<M>> {
         let flags = self.features.flags();
-        if gated && flags & Features::ADMIT != 0 {
-            return Err(Attempt::Gate);
-        }
         let zero_wait = wait == Wait::Queue && flags & Features::ZERO_WAITS != 0;
         match self.hot.take(wait, true, zero_wait) {
             Found::Member(held, timed) => match self.fast_member(held, false, timed) {
@@ -124,6 +121,7 @@ impl<M: Manager> Shared<M> {
             Found::Queued(key) => Attempt::Queued(key, false),
             Found::Full => Attempt::Failed(self.at_capacity()),
             Found::QueueFull(queue_max) => Attempt::Failed(self.queue_full(queue_max)),
+            Found::OverLimit => Attempt::Failed(self.over_limit()),
             Found::Closed => Attempt::Failed(self.closed_error()),
             Found::Cold => self.attempt_cold(wait, deadline),
         }
@@ -190,8 +188,11 @@ impl<M: Manager> Shared<M> {
         let exact = timed > 0
             || flags & (Features::LIFETIMES | Features::LEAKS | Features::IDLE | Features::ADMIT)
                 != 0;
-        let now = exact.then(|| self.clock.now());
-        let stamp = now.map_or_else(|| self.clock.coarse(), |n| self.clock.stamp(n));
+        let stamp = if exact {
+            self.clock.read()
+        } else {
+            self.clock.coarse()
+        };
         if held.meta.is_dead()
             || (!vetted && manager::is_broken(&self.manager, &held.value, &self.name))
         {
@@ -236,12 +237,15 @@ impl<M: Manager> Shared<M> {
     #[cold]
     fn attempt_cold(self: &Arc<Self>, wait: Wait, deadline: Deadline) -> Attempt<M> {
         let decided = self.step(|s| {
-            // A member may have come back meanwhile.
-            if let Found::Member(held, timed) = s.hot.take(Wait::No, false, false) {
-                return Decided::Found(held, timed);
-            }
-            if s.hot.is_closed() {
-                return Decided::Closed;
+            // A member may have come back meanwhile, or the limit's members be in use.
+            match s.hot.take(Wait::No, false, false) {
+                Found::Member(held, timed) => return Decided::Found(held, timed),
+                Found::Closed => return Decided::Closed,
+                Found::OverLimit => {
+                    let queued = (wait == Wait::Queue).then(|| s.hot.enqueue());
+                    return Decided::OverLimit(queued, s.hot.queue_max());
+                }
+                _ => {}
             }
             let deadline = match wait {
                 Wait::No => s.now,
@@ -265,6 +269,12 @@ impl<M: Manager> Shared<M> {
         match decided {
             Decided::Found(held, timed) => self.taken(held, wait, false, timed),
             Decided::Closed => Attempt::Failed(self.closed_error()),
+            Decided::OverLimit(queued, queue_max) => match queued {
+                None | Some(Err(Refused::NoQueue)) => Attempt::Failed(self.over_limit()),
+                Some(Ok(key)) => Attempt::Queued(key, false),
+                Some(Err(Refused::QueueFull)) => Attempt::Failed(self.queue_full(queue_max)),
+                Some(Err(Refused::Closed)) => Attempt::Failed(self.closed_error()),
+            },
             Decided::Empty {
                 why,
                 queued,
@@ -311,12 +321,27 @@ impl<M: Manager> Shared<M> {
         returned: Returned,
         timed: u32,
     ) {
-        let now = self.clock.now();
-        let stamp = self.clock.stamp(now);
+        self.give_back_measured(held, fate, origin, returned, timed, self.clock.read(), None);
+    }
+
+    /// [`give_back_slow`](Self::give_back_slow) at `stamp` (an exact read), with the latency
+    /// `measured` for the admission limiter (heard while the member still counts in use).
+    #[allow(clippy::too_many_arguments)]
+    fn give_back_measured(
+        &self,
+        held: Held<M::Member>,
+        fate: Fate,
+        origin: Origin,
+        returned: Returned,
+        timed: u32,
+        stamp: u64,
+        measured: Option<Duration>,
+    ) {
         if timed > 0 && origin == Origin::Taken {
             // A timed hold was stamped exactly when it was taken.
+            let (since, now) = (held.meta.since(), stamp);
             self.metrics
-                .used(self.clock.instant(held.meta.since()), now, timed);
+                .used(self.clock.instant(since), self.clock.instant(now), timed);
         }
         let leaked = if self.features.flags() & Features::LEAKS != 0 && origin == Origin::Taken {
             self.leaks.returned(held.meta.id)
@@ -327,7 +352,7 @@ impl<M: Manager> Shared<M> {
             tracing::warn!(
                 pool = %self.name,
                 member = held.meta.id,
-                held_for = %crate::time::Human(now.saturating_duration_since(taken_at)),
+                held_for = %crate::time::Human(self.clock.instant(stamp).saturating_duration_since(taken_at)),
                 "member reported as a possible leak came back"
             );
         }
@@ -341,24 +366,45 @@ impl<M: Manager> Shared<M> {
             Fate::Ok => None,
         };
         match reason {
-            Some(reason) => self.replace(held, reason, origin != Origin::Checked),
-            None if returned == Returned::Recycle => self.spawn_recycle(held),
+            Some(reason) => {
+                self.hear(measured);
+                self.replace(held, reason, origin != Origin::Checked);
+            }
+            None if returned == Returned::Recycle => {
+                self.hear(measured);
+                self.spawn_recycle(held);
+            }
             None => {
                 held.meta.set_since(stamp);
-                if let Err(held) = self.hot.give(held, stamp) {
+                let (given, judged) = self.hot.give_measured(held, stamp, measured);
+                if let Some(judged) = judged {
+                    self.metrics.limit_judged(judged);
+                }
+                if let Err(held) = given {
                     self.stop_after_close(held);
                 }
             }
         }
     }
 
-    /// A member an admitted take held comes back (docs/design.md, "Admission"): returned as
-    /// any other, then its admission released with the latency its use measured — the
-    /// manager's measure, or the hold (a use that ended in failure measures nothing).
-    /// Released after the member is back, so the take admitted next finds it.
+    /// The admission limiter hears a latency measured by a use.
+    fn hear(&self, measured: Option<Duration>) {
+        let Some(measured) = measured else {
+            return;
+        };
+        let (judged, wakers) = self.hot.lock().measured(measured);
+        wakers.into_iter().for_each(std::task::Waker::wake);
+        if let Some(judged) = judged {
+            self.metrics.limit_judged(judged);
+        }
+    }
+
+    /// A member comes back to a pool with admission on (docs/design.md, "Admission"): the
+    /// limiter hears the latency its use measured — the manager's measure, or the hold (a use
+    /// that ended in failure measures nothing) — while the member still counts in use, then
+    /// it is returned as any other.
     #[cold]
     fn give_back_admitted(&self, held: Held<M::Member>, fate: Fate, timed: u32) {
-        let since = self.clock.instant(held.meta.since());
         let returned = match fate {
             Fate::Ok => manager::returned(&self.manager, &held.value, &self.name, true),
             Fate::Failed | Fate::Crashed => Returned::Fit,
@@ -368,16 +414,13 @@ impl<M: Manager> Shared<M> {
         } else {
             Latency::Unmeasured
         };
-        let now = self.clock.now();
-        self.give_back_slow(held, fate, Origin::Taken, returned, timed);
+        let now = self.clock.read();
         let measured = match latency {
-            Latency::Hold => Some(now.saturating_duration_since(since)),
+            Latency::Hold => Some(Duration::from_nanos(now.saturating_sub(held.meta.since()))),
             Latency::Measured(took) => Some(took),
             Latency::Unmeasured => None,
         };
-        if let Some(judged) = self.admission.release(measured) {
-            self.metrics.limit_judged(judged);
-        }
+        self.give_back_measured(held, fate, Origin::Taken, returned, timed, now, measured);
     }
 
     /// A member in use comes back to a closed pool: it is stopped (or dropped in place once
@@ -413,11 +456,10 @@ impl<M: Manager> Home<M::Member> for Shared<M> {
     #[inline]
     fn give_back(&self, held: Held<M::Member>, fate: Fate, origin: Origin, timed: u32) {
         // The fast path: a member in good order, its hold not timed, no feature that needs a
-        // look at it, not taken through the admission gate (its return ends an admission).
+        // look at it (admission times the hold for its limiter).
         let flags = self.features.flags();
         if fate == Fate::Ok
             && flags & Features::SLOW_RETURN | u64::from(timed) == 0
-            && origin != Origin::Admitted
             && !held.meta.is_dead()
         {
             // The manager's hooks run before any lock; a panic in one means broken.
@@ -437,7 +479,7 @@ impl<M: Manager> Home<M::Member> for Shared<M> {
             }
             return self.give_back_slow(held, fate, origin, returned, timed);
         }
-        if origin == Origin::Admitted {
+        if flags & Features::ADMIT != 0 && origin == Origin::Taken {
             return self.give_back_admitted(held, fate, timed);
         }
         let returned = match fate {
@@ -457,13 +499,12 @@ impl<M: Manager> Home<M::Member> for Shared<M> {
         if flags & Features::LEAKS != 0 && origin.taken() {
             self.leaks.returned(meta.id);
         }
-        if origin == Origin::Admitted {
-            self.admission.release(None);
-        }
         let key = meta.key;
         self.step(|s| {
-            // The member leaves use and its slot ends with no stop to run.
-            s.hot.release(s.stamp());
+            // The member leaves use and its slot ends with no stop to run; its place under
+            // the admission limit goes to a waiter.
+            let stamp = s.stamp();
+            s.effects.wake.extend(s.hot.release(stamp));
             s.cold.engine.begin_stop(key);
             s.cold.engine.stop_done(key);
             if !s.cold.engine.is_closed() {

@@ -36,6 +36,15 @@ impl Clock {
         now
     }
 
+    /// Reads the clock as a stamp (and brings the coarse time forward): [`now`](Self::now)
+    /// without the `Instant`, for the paths that only compare stamps.
+    #[inline]
+    pub(crate) fn read(&self) -> u64 {
+        let stamp = self.stamp(Instant::now());
+        self.coarse.fetch_max(stamp, Relaxed);
+        stamp
+    }
+
     /// The coarse time, as a stamp: no clock read, at most one tick behind.
     #[inline]
     pub(crate) fn coarse(&self) -> u64 {

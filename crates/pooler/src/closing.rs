@@ -22,9 +22,6 @@ impl<M: Manager> Shared<M> {
             }
             s.effects.wake.extend(wakers);
         });
-        // The takes waiting at the admission gate are served the close too (after the step:
-        // lock order cold, hot, gate; no lock held).
-        self.admission.close();
         self.supervisor.closing.cancel();
         loop {
             let notified = self.drained.notified();
@@ -71,7 +68,6 @@ impl<M: Manager> Shared<M> {
             s.effects.wake.extend(wakers);
             s.effects.drained = true;
         });
-        self.admission.close();
         tracing::error!(pool = %self.name, "the runtime the pool was started on has shut down; the pool is closed");
         self.supervisor.closing.cancel();
         self.supervisor.kill.cancel();

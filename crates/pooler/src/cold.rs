@@ -336,7 +336,7 @@ impl<P> Cold<P> {
     }
 
     /// The starts the pool needs now: enough to hold `init_count` members, serve every
-    /// waiter and pay the replacements owed, less those already starting, within `max_count`;
+    /// waiter the admission limit lets hold a member, and pay the replacements owed, less those already starting, within `max_count`;
     /// while backing off, one delayed start at a time (invariant #4).
     pub(crate) fn refill(&mut self, now: Instant, view: View) -> Starts {
         if self.closed {
@@ -346,7 +346,7 @@ impl<P> Cold<P> {
             .limits
             .init_count
             .saturating_sub(view.live())
-            .max(view.queued)
+            .max(view.wanting())
             .max(self.owed)
             .saturating_sub(self.starting)
             .min(self.room(view));

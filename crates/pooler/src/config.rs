@@ -124,9 +124,9 @@ pub struct PoolConfig {
         serde(default = "defaults::queue_interval", with = "crate::time")
     )]
     pub queue_interval: Duration,
-    /// Adaptive admission: `vegas` or `gradient` let at most a limit of takes hold members
+    /// Adaptive admission: `vegas` or `gradient` let at most a limit of members be in use
     /// at once, the limit following the latency of holds between 1 and `max_count`; takes
-    /// over it wait at the pool's gate (docs/design.md, "Admission"). Default: off.
+    /// over it wait in the pool's queue (docs/design.md, "Admission"). Default: off.
     #[cfg_attr(feature = "serde", serde(default))]
     pub admission: AdmissionMode,
     /// After a successful take, if at most this many members are free, start up to

@@ -118,8 +118,8 @@ pub enum TakeError {
         /// The shortest wait in the queue over the interval that judged the pool overloaded.
         delay: Duration,
     },
-    /// The pool is overloaded (`queue_target`) and the take had waited more than twice the
-    /// target when its turn came, or twice it at the admission gate: refused then, its
+    /// The take waited more than twice `queue_target`: refused when its turn came while the
+    /// pool is overloaded, or, with admission on, as soon as it had waited that long — its
     /// caller having likely given up (reason `shed`; docs/design.md, "Shedding").
     Stale {
         /// The pool's name.

@@ -50,6 +50,8 @@ pub(crate) struct Features {
     /// [`Features::GROW`], [`Features::ZERO_WAITS`], [`Features::ADMIT`].
     flags: AtomicU64,
     idle_check: Nanos,
+    /// `queue_target` with admission on: a queued take waits twice it at most.
+    stale_after: Nanos,
     take_timeout: Nanos,
     start_timeout: Nanos,
     shutdown: Nanos,
@@ -71,20 +73,20 @@ impl Features {
     /// Takes served at once are counted as waits of zero (the wait histogram reaches a
     /// recorder and no idle check makes a take wait). Not a feature the fast path minds.
     pub(crate) const ZERO_WAITS: u64 = 32;
-    /// `admission` is on: takes go through the gate, holds are timed exactly, and returns
-    /// release their admission with the hold they measured.
+    /// `admission` is on: holds are timed exactly, and returns give the limiter the latency
+    /// they measured.
     pub(crate) const ADMIT: u64 = 64;
     /// The bits a take's fast path minds.
     pub(crate) const SLOW: u64 =
         Self::LIFETIMES | Self::LEAKS | Self::IDLE | Self::GROW | Self::ADMIT;
-    /// The bits a return's fast path minds (a member taken through the admission gate says
-    /// so itself: `Origin::Admitted`).
-    pub(crate) const SLOW_RETURN: u64 = Self::LIFETIMES | Self::LEAKS;
+    /// The bits a return's fast path minds.
+    pub(crate) const SLOW_RETURN: u64 = Self::LIFETIMES | Self::LEAKS | Self::ADMIT;
 
     pub(crate) fn new(config: &PoolConfig, waits_live: bool) -> Self {
         let f = Features {
             flags: AtomicU64::new(0),
             idle_check: Nanos::new(None),
+            stale_after: Nanos::new(None),
             take_timeout: Nanos::new(None),
             start_timeout: Nanos::new(None),
             shutdown: Nanos::new(None),
@@ -117,6 +119,9 @@ impl Features {
             flags |= Self::ADMIT;
         }
         self.idle_check.set(config.idle_check_threshold);
+        let admits = config.admission != crate::admission::AdmissionMode::Off;
+        self.stale_after
+            .set(config.queue_target.filter(|_| admits));
         self.take_timeout.set(config.take_timeout);
         self.start_timeout.set(Some(config.member_start_timeout));
         self.shutdown.set(Some(config.member_shutdown));
@@ -132,6 +137,12 @@ impl Features {
     #[inline]
     pub(crate) fn idle_check(&self) -> Option<Duration> {
         self.idle_check.get()
+    }
+
+    /// `queue_target` while admission is on: a queued take waits twice it at most.
+    #[inline]
+    pub(crate) fn stale_after(&self) -> Option<Duration> {
+        self.stale_after.get()
     }
 
     /// `take_timeout`.

@@ -9,19 +9,33 @@
 //! asks the cold engine only when a start could follow; when the pool is *saturated* (no room
 //! under `max_count` and starts are not failing) it queues or is refused right here.
 //!
+//! The admission limit (docs/design.md, "Admission") is one more bound here, beside the free
+//! list: with `admission` on, at most `limit` members are in use, and a take over it waits in
+//! this same queue — so a close, `queue_max`, a cancelled wait and a reconfigure treat it as
+//! any waiter. The limiter that moves the limit lives here too, fed the holds that end.
+//!
 //! # Invariants
 //!
-//! 1. A taker waits only while no member is free: a member made available goes to the oldest
-//!    waiter first (FIFO, no barging), so `free` and the queue are never both non-empty.
+//! 1. A taker waits only while no member can be handed to it — none is free, or `limit`
+//!    members are in use: a member made available goes to a waiter first (no barging), so
+//!    `free` and the queue are both non-empty only while `in_use >= limit`.
 //! 2. At most `queue_max` takers wait (a reconfigure that lowers it sheds the oldest first).
 //! 3. A closed core has no free member and no waiter, and refuses both.
 //! 4. `in_use` counts the members taken out of `free` (or handed to a waiter, or claimed for a
 //!    check) and not yet given back or released to be stopped; `peak` is the highest it has
 //!    been since the demand window last looked.
+//! 5. `limit` is the limiter's limit (`1..=max_count`) while there is one, else `usize::MAX`.
+//! 6. The queue is served oldest first, except that with admission on and a `queue_target`,
+//!    once it has stood (never emptied) longer than the target it is served newest first;
+//!    `queued_since` is set exactly while that rule is on and the queue is not empty.
 
 use std::collections::VecDeque;
 use std::task::{Context, Poll, Waker};
+use std::time::Duration;
 
+use tokio::time::Instant;
+
+use crate::admission::{AdmissionMode, AdmissionStatus, LimitMove, Limiter};
 use crate::config::MemberOrder;
 use crate::sync::{Mutex, MutexGuard, lock};
 use crate::waiters::{Look, WaitKey, Waiters};
@@ -46,6 +60,9 @@ pub(crate) enum Found<T> {
     Full,
     /// Nothing free, the pool saturated, and `queue_max` (this many) takers already wait.
     QueueFull(usize),
+    /// The admission limit's members are in use, and the take cannot wait (or may not:
+    /// `queue_max` is 0).
+    OverLimit,
     Closed,
     /// Nothing free, and a start could follow: the cold engine decides.
     Cold,
@@ -61,17 +78,36 @@ pub(crate) enum Refused {
 }
 
 /// The counts the cold engine needs to decide.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct View {
     pub(crate) in_use: usize,
     pub(crate) free: usize,
     pub(crate) queued: usize,
+    /// The admission limit (`usize::MAX`: none).
+    pub(crate) limit: usize,
+}
+
+impl Default for View {
+    fn default() -> Self {
+        View {
+            in_use: 0,
+            free: 0,
+            queued: 0,
+            limit: usize::MAX,
+        }
+    }
 }
 
 impl View {
     /// Members that exist and are not stopping.
     pub(crate) fn live(&self) -> usize {
         self.in_use + self.free
+    }
+
+    /// Waiters a new member could serve now: those the admission limit lets hold one (a
+    /// waiter over the limit waits for a member in use to come back, not for a start).
+    pub(crate) fn wanting(&self) -> usize {
+        self.queued.min(self.limit.saturating_sub(self.in_use))
     }
 }
 
@@ -104,6 +140,14 @@ pub(crate) struct State<T, E> {
     /// No room under `max_count` and starts are not failing: nothing a take could start.
     saturated: bool,
     closed: bool,
+    /// Moves `limit` from the holds that end, while `admission` is on.
+    limiter: Option<Limiter>,
+    /// At most this many members in use (invariant 5).
+    limit: usize,
+    /// With admission on, `queue_target`: past it a standing queue is served newest first.
+    lifo_after: Option<Duration>,
+    /// When the queue last stopped being empty, while `lifo_after` is set (invariant 6).
+    queued_since: Option<Instant>,
 }
 
 /// The hot lock, held.
@@ -128,8 +172,24 @@ impl<T, E> Hot<T, E> {
                 queue_max,
                 saturated: false,
                 closed: false,
+                limiter: None,
+                limit: usize::MAX,
+                lifo_after: None,
+                queued_since: None,
             }),
         }
+    }
+
+    /// With the admission settings of a new pool.
+    pub(crate) fn with_admission(
+        self,
+        mode: AdmissionMode,
+        max: usize,
+        queue_target: Option<Duration>,
+    ) -> Self {
+        let wakers = self.lock().set_admission(mode, max, queue_target);
+        debug_assert!(wakers.is_empty(), "a new pool has no waiter");
+        self
     }
 
     pub(crate) fn lock(&self) -> Locked<'_, T, E> {
@@ -154,6 +214,26 @@ impl<T, E> Hot<T, E> {
         Ok(())
     }
 
+    /// [`give`](Self::give), the admission limiter first hearing the latency the hold
+    /// `measured` (while the member still counts in use), under one lock: what the limiter
+    /// did with the limit, if the hold ended a batch.
+    pub(crate) fn give_measured(
+        &self,
+        member: T,
+        now: u64,
+        measured: Option<Duration>,
+    ) -> (Result<(), T>, Option<LimitMove>) {
+        let mut h = self.lock();
+        let (judged, mut wakers) = match measured {
+            Some(measured) => h.measured(measured),
+            None => (None, Vec::new()),
+        };
+        let given = h.give(member, now).map(|waker| wakers.extend(waker));
+        drop(h);
+        wakers.into_iter().for_each(Waker::wake);
+        (given, judged)
+    }
+
     /// A waiting taker looks at its slot.
     pub(crate) fn poll(&self, key: WaitKey, cx: &mut Context<'_>) -> Poll<Result<T, E>> {
         match lock(&self.state).waiters.look(key, cx.waker()) {
@@ -164,7 +244,12 @@ impl<T, E> Hot<T, E> {
 
     /// A waiting taker gives up: `None` if it was still waiting, or what it had been served.
     pub(crate) fn leave(&self, key: WaitKey) -> Option<Result<T, E>> {
-        lock(&self.state).waiters.leave(key)
+        let mut s = lock(&self.state);
+        let left = s.waiters.leave(key);
+        if s.waiters.is_empty() {
+            s.queued_since = None;
+        }
+        left
     }
 
     /// A waiting taker gives up, its future dropped: a member already handed to it goes on
@@ -179,13 +264,15 @@ impl<T, E> Hot<T, E> {
 }
 
 impl<T, E> Locked<'_, T, E> {
-    /// Invariants #1–#3 in O(1); `debug_assert!`ed after every change.
+    /// Invariants #1–#3, #5 and #6 in O(1); `debug_assert!`ed after every change.
     fn holds(&self) -> bool {
         let s = &*self.0;
-        (s.free.is_empty() || s.waiters.is_empty())
+        (s.free.is_empty() || s.waiters.is_empty() || s.in_use >= s.limit)
             && s.waiters.len() <= s.queue_max
             && (!s.closed || (s.free.is_empty() && s.waiters.is_empty()))
             && s.peak >= s.in_use
+            && s.limiter.as_ref().map_or(usize::MAX, Limiter::limit) == s.limit
+            && s.queued_since.is_some() == (s.lifo_after.is_some() && !s.waiters.is_empty())
     }
 
     pub(crate) fn view(&self) -> View {
@@ -193,9 +280,11 @@ impl<T, E> Locked<'_, T, E> {
             in_use: self.0.in_use,
             free: self.0.free.len(),
             queued: self.0.waiters.len(),
+            limit: self.0.limit,
         }
     }
 
+    #[cfg(pooler_loom)]
     pub(crate) fn is_closed(&self) -> bool {
         self.0.closed
     }
@@ -243,20 +332,26 @@ impl<T, E> Locked<'_, T, E> {
         if self.0.closed {
             return Found::Closed;
         }
-        if let Some(member) = self.pop(zero_wait) {
+        if self.0.in_use < self.0.limit
+            && let Some(member) = self.pop(zero_wait)
+        {
             let timed = self.sample();
             return Found::Member(member, timed);
         }
         let s = &mut *self.0;
-        if !s.saturated {
+        // Over the admission limit a start would not help: the take waits for a member in
+        // use to come back (or is refused).
+        let over = s.in_use >= s.limit;
+        if !s.saturated && !over {
             return Found::Cold;
         }
+        let refused = if over { Found::OverLimit } else { Found::Full };
         match wait {
-            Wait::No => Found::Full,
+            Wait::No => refused,
             Wait::Queue => match self.enqueue() {
                 Ok(key) => Found::Queued(key),
                 Err(Refused::QueueFull) => Found::QueueFull(self.0.queue_max),
-                Err(Refused::NoQueue) => Found::Full,
+                Err(Refused::NoQueue) => refused,
                 Err(Refused::Closed) => Found::Closed,
             },
         }
@@ -285,11 +380,11 @@ impl<T, E> Locked<'_, T, E> {
         self.0.tick += 1;
     }
 
-    /// Joins the queue (the caller found nothing free).
+    /// Joins the queue (the caller found no member it may have).
     pub(crate) fn enqueue(&mut self) -> Result<WaitKey, Refused> {
         debug_assert!(
-            self.0.free.is_empty(),
-            "invariant #1: queueing beside a free member"
+            self.0.free.is_empty() || self.0.in_use >= self.0.limit,
+            "invariant #1: queueing beside a free member under the limit"
         );
         let s = &mut *self.0;
         if s.closed {
@@ -299,63 +394,173 @@ impl<T, E> Locked<'_, T, E> {
         } else if s.waiters.len() >= s.queue_max {
             Err(Refused::QueueFull)
         } else {
+            if s.lifo_after.is_some() && s.waiters.is_empty() {
+                s.queued_since = Some(Instant::now());
+            }
             let key = s.waiters.push();
             debug_assert!(self.holds());
             Ok(key)
         }
     }
 
-    /// A member in use given back in good order: to the oldest waiter, or to the free list.
-    /// Returns the waker to wake once the lock is released, or the member if closed.
+    /// Hands `member` to a waiter — the oldest, or the newest once a standing queue has
+    /// passed `lifo_after` (invariant 6) — and its waker; the member back if none waits.
+    fn serve(&mut self, member: T) -> Result<Option<Waker>, T> {
+        let s = &mut *self.0;
+        let newest = match (s.lifo_after, s.queued_since) {
+            (Some(after), Some(since)) => Instant::now().saturating_duration_since(since) > after,
+            _ => false,
+        };
+        let served = if newest {
+            s.waiters.serve_newest(Ok(member))
+        } else {
+            s.waiters.serve_oldest(Ok(member))
+        };
+        if s.waiters.is_empty() {
+            s.queued_since = None;
+        }
+        match served {
+            Ok(waker) => Ok(waker),
+            Err(Ok(member)) => Err(member),
+            Err(Err(_)) => unreachable!("a member was offered"),
+        }
+    }
+
+    /// A member in use given back in good order: to a waiter while the limit allows, or to
+    /// the free list. Returns the waker to wake once the lock is released, or the member if
+    /// closed.
     #[inline]
     pub(crate) fn give(&mut self, member: T, now: u64) -> Result<Option<Waker>, T> {
         if self.0.closed {
             return Err(member);
         }
-        if self.0.waiters.is_empty() {
-            // The common case, kept apart: no waiter, so no outcome to build.
+        // The common case first: no waiter, so no outcome to build. Over the limit (it was
+        // lowered), the member goes free and its place is not handed on.
+        if self.0.waiters.is_empty() || self.0.in_use > self.0.limit {
             self.note_release(now);
             self.0.free.push_back(member);
             debug_assert!(self.holds());
             return Ok(None);
         }
-        let waker = match self.0.waiters.serve_oldest(Ok(member)) {
+        let waker = match self.serve(member) {
             Ok(waker) => waker,
-            Err(Ok(member)) => {
+            Err(member) => {
                 self.note_release(now);
                 self.0.free.push_back(member);
                 None
             }
-            Err(Err(_)) => unreachable!("a member was offered"),
         };
         debug_assert!(self.holds());
         Ok(waker)
     }
 
-    /// A member that has just started: to the oldest waiter, or to the free list.
+    /// A member that has just started: to a waiter while the limit allows, or to the free
+    /// list.
     pub(crate) fn admit(&mut self, member: T) -> Result<Option<Waker>, T> {
         if self.0.closed {
             return Err(member);
         }
-        let waker = match self.0.waiters.serve_oldest(Ok(member)) {
-            Ok(waker) => {
-                self.note_in_use();
-                waker
+        let waker = if self.0.in_use < self.0.limit {
+            match self.serve(member) {
+                Ok(waker) => {
+                    self.note_in_use();
+                    waker
+                }
+                Err(member) => {
+                    self.0.free.push_back(member);
+                    None
+                }
             }
-            Err(Ok(member)) => {
-                self.0.free.push_back(member);
-                None
-            }
-            Err(Err(_)) => unreachable!("a member was offered"),
+        } else {
+            self.0.free.push_back(member);
+            None
         };
         debug_assert!(self.holds());
         Ok(waker)
     }
 
-    /// A member in use leaves the pool's use to be stopped.
-    pub(crate) fn release(&mut self, now: u64) {
+    /// A member in use leaves the pool's use to be stopped. Its place under the limit goes
+    /// to a waiter if a member is free for it: that waiter's waker.
+    pub(crate) fn release(&mut self, now: u64) -> Option<Waker> {
         self.note_release(now);
+        let mut wakers = Vec::new();
+        self.hand_free(&mut wakers);
         debug_assert!(self.holds());
+        wakers.pop()
+    }
+
+    /// Hands free members to waiters while the limit allows (after it rose, or a member in
+    /// use left); their wakers.
+    fn hand_free(&mut self, wakers: &mut Vec<Waker>) {
+        while self.0.in_use < self.0.limit && !self.0.waiters.is_empty() {
+            let Some(member) = self.pop(false) else {
+                break;
+            };
+            match self.serve(member) {
+                Ok(waker) => wakers.extend(waker),
+                Err(member) => {
+                    // Nobody to serve after all: back where it was, not in use.
+                    self.0.in_use -= 1;
+                    self.0.free.push_back(member);
+                    break;
+                }
+            }
+        }
+    }
+
+    // ---- admission (docs/design.md, "Admission") -----------------------------------------
+
+    /// New admission settings (a pool's start or a reconfigure): the limiter for `mode`
+    /// (kept when the mode stays, its `max` updated), and `queue_target` for serving a
+    /// standing queue newest first. Turned off, or raised, waiters get free members: their
+    /// wakers.
+    pub(crate) fn set_admission(
+        &mut self,
+        mode: AdmissionMode,
+        max: usize,
+        queue_target: Option<Duration>,
+    ) -> Vec<Waker> {
+        let s = &mut *self.0;
+        s.limiter = Limiter::for_mode(mode, max, s.limiter.take());
+        s.limit = s.limiter.as_ref().map_or(usize::MAX, Limiter::limit);
+        s.lifo_after = queue_target.filter(|_| s.limiter.is_some());
+        s.queued_since = match (s.lifo_after, s.waiters.is_empty()) {
+            (Some(_), false) => s.queued_since.or_else(|| Some(Instant::now())),
+            _ => None,
+        };
+        let mut wakers = Vec::new();
+        self.hand_free(&mut wakers);
+        debug_assert!(self.holds());
+        wakers
+    }
+
+    /// A hold of `held` is ending (its member still counted in use): what the limiter did
+    /// with the limit, if the hold ended a batch, and the wakers of waiters it let through.
+    pub(crate) fn measured(&mut self, held: Duration) -> (Option<LimitMove>, Vec<Waker>) {
+        let s = &mut *self.0;
+        let Some(limiter) = s.limiter.as_mut() else {
+            return (None, Vec::new());
+        };
+        // The limit moves only when a batch ends.
+        let judged = limiter.sample(held, s.in_use);
+        let mut wakers = Vec::new();
+        if judged.is_some() {
+            s.limit = limiter.limit();
+            self.hand_free(&mut wakers);
+        }
+        debug_assert!(self.holds());
+        (judged, wakers)
+    }
+
+    /// What the admission limiter says of itself, while admission is on.
+    pub(crate) fn admission(&self) -> Option<AdmissionStatus> {
+        let s = &*self.0;
+        s.limiter.as_ref().map(|l| l.status(s.in_use))
+    }
+
+    /// The admission limit (`usize::MAX`: none).
+    pub(crate) fn limit(&self) -> usize {
+        self.0.limit
     }
 
     /// Takes the first free member that `pick` chooses (oldest idle first) off the free list,
@@ -374,6 +579,7 @@ impl<T, E> Locked<'_, T, E> {
         let member = self.0.free.pop_front();
         self.0.in_use += 1;
         self.0.peak = self.0.peak.max(self.0.in_use);
+        debug_assert!(self.holds());
         member
     }
 
@@ -388,6 +594,7 @@ impl<T, E> Locked<'_, T, E> {
                 wakers.push(waker);
             }
         }
+        self.0.queued_since = None;
         debug_assert!(self.holds());
         (free, wakers)
     }
@@ -404,6 +611,9 @@ impl<T, E> Locked<'_, T, E> {
             if let Ok(Some(waker)) = self.0.waiters.serve_oldest(Err(error())) {
                 wakers.push(waker);
             }
+        }
+        if self.0.waiters.is_empty() {
+            self.0.queued_since = None;
         }
         (shed, wakers)
     }

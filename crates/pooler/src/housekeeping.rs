@@ -226,9 +226,10 @@ impl<M: Manager> Shared<M> {
 
     /// Publishes the gauges and flushes the hot core's counts.
     pub(crate) fn publish(&self) {
-        let (gauges, (takes, zero_waits)) = self.step(|s| (s.gauges(), s.hot.take_counts()));
+        let (gauges, (takes, zero_waits), admission) =
+            self.step(|s| (s.gauges(), s.hot.take_counts(), s.hot.admission()));
         self.metrics.publish(gauges);
-        self.metrics.admission(self.admission.status());
+        self.metrics.admission(admission);
         self.metrics.flush(takes, zero_waits);
     }
 

@@ -117,9 +117,8 @@ pub trait Manager: Send + Sync + 'static {
     }
 
     /// The latency the server showed the member's last user, for the admission limit (the
-    /// `admission` key; docs/design.md, "Admission"). Asked, with no lock held, when a take
-    /// that passed the admission gate gives its member back in good order; never asked when
-    /// admission is off. Default: [`Latency::Hold`], the time from take to return — which
+    /// `admission` key; docs/design.md, "Admission"). Asked, with no lock held, when a member
+    /// comes back in good order while admission is on; never asked when it is off. Default: [`Latency::Hold`], the time from take to return — which
     /// also counts what the user did between statements. A manager that sees its requests
     /// answered (pooler-postgres's stream layer) says how long the server took instead. A
     /// panic in it counts as [`Latency::Unmeasured`].

@@ -29,9 +29,6 @@ pub(crate) enum Origin {
     /// A consumer took it: its return is asked `needs_recycle`, and a removal then is a
     /// `killed_in_use`.
     Taken,
-    /// A consumer took it through the admission gate: as `Taken`, and its return (or
-    /// detach) also ends its admission, whether the gate is still on or not.
-    Admitted,
     /// The pool claimed it free for a health or idle check: a removal is a `killed_free`.
     Checked,
     /// The pool's recycle task holds it after a consumer gave it back: a removal is a
@@ -179,9 +176,9 @@ impl<M: Manager> Member<M> {
 }
 
 impl Origin {
-    /// A consumer holds it (taken through the admission gate or not).
+    /// A consumer holds it.
     pub(crate) fn taken(self) -> bool {
-        matches!(self, Origin::Taken | Origin::Admitted)
+        self == Origin::Taken
     }
 }
 

@@ -402,7 +402,7 @@ impl<M: Manager> Pool<M> {
             stopping_count: g.stopping,
             queued_count: g.queued,
             queue_max: limits.queue_max,
-            admission_limit: self.shared().admission.status().map(|a| a.limit),
+            admission_limit: self.shared().hot.lock().admission().map(|a| a.limit),
         }
     }
 
@@ -430,11 +430,11 @@ impl<M: Manager> Pool<M> {
         }
     }
 
-    /// The admission gate's limit and what moved it, if `admission` is on
-    /// (docs/design.md, "Admission"). Never waits.
+    /// The admission limit and what moved it, if `admission` is on (docs/design.md,
+    /// "Admission"). Never waits.
     #[must_use]
     pub fn admission(&self) -> Option<AdmissionStatus> {
-        self.shared().admission.status()
+        self.shared().hot.lock().admission()
     }
 
     /// Whether the pool can serve a take now or soon: open, and not failing with no member

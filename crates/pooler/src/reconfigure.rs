@@ -2,7 +2,6 @@
 //! whole, then applied at once under the pool's lock, and the actions taken are returned in
 //! pooler's order. A rejected config changes nothing.
 
-use crate::admission::AdmissionMode;
 use crate::cold::Limits;
 use crate::config::{MemberOrder, PoolConfig};
 use crate::error::{ConfigError, TakeError};
@@ -87,18 +86,11 @@ impl<M: Manager> Shared<M> {
             s.hot.set_limits(new.member_order, new.queue_max);
             s.cold.engine.set_limits(Limits::of(&new), s.hot.view());
             s.cold.config = new.clone();
-            // The gate exists before takes are sent to it, and lets its waiters through after
-            // takes stop coming.
-            let gate_on = new.admission != AdmissionMode::Off;
-            if gate_on {
-                self.admission
-                    .set(new.admission, new.max_count, new.queue_target);
-            }
+            let wakers = s
+                .hot
+                .set_admission(new.admission, new.max_count, new.queue_target);
+            s.effects.wake.extend(wakers);
             self.features.set(&new);
-            if !gate_on {
-                self.admission
-                    .set(new.admission, new.max_count, new.queue_target);
-            }
             if new.queue_target != old.queue_target || new.queue_interval != old.queue_interval {
                 self.shedder
                     .set(new.queue_target, new.queue_interval, s.now);

@@ -19,7 +19,6 @@ use std::task::Waker;
 use tokio::sync::{Notify, mpsc, watch};
 use tokio::time::Instant;
 
-use crate::admission::Admission;
 use crate::clock::Clock;
 use crate::cold::{Cold, Limits, Starts};
 use crate::config::PoolConfig;
@@ -50,8 +49,6 @@ pub(crate) struct Shared<M: Manager> {
     pub(crate) leaks: Leaks,
     /// Queue-delay shedding (`queue_target`).
     pub(crate) shedder: Shedder,
-    /// The admission gate (`admission`).
-    pub(crate) admission: Admission,
     pub(crate) supervisor: Supervisor,
     pub(crate) metrics: PoolMetrics,
     /// Woken whenever a closing pool's counts change.
@@ -70,10 +67,13 @@ impl<M: Manager> Shared<M> {
         metrics.limits(config.init_count, config.max_count);
         let features = Features::new(&config, metrics.wait_live());
         let shedder = Shedder::new(config.queue_target, config.queue_interval, Instant::now());
-        let admission = Admission::new(config.admission, config.max_count, config.queue_target);
         Arc::new_cyclic(|this| Shared {
             name: config.name.as_str().into(),
-            hot: Hot::new(config.member_order, config.queue_max, metrics.use_live()),
+            hot: Hot::new(config.member_order, config.queue_max, metrics.use_live()).with_admission(
+                config.admission,
+                config.max_count,
+                config.queue_target,
+            ),
             cold: ColdLock::new(ColdState {
                 engine: Cold::new(Limits::of(&config)),
                 config,
@@ -83,7 +83,6 @@ impl<M: Manager> Shared<M> {
             clock: Clock::new(),
             leaks: Leaks::default(),
             shedder,
-            admission,
             metrics,
             manager,
             supervisor,

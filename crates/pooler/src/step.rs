@@ -186,7 +186,8 @@ impl<M: Manager> Step<'_, M> {
     /// open, replaced (a lifetime's end owes nothing when its successor started ahead).
     pub(crate) fn stop_in_use(&mut self, held: Held<M::Member>, why: Why) {
         let stamp = self.stamp();
-        self.hot.release(stamp);
+        let woken = self.hot.release(stamp);
+        self.effects.wake.extend(woken);
         if self.cold.shut {
             // No stop task may run after the close: the slot ends here.
             self.cold.engine.begin_stop(held.meta.key);

@@ -20,10 +20,8 @@ use tokio::time::Instant;
 use tracing::field::Empty;
 use tracing::{Instrument, Span};
 
-use crate::admission::{Admit, Join};
 use crate::checkout::{Attempt, Deadline};
 use crate::error::TakeError;
-use crate::features::Features;
 use crate::health::Hook;
 use crate::held::Held;
 use crate::hot::{Found, Wait};
@@ -77,16 +75,13 @@ impl<M: Manager> Future for Take<'_, M> {
                 }
             } else {
                 let deadline = this.timeout.map_or(Deadline::Never, Deadline::In);
-                let attempt = match this.shared.first(Wait::Queue, deadline, true) {
+                let attempt = match this.shared.first(Wait::Queue, deadline) {
                     Ok(member) => return Poll::Ready(Ok(member)),
                     Err(Attempt::Failed(e)) => return Poll::Ready(Err(e)),
-                    Err(Attempt::Gate) => {
-                        let gate = admitted(this.shared, this.caller, this.timeout);
-                        this.waits = Some(Box::pin(gate));
-                        return this
-                            .waits
-                            .as_mut()
-                            .map_or(Poll::Pending, |w| w.as_mut().poll(cx));
+                    // Found at once, with a feature's look at it: no waiting future either.
+                    Err(Attempt::Member(member)) => {
+                        this.shared.note_taken(&member, this.caller);
+                        return Poll::Ready(Ok(member));
                     }
                     Err(attempt) => attempt,
                 };
@@ -135,7 +130,7 @@ impl<M: Manager> Take<'_, M> {
         let span = span(self.shared);
         let entered = span.enter();
         let deadline = self.timeout.map_or(Deadline::Never, Deadline::In);
-        let attempt = match self.shared.first(Wait::Queue, deadline, true) {
+        let attempt = match self.shared.first(Wait::Queue, deadline) {
             Ok(member) => {
                 span.record("outcome", "at_once");
                 return Some(Ok(member));
@@ -144,11 +139,10 @@ impl<M: Manager> Take<'_, M> {
                 span.record("outcome", e.reason());
                 return Some(Err(e));
             }
-            Err(Attempt::Gate) => {
-                drop(entered);
-                let gate = admitted(self.shared, self.caller, self.timeout);
-                self.waits = Some(Box::pin(gate.instrument(span)));
-                return None;
+            Err(Attempt::Member(member)) => {
+                span.record("outcome", "at_once");
+                self.shared.note_taken(&member, self.caller);
+                return Some(Ok(member));
             }
             Err(attempt) => attempt,
         };
@@ -165,131 +159,10 @@ pub(crate) fn at_once<M: Manager>(
     shared: &Arc<Shared<M>>,
     caller: Caller,
 ) -> Result<Member<M>, TakeError> {
-    if shared.features.flags() & Features::ADMIT != 0 {
-        return at_once_admitted(shared, caller);
-    }
-    at_once_ungated(shared, caller)
-}
-
-#[inline(always)]
-fn at_once_ungated<M: Manager>(
-    shared: &Arc<Shared<M>>,
-    caller: Caller,
-) -> Result<Member<M>, TakeError> {
     if traced() {
         return at_once_traced(shared, caller);
     }
     at_once_untraced(shared, caller)
-}
-
-/// [`at_once`] through the admission gate: admitted at once, or refused.
-#[cold]
-fn at_once_admitted<M: Manager>(
-    shared: &Arc<Shared<M>>,
-    caller: Caller,
-) -> Result<Member<M>, TakeError> {
-    if !shared.admission.try_admit() {
-        // The gate closes after the hot core: the hot core says whether the pool is closed.
-        if shared.hot.lock().is_closed() {
-            return Err(shared.closed_error());
-        }
-        return Err(shared.over_limit());
-    }
-    let ticket = Ticket::new(shared);
-    let mut taken = at_once_ungated(shared, caller)?;
-    ticket.used(&mut taken);
-    Ok(taken)
-}
-
-/// A take through the admission gate (docs/design.md, "Admission"): it waits at the gate
-/// under its deadline — refused at once instead while the pool sheds or when `queue_max`
-/// takes already wait (here and in the pool's queue), refused once it has waited twice
-/// `queue_target`, and served `Closed` by a close — then takes a member as any other take
-/// with the time left.
-async fn admitted<M: Manager>(
-    shared: &Arc<Shared<M>>,
-    caller: Caller,
-    timeout: Option<Duration>,
-) -> Result<Member<M>, TakeError> {
-    let timeout = bounded(timeout);
-    let begun = Instant::now();
-    let deadline = timeout.map(|t| begun + t);
-    if !shared.admission.try_admit() {
-        if let Some((target, delay)) = shared.shedder.shed(begun) {
-            return Err(shared.shed_error(target, delay));
-        }
-        // Decided under the hot lock: the queue bound counts the pool's waiters too, and a
-        // close cannot slip between the look and the joining (the gate's invariant 4).
-        let joined = {
-            let hot = shared.hot.lock();
-            shared
-                .admission
-                .join(hot.view().queued, hot.queue_max(), hot.is_closed())
-        };
-        let admitted = match joined {
-            Join::Admitted => Admit::Admitted,
-            Join::Waiting(key, target) => shared.admission.wait(key, target, begun, deadline).await,
-            Join::Closed => return Err(shared.closed_error()),
-            Join::Full(0) => return Err(shared.over_limit()),
-            Join::Full(queue_max) => return Err(shared.queue_full(queue_max)),
-        };
-        shared.shedder.waited(begun);
-        // With a `queue_target` the gate itself refuses a take that has waited twice it.
-        match admitted {
-            Admit::Admitted => {}
-            Admit::TimedOut => return Err(shared.timed_out(timeout.unwrap_or_default())),
-            Admit::Stale(target, waited) => {
-                return Err(shared.stale_error(target, waited));
-            }
-            Admit::Closed => return Err(shared.closed_error()),
-        }
-    }
-    let ticket = Ticket::new(shared);
-    let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
-    let mut taken = match left {
-        Some(left) if left.is_zero() => at_once_ungated(shared, caller)?,
-        _ => {
-            // The rest of a take, past the gate.
-            let deadline = left.map_or(Deadline::Never, Deadline::In);
-            match shared.first(Wait::Queue, deadline, false) {
-                Ok(member) => member,
-                Err(Attempt::Failed(e)) => return Err(e),
-                Err(attempt) => within(shared, caller, left, attempt).await?,
-            }
-        }
-    };
-    ticket.used(&mut taken);
-    Ok(taken)
-}
-
-/// An admission not yet handed to a member: released if the take ends without one
-/// (refused, timed out, or dropped).
-struct Ticket<'a, M: Manager> {
-    shared: &'a Shared<M>,
-    armed: bool,
-}
-
-impl<'a, M: Manager> Ticket<'a, M> {
-    fn new(shared: &'a Shared<M>) -> Self {
-        Ticket {
-            shared,
-            armed: true,
-        }
-    }
-
-    /// The take holds `member`: the member's return (or detach) ends the admission.
-    fn used(mut self, member: &mut Member<M>) {
-        member.set_origin(Origin::Admitted);
-        self.armed = false;
-    }
-}
-
-impl<M: Manager> Drop for Ticket<'_, M> {
-    fn drop(&mut self) {
-        if self.armed {
-            self.shared.admission.release(None);
-        }
-    }
 }
 
 /// [`at_once`] in the take's span.
@@ -348,7 +221,6 @@ fn at_once_slow<M: Manager>(
             Attempt::Failed(e) => return Err(e),
             Attempt::Again => shared.again(Wait::No, Deadline::In(Duration::ZERO)),
             Attempt::Queued(..) => unreachable!("a take that never waits never queues"),
-            Attempt::Gate => unreachable!("only a take's first attempt meets the gate"),
         };
     }
 }
@@ -407,7 +279,6 @@ async fn within_loop<M: Manager>(
                 return Ok((member, waited(started)));
             }
             Attempt::Failed(e) => return Err((e, waited(started))),
-            Attempt::Gate => unreachable!("only a take's first attempt meets the gate"),
             Attempt::Again => shared.again(Wait::Queue, deadline(started)),
             Attempt::Check(member) => {
                 let s = *started.get_or_insert_with(|| Member::taken_at(&member));
@@ -450,16 +321,35 @@ async fn within_loop<M: Manager>(
                     key,
                     done: false,
                 };
-                let served = match timeout {
+                // With admission on and a `queue_target`, a take waits twice the target at
+                // most (docs/design.md, "Admission"): past the target the queue is served
+                // newest first, so its turn would not come soon.
+                let stale = shared.features.stale_after().map(|target| {
+                    let waited = target.saturating_mul(2);
+                    (target, waited, s.checked_add(waited))
+                });
+                let ends = [
+                    timeout.and_then(|t| s.checked_add(t)),
+                    stale.and_then(|(.., at)| at),
+                ];
+                let served = match ends.into_iter().flatten().min() {
                     None => (&mut waiting).await,
-                    Some(t) => match tokio::time::timeout_at(s + t, &mut waiting).await {
+                    Some(at) => match tokio::time::timeout_at(at, &mut waiting).await {
                         Ok(served) => served,
                         Err(_) => {
                             waiting.done = true;
                             match shared.hot.leave(key) {
                                 None => {
                                     shared.shedder.waited(s);
-                                    return Err((shared.timed_out(t), waited(started)));
+                                    let e = match (stale, timeout) {
+                                        (Some((target, limit, _)), t)
+                                            if t.is_none_or(|t| limit < t) =>
+                                        {
+                                            shared.stale_error(target, s.elapsed())
+                                        }
+                                        (_, t) => shared.timed_out(t.unwrap_or_default()),
+                                    };
+                                    return Err((e, waited(started)));
                                 }
                                 // Served in the very instant the timer fired: take it.
                                 Some(served) => served,
@@ -473,7 +363,7 @@ async fn within_loop<M: Manager>(
                     Ok(held) => match shared.shedder.stale(now - s, now) {
                         // Its turn came too late: the member goes on to the next waiter,
                         // returned as the pool's own (no user had it: its return is no
-                        // user's, and releases no admission — the take's ticket does).
+                        // user's, and measures nothing).
                         Some((target, waited)) => {
                             if let Attempt::Member(mut m) | Attempt::Check(mut m) =
                                 shared.collected(held)

@@ -120,7 +120,7 @@ async fn a_group_take_with_any_timeout() {
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(64))]
 
-    /// Any timeout, over the whole range, on a pool with and without the gate, with a member
+    /// Any timeout, over the whole range, on a pool with and without admission, with a member
     /// free or none: the take ends or waits, and never panics.
     #[test]
     fn no_timeout_panics(nanos in any::<u64>(), secs in any::<u64>(), gate in any::<bool>()) {

@@ -1,7 +1,7 @@
-//! The admission gate keeps every promise the pool's own queue keeps: a close serves the takes
-//! waiting at it `Closed`, a closed pool answers `Closed` whatever its limit, `queue_max`
-//! counts the takes waiting at the gate with those in the pool's queue, and a take that
-//! gives up at the gate hands its place on.
+//! A take over the admission limit waits in the pool's one queue and keeps every promise of
+//! it: a close serves it `Closed`, a closed pool answers `Closed` whatever its limit,
+//! `queue_max` counts it with the takes waiting for a member, and a take that gives up hands
+//! its place on.
 #![allow(clippy::disallowed_methods)] // tests spawn their own consumers
 
 mod common;
@@ -22,10 +22,10 @@ fn config(mode: AdmissionMode, max: usize, queue_max: usize) -> PoolConfig {
 
 const MODES: [AdmissionMode; 2] = [AdmissionMode::Vegas, AdmissionMode::Gradient];
 
-/// Takes waiting at the gate (the limit is reached) are served `Closed` by either close,
+/// Takes waiting over the limit (the limit is reached) are served `Closed` by either close,
 /// at once: `take_member` with a deadline and `take` without one.
 #[tokio::test(start_paused = true)]
-async fn a_close_serves_the_takes_waiting_at_the_gate() {
+async fn a_close_serves_the_takes_waiting_over_the_limit() {
     for mode in MODES {
         for how in [Shutdown::Graceful, Shutdown::Immediate] {
             let (pool, _) = pool_with(config(mode, 1, 50), Fake::default()).await;
@@ -54,7 +54,7 @@ async fn a_close_serves_the_takes_waiting_at_the_gate() {
     }
 }
 
-/// A closed pool whose gate is at its limit says `Closed`, at once, to every kind of take.
+/// A closed pool at its admission limit says `Closed`, at once, to every kind of take.
 #[tokio::test(start_paused = true)]
 async fn a_closed_pool_at_its_limit_answers_closed() {
     for mode in MODES {
@@ -80,10 +80,10 @@ async fn a_closed_pool_at_its_limit_answers_closed() {
     }
 }
 
-/// `queue_max = 5`, 100 takes over a held member: with or without the gate, 5 wait and 95
+/// `queue_max = 5`, 100 takes over a held member: with or without admission, 5 wait and 95
 /// are refused with `QueueFull` at once.
 #[tokio::test(start_paused = true)]
-async fn queue_max_bounds_the_takes_waiting_at_the_gate() {
+async fn queue_max_bounds_the_takes_waiting_over_the_limit() {
     for mode in [
         AdmissionMode::Off,
         AdmissionMode::Vegas,
@@ -128,10 +128,10 @@ async fn no_queue_refuses_over_the_limit_at_once() {
     assert!(matches!(e, TakeError::OverLimit { .. }), "{e}");
 }
 
-/// A take that gives up at the gate (dropped, or timed out) leaves no place behind: the
+/// A take that gives up in the queue (dropped, or timed out) leaves no place behind: the
 /// next take after it is served by the next return.
 #[tokio::test(start_paused = true)]
-async fn a_take_that_gives_up_at_the_gate_leaves_no_place() {
+async fn a_take_that_gives_up_over_the_limit_leaves_no_place() {
     let (pool, _) = pool_with(config(AdmissionMode::Vegas, 1, 2), Fake::default()).await;
     let held = pool.try_take_member().unwrap();
     let dropped = spawn_take(&pool, Duration::from_secs(10));

@@ -215,8 +215,8 @@ async fn sixty_four_tasks_never_share_a_member_and_nothing_is_lost() {
                 }
                 if rng.random_bool(0.05) {
                     let max_count = rng.random_range(4..=12);
-                    // The admission gate comes and goes, with and without shedding and a
-                    // start rate: no admission may leak however takes end meanwhile.
+                    // Admission comes and goes, with and without shedding and a start rate:
+                    // the count of members in use may not drift however takes end meanwhile.
                     let admission = [
                         pooler::AdmissionMode::Off,
                         pooler::AdmissionMode::Vegas,
@@ -263,8 +263,8 @@ async fn sixty_four_tasks_never_share_a_member_and_nothing_is_lost() {
         assert!(Instant::now() < settle_by, "members stayed in use: {u:?}");
         tokio::time::sleep(ms(1)).await;
     }
-    // The gate counts its admissions whether it is on or off: turned on now (with the same
-    // limits), it shows every one ended.
+    // Admission counts the members in use whenever they were taken: turned on now (with the
+    // same limits), it shows none.
     let gated = pool
         .config()
         .to_builder()
@@ -272,8 +272,8 @@ async fn sixty_four_tasks_never_share_a_member_and_nothing_is_lost() {
         .build()
         .unwrap();
     pool.reconfigure(gated).unwrap();
-    let a = pool.admission().expect("the gate is on");
-    assert_eq!(a.admitted, 0, "an admission leaked: {a:?}");
+    let a = pool.admission().expect("admission is on");
+    assert_eq!(a.admitted, 0, "the count drifted: {a:?}");
     let calm = pool
         .config()
         .to_builder()

@@ -67,7 +67,7 @@ impl<M: Manager> Shared<M> {
 
     /// The error a take that cannot wait gets over the admission limit.
     pub(crate) fn over_limit(&self) -> TakeError {
-        let limit = self.admission.status().map_or(0, |s| s.limit);
+        let limit = self.hot.lock().limit();
         self.counted(TakeError::OverLimit {
             pool: self.name.clone(),
             limit,

@@ -22,6 +22,7 @@ fn view(in_use: usize, free: usize, queued: usize) -> View {
         in_use,
         free,
         queued,
+        limit: usize::MAX,
     }
 }
 

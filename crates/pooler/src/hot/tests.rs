@@ -29,7 +29,8 @@ fn lifo_and_fifo_hand_out_by_order() {
         View {
             in_use: 1,
             free: 2,
-            queued: 0
+            queued: 0,
+            limit: usize::MAX,
         }
     );
 }
@@ -79,7 +80,8 @@ fn a_return_goes_to_the_oldest_waiter_and_wakes_it() {
         View {
             in_use: 1,
             free: 0,
-            queued: 0
+            queued: 0,
+            limit: usize::MAX,
         }
     );
 }
@@ -134,4 +136,113 @@ fn close_hands_back_the_free_and_refuses_the_waiters() {
     assert_eq!(hot.leave(key), Some(Err("closed")));
     assert_eq!(hot.take(Wait::Queue, true, false), Found::Closed);
     assert_eq!(hot.give(3, 0), Err(3));
+}
+
+/// A hot core with admission on at `limit` (vegas, `max_count` = `limit`) and `members` free.
+fn limited(limit: usize, members: &[u32], queue_target: Option<Duration>) -> H {
+    let hot = with_free(MemberOrder::Fifo, members);
+    let woken = hot
+        .lock()
+        .set_admission(AdmissionMode::Vegas, limit, queue_target);
+    assert!(woken.is_empty());
+    assert_eq!(hot.lock().limit(), limit);
+    hot
+}
+
+fn served(hot: &H, key: WaitKey) -> Option<u32> {
+    match hot.poll(key, &mut Context::from_waker(Waker::noop())) {
+        Poll::Ready(Ok(member)) => Some(member),
+        Poll::Ready(Err(e)) => panic!("refused: {e}"),
+        Poll::Pending => None,
+    }
+}
+
+#[test]
+fn over_the_limit_a_take_waits_in_the_one_queue_beside_free_members() {
+    let hot = limited(2, &[1, 2, 3], None);
+    let a = hot.take(Wait::Queue, true, false);
+    let b = hot.take(Wait::Queue, true, false);
+    let (Found::Member(a, _), Found::Member(b, _)) = (a, b) else {
+        panic!()
+    };
+    // A member is free and the pool not saturated, but two are in use: no start would help.
+    assert_eq!(hot.take(Wait::No, true, false), Found::OverLimit);
+    let Found::Queued(first) = hot.take(Wait::Queue, true, false) else {
+        panic!()
+    };
+    let Found::Queued(second) = hot.take(Wait::Queue, true, false) else {
+        panic!()
+    };
+    assert_eq!(hot.take(Wait::Queue, true, false), Found::QueueFull(2));
+    let view = hot.lock().view();
+    assert_eq!((view.free, view.queued, view.wanting()), (1, 2, 0));
+    // A member given back goes to the oldest waiter, not to the free list.
+    assert!(hot.give(a, 1).is_ok());
+    assert_eq!(served(&hot, first), Some(a));
+    assert_eq!(served(&hot, second), None);
+    // A member in use that leaves to be stopped hands its place on, with a free member.
+    assert!(hot.lock().release(2).is_some());
+    assert_eq!(served(&hot, second), Some(3));
+    assert_eq!(hot.lock().view().in_use, 2);
+    assert_eq!(b, 2);
+}
+
+#[test]
+fn raising_or_lifting_the_limit_hands_free_members_to_waiters_and_lowering_it_closes_nothing() {
+    let hot = limited(1, &[1, 2, 3], None);
+    let Found::Member(held, _) = hot.take(Wait::Queue, true, false) else {
+        panic!()
+    };
+    let keys: Vec<WaitKey> = (0..2)
+        .map(|_| match hot.take(Wait::Queue, true, false) {
+            Found::Queued(key) => key,
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    // Admission off: both waiters get a free member at once (their wakers come back to be
+    // woken; these never polled, so none).
+    let woken = hot.lock().set_admission(AdmissionMode::Off, 3, None);
+    assert!(woken.is_empty());
+    assert_eq!(served(&hot, keys[0]), Some(2));
+    assert_eq!(served(&hot, keys[1]), Some(3));
+    assert_eq!(hot.lock().limit(), usize::MAX);
+    // On again at one while three are in use: nobody is closed, and members come back to
+    // the free list, not to a waiter, until the count is under the limit again.
+    let _ = hot.lock().set_admission(AdmissionMode::Vegas, 1, None);
+    assert_eq!(hot.lock().view().in_use, 3);
+    let Found::Queued(waiting) = hot.take(Wait::Queue, true, false) else {
+        panic!()
+    };
+    assert!(hot.give(held, 3).is_ok());
+    assert!(hot.give(2, 3).is_ok());
+    assert_eq!(served(&hot, waiting), None, "two still in use");
+    assert_eq!(hot.lock().view().free, 2);
+    assert!(hot.give(3, 3).is_ok());
+    assert_eq!(served(&hot, waiting), Some(3), "the last one back goes to it");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_standing_queue_is_served_newest_first_past_the_target() {
+    const MS: Duration = Duration::from_millis(1);
+    // Two takes queue 10 ms apart over a limit of one; the member comes back at `after`.
+    async fn first_served(after: Duration) -> usize {
+        let hot = limited(1, &[1], Some(50 * MS));
+        let Found::Member(held, _) = hot.take(Wait::Queue, true, false) else {
+            panic!()
+        };
+        let mut keys = Vec::new();
+        for _ in 0..2 {
+            let Found::Queued(key) = hot.take(Wait::Queue, true, false) else {
+                panic!()
+            };
+            keys.push(key);
+            tokio::time::advance(10 * MS).await;
+        }
+        tokio::time::advance(after - 20 * MS).await;
+        assert!(hot.give(held, 0).is_ok());
+        let first = keys.iter().position(|k| served(&hot, *k).is_some());
+        first.expect("one was served")
+    }
+    assert_eq!(first_served(40 * MS).await, 0, "under the target: oldest first");
+    assert_eq!(first_served(60 * MS).await, 1, "past it: newest first");
 }
