@@ -131,6 +131,9 @@ pub enum Mode {
     Vegas,
     /// `Shed` and `admission = "gradient"`.
     Gradient,
+    /// 4× with `admission = "vegas"` and nothing else: the one switch a user turns on (no
+    /// `queue_target` of its own, queries run to their end).
+    VegasAlone,
 }
 
 impl Mode {
@@ -143,6 +146,7 @@ impl Mode {
             Mode::Shed,
             Mode::Vegas,
             Mode::Gradient,
+            Mode::VegasAlone,
         ]
         .into_iter()
         .find(|m| m.name() == name)
@@ -157,12 +161,13 @@ impl Mode {
             Mode::Shed => "shed",
             Mode::Vegas => "vegas",
             Mode::Gradient => "gradient",
+            Mode::VegasAlone => "vegas-alone",
         }
     }
 
     /// Whether a query is cancelled when its request's deadline passes.
     fn cancels(self) -> bool {
-        !matches!(self, Mode::Fixed | Mode::Fixed4x)
+        !matches!(self, Mode::Fixed | Mode::Fixed4x | Mode::VegasAlone)
     }
 
     fn config(self, name: &str, capacity: usize, extra: &toml::Table) -> PoolConfig {
@@ -181,7 +186,9 @@ impl Mode {
             table.insert("queue_interval".into(), "100ms".into());
         }
         match self {
-            Mode::Vegas => drop(table.insert("admission".into(), "vegas".into())),
+            Mode::Vegas | Mode::VegasAlone => {
+                drop(table.insert("admission".into(), "vegas".into()));
+            }
             Mode::Gradient => drop(table.insert("admission".into(), "gradient".into())),
             _ => {}
         }

@@ -93,7 +93,11 @@ impl LimitMove {
 impl Limiter {
     /// The limiter for `mode` with at most `max`: `current` kept (its `max` updated) when it
     /// is of that kind; another kind starts from `max`; none for `Off`.
-    pub(crate) fn for_mode(mode: AdmissionMode, max: usize, current: Option<Limiter>) -> Option<Self> {
+    pub(crate) fn for_mode(
+        mode: AdmissionMode,
+        max: usize,
+        current: Option<Limiter>,
+    ) -> Option<Self> {
         let mut limiter = match (mode, current) {
             (AdmissionMode::Off, _) => return None,
             (AdmissionMode::Vegas, Some(l @ Limiter::Vegas(_)))

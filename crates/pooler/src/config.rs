@@ -108,7 +108,8 @@ pub struct PoolConfig {
     /// Queue-delay shedding: when even the shortest wait in the queue over a whole
     /// `queue_interval` is longer than this, takes that would queue are refused at once with
     /// [`TakeError::Shed`](crate::TakeError::Shed) for the next interval (DBConnection's
-    /// `queue_target`). Default: none (takes queue up to `queue_max`).
+    /// `queue_target`). Default: none (takes queue up to `queue_max`) — but with `admission`
+    /// on, 50 ms ([`PoolConfig::ADMISSION_QUEUE_TARGET`]) unless set.
     #[cfg_attr(
         feature = "serde",
         serde(
@@ -126,7 +127,8 @@ pub struct PoolConfig {
     pub queue_interval: Duration,
     /// Adaptive admission: `vegas` or `gradient` let at most a limit of members be in use
     /// at once, the limit following the latency of holds between 1 and `max_count`; takes
-    /// over it wait in the pool's queue (docs/design.md, "Admission"). Default: off.
+    /// over it wait in the pool's queue (docs/design.md, "Admission"). Turned on, it brings
+    /// queue-delay shedding with it: `queue_target` is 50 ms unless set. Default: off.
     #[cfg_attr(feature = "serde", serde(default))]
     pub admission: AdmissionMode,
     /// After a successful take, if at most this many members are free, start up to
@@ -344,6 +346,21 @@ impl PoolConfigBuilder {
 }
 
 impl PoolConfig {
+    /// The `queue_target` in force with `admission` on and none set: DBConnection's default
+    /// (docs/design.md, "Admission": a limit alone only moves the wait from the database to
+    /// the queue).
+    pub const ADMISSION_QUEUE_TARGET: Duration = Duration::from_millis(50);
+
+    /// The `queue_target` in force: the one set, or with `admission` on,
+    /// [`ADMISSION_QUEUE_TARGET`](Self::ADMISSION_QUEUE_TARGET).
+    #[must_use]
+    pub fn queue_target_in_force(&self) -> Option<Duration> {
+        match (self.queue_target, self.admission) {
+            (None, mode) if mode != AdmissionMode::Off => Some(Self::ADMISSION_QUEUE_TARGET),
+            (target, _) => target,
+        }
+    }
+
     /// A config with the required keys and every other key at its default, not yet
     /// validated (a pool validates it when it starts).
     #[must_use]

@@ -121,7 +121,7 @@ impl Features {
         self.idle_check.set(config.idle_check_threshold);
         let admits = config.admission != crate::admission::AdmissionMode::Off;
         self.stale_after
-            .set(config.queue_target.filter(|_| admits));
+            .set(config.queue_target_in_force().filter(|_| admits));
         self.take_timeout.set(config.take_timeout);
         self.start_timeout.set(Some(config.member_start_timeout));
         self.shutdown.set(Some(config.member_shutdown));

@@ -86,14 +86,14 @@ impl<M: Manager> Shared<M> {
             s.hot.set_limits(new.member_order, new.queue_max);
             s.cold.engine.set_limits(Limits::of(&new), s.hot.view());
             s.cold.config = new.clone();
-            let wakers = s
-                .hot
-                .set_admission(new.admission, new.max_count, new.queue_target);
+            let wakers =
+                s.hot
+                    .set_admission(new.admission, new.max_count, new.queue_target_in_force());
             s.effects.wake.extend(wakers);
             self.features.set(&new);
-            if new.queue_target != old.queue_target || new.queue_interval != old.queue_interval {
-                self.shedder
-                    .set(new.queue_target, new.queue_interval, s.now);
+            let target = new.queue_target_in_force();
+            if target != old.queue_target_in_force() || new.queue_interval != old.queue_interval {
+                self.shedder.set(target, new.queue_interval, s.now);
             }
             if new.leak_detection_threshold.is_none() {
                 self.leaks.clear();

@@ -66,14 +66,19 @@ impl<M: Manager> Shared<M> {
         let metrics = PoolMetrics::new(&config.name);
         metrics.limits(config.init_count, config.max_count);
         let features = Features::new(&config, metrics.wait_live());
-        let shedder = Shedder::new(config.queue_target, config.queue_interval, Instant::now());
+        let shedder = Shedder::new(
+            config.queue_target_in_force(),
+            config.queue_interval,
+            Instant::now(),
+        );
         Arc::new_cyclic(|this| Shared {
             name: config.name.as_str().into(),
-            hot: Hot::new(config.member_order, config.queue_max, metrics.use_live()).with_admission(
-                config.admission,
-                config.max_count,
-                config.queue_target,
-            ),
+            hot: Hot::new(config.member_order, config.queue_max, metrics.use_live())
+                .with_admission(
+                    config.admission,
+                    config.max_count,
+                    config.queue_target_in_force(),
+                ),
             cold: ColdLock::new(ColdState {
                 engine: Cold::new(Limits::of(&config)),
                 config,

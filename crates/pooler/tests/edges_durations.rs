@@ -19,10 +19,13 @@ const EDGES: [Duration; 5] = [
     Duration::MAX,
 ];
 
+/// Admission on, its queue target (50 ms by default) set as long as a key allows, so a take
+/// waits as long as its own timeout says.
 fn gated(max: usize) -> PoolConfig {
     PoolConfig::new("gated", max, max)
         .to_builder()
         .admission(AdmissionMode::Vegas)
+        .queue_target(Duration::from_secs(365 * 24 * 3600))
         .build()
         .unwrap()
 }

@@ -12,10 +12,17 @@ use std::time::Duration;
 use common::{Fake, advance, ms, pool_with, settle, spawn_take};
 use pooler::{AdmissionMode, LimitMove, PoolConfig, TakeError};
 
+/// The longest `queue_target` a key accepts: admission without shedding, takes waiting as
+/// long as their own timeouts say.
+const NO_SHEDDING: Duration = Duration::from_secs(365 * 24 * 3600);
+
+/// Admission on, with its default queue target set aside ([`NO_SHEDDING`]): these tests
+/// watch the limit itself.
 fn config(name: &str, max: usize) -> PoolConfig {
     PoolConfig::new(name, max, max)
         .to_builder()
         .admission(AdmissionMode::Vegas)
+        .queue_target(NO_SHEDDING)
         .build()
         .unwrap()
 }
@@ -269,20 +276,34 @@ async fn a_take_waiting_twice_the_target_is_shed() {
     drop(pool.try_take_member().unwrap());
 }
 
-/// Without `queue_target`, a take waits in the queue until its own deadline, however long the
-/// queue has stood.
+/// Admission turned on alone brings queue-delay shedding with it: with no `queue_target` set,
+/// 50 ms is in force, and a take over the limit is refused as stale at twice it rather than
+/// waiting out its budget. A target set as long as a key allows sets shedding aside: the take
+/// waits until its own deadline, however long the queue has stood.
 #[tokio::test(start_paused = true)]
-async fn without_a_target_a_take_waits_until_its_deadline() {
-    let (pool, _probe) = pool_with(config("admit-wait", 1), Fake::default()).await;
-    let held = pool.try_take_member().unwrap();
-    let begun = tokio::time::Instant::now();
-    let e = pool
-        .take_member(Duration::from_millis(800))
-        .await
-        .map(drop)
-        .unwrap_err();
-    assert_eq!((e.reason(), begun.elapsed()), ("timeout", ms(800)), "{e}");
-    drop(held);
+async fn admission_alone_brings_a_queue_target_that_a_long_one_sets_aside() {
+    let alone = PoolConfig::new("admit-alone", 1, 1)
+        .to_builder()
+        .admission(AdmissionMode::Vegas)
+        .build()
+        .unwrap();
+    assert_eq!(alone.queue_target, None);
+    assert_eq!(alone.queue_target_in_force(), Some(ms(50)));
+    for (config, ends) in [
+        (alone, ("shed", ms(100))),
+        (config("admit-wait", 1), ("timeout", ms(800))),
+    ] {
+        let (pool, _probe) = pool_with(config, Fake::default()).await;
+        let held = pool.try_take_member().unwrap();
+        let begun = tokio::time::Instant::now();
+        let e = pool
+            .take_member(Duration::from_millis(800))
+            .await
+            .map(drop)
+            .unwrap_err();
+        assert_eq!((e.reason(), begun.elapsed()), ends, "{e}");
+        drop(held);
+    }
 }
 
 /// With admission on and a `queue_target`, every take in the one queue waits twice the
@@ -318,7 +339,9 @@ async fn a_take_refused_as_stale_takes_nothing_from_the_count() {
         "the two holders are still counted"
     );
     drop(second);
-    let third = pool.try_take_member().expect("the member given back is free");
+    let third = pool
+        .try_take_member()
+        .expect("the member given back is free");
     drop((kept, third));
     settle().await;
     assert_eq!(pool.admission().unwrap().admitted, 0);
@@ -333,7 +356,11 @@ async fn the_count_survives_turning_admission_on_and_off() {
     let (pool, _probe) = pool_with(plain.clone(), Fake::default()).await;
     let before: Vec<_> = (0..2).map(|_| pool.try_take_member().unwrap()).collect();
     pool.reconfigure(config("admit-on", 4)).unwrap();
-    assert_eq!(pool.admission().unwrap().admitted, 2, "the two taken before");
+    assert_eq!(
+        pool.admission().unwrap().admitted,
+        2,
+        "the two taken before"
+    );
     let mut admitted: Vec<_> = (0..2).map(|_| pool.try_take_member().unwrap()).collect();
     assert_eq!(pool.admission().unwrap().admitted, 4);
     let mut before = before.into_iter();

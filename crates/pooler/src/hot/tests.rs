@@ -218,7 +218,11 @@ fn raising_or_lifting_the_limit_hands_free_members_to_waiters_and_lowering_it_cl
     assert_eq!(served(&hot, waiting), None, "two still in use");
     assert_eq!(hot.lock().view().free, 2);
     assert!(hot.give(3, 3).is_ok());
-    assert_eq!(served(&hot, waiting), Some(3), "the last one back goes to it");
+    assert_eq!(
+        served(&hot, waiting),
+        Some(3),
+        "the last one back goes to it"
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -243,6 +247,10 @@ async fn a_standing_queue_is_served_newest_first_past_the_target() {
         let first = keys.iter().position(|k| served(&hot, *k).is_some());
         first.expect("one was served")
     }
-    assert_eq!(first_served(40 * MS).await, 0, "under the target: oldest first");
+    assert_eq!(
+        first_served(40 * MS).await,
+        0,
+        "under the target: oldest first"
+    );
     assert_eq!(first_served(60 * MS).await, 1, "past it: newest first");
 }
