@@ -13,7 +13,8 @@ pub enum Naming {
     /// one exists ([`otel_names`]: `db.client.connection.count` with
     /// `db.client.connection.state` `idle` or `used`, `.max`, `.idle.min`,
     /// `.pending_requests`, `.timeouts`, `.create_time`, `.wait_time`, `.use_time`), labelled
-    /// `db.client.connection.pool.name`; pooler's names and labels for the rest.
+    /// `db.client.connection.pool.name`; pooler's names for the rest, with that same pool
+    /// label.
     OpenTelemetry,
 }
 
@@ -156,11 +157,52 @@ pub(crate) fn registered(
             (o.name, labels)
         }
         _ => {
-            let mut labels = vec![metrics::Label::new("pool", pool.to_owned())];
+            // One scrape names a pool one way: the conventions' label under their naming,
+            // for the metrics that keep pooler's names too.
+            let key = match naming {
+                Naming::OpenTelemetry => OTEL_POOL_LABEL,
+                Naming::Pooler => "pool",
+            };
+            let mut labels = vec![metrics::Label::new(key, pool.to_owned())];
             if let Some(reason) = reason {
                 labels.push(metrics::Label::new("reason", reason));
             }
             (pooler, labels)
+        }
+    }
+}
+
+#[cfg(all(test, feature = "metrics", not(pooler_loom)))]
+mod tests {
+    use super::*;
+
+    fn pool_label(naming: Naming, pooler: &'static str, reason: Option<&'static str>) -> String {
+        let (_, labels) = registered(naming, pooler, reason, "p");
+        let keys: Vec<&str> = labels.iter().map(metrics::Label::key).collect();
+        let pool = keys.iter().filter(|k| **k == "pool" || **k == OTEL_POOL_LABEL);
+        let pool: Vec<&&str> = pool.collect();
+        assert_eq!(pool.len(), 1, "{pooler}: one pool label, {keys:?}");
+        (*pool[0]).to_owned()
+    }
+
+    /// One scrape names a pool one way: under the OpenTelemetry conventions every metric —
+    /// renamed or keeping pooler's name — carries `db.client.connection.pool.name`.
+    #[test]
+    fn one_naming_labels_every_metric_of_a_pool_the_same_way() {
+        let metrics = [
+            ("pooler_in_use", None),
+            ("pooler_starting", None),
+            ("pooler_error_no_members_total", Some("timeout")),
+            ("pooler_error_no_members_total", Some("closed")),
+            ("pooler_admission_limit", None),
+        ];
+        for (pooler, reason) in metrics {
+            assert_eq!(pool_label(Naming::Pooler, pooler, reason), "pool");
+            assert_eq!(
+                pool_label(Naming::OpenTelemetry, pooler, reason),
+                OTEL_POOL_LABEL,
+                "{pooler} {reason:?}"
+            );
         }
     }
 }
