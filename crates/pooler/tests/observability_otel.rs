@@ -29,8 +29,8 @@ async fn opentelemetry_names_follow_the_database_client_conventions() {
         format!("db_client_connection_max{{{pool_label}}} 1"),
         format!("db_client_connection_idle_min{{{pool_label}}} 1"),
         format!("db_client_connection_pending_requests{{{pool_label}}} 1"),
-        // What has no OpenTelemetry name keeps pooler's.
-        "pooler_starting{pool=\"p\"} 0".to_owned(),
+        // What has no OpenTelemetry name keeps pooler's, with the same pool label.
+        format!("pooler_starting{{{pool_label}}} 0"),
     ] {
         assert!(scrape.contains(&line), "no `{line}` in\n{scrape}");
     }
@@ -48,4 +48,5 @@ async fn opentelemetry_names_follow_the_database_client_conventions() {
         assert!(scrape.contains(&line), "no `{line}` in\n{scrape}");
     }
     assert!(!scrape.contains("pooler_in_use"), "{scrape}");
+    assert!(!scrape.contains("pool=\""), "one label names the pool: {scrape}");
 }
