@@ -48,5 +48,8 @@ async fn opentelemetry_names_follow_the_database_client_conventions() {
         assert!(scrape.contains(&line), "no `{line}` in\n{scrape}");
     }
     assert!(!scrape.contains("pooler_in_use"), "{scrape}");
-    assert!(!scrape.contains("pool=\""), "one label names the pool: {scrape}");
+    assert!(
+        !scrape.contains("pool=\""),
+        "one label names the pool: {scrape}"
+    );
 }

@@ -179,3 +179,75 @@ fn loom_close_races_a_return_and_a_waiter() {
         assert!(hot.lock().is_closed());
     });
 }
+
+/// `n` members (1..=n) with admission on at `limit`, `limit` of them taken by the caller.
+fn limited(n: u32, limit: usize) -> (H, Vec<u32>) {
+    let hot = Hot::new(MemberOrder::Lifo, 4, false);
+    {
+        let mut h = hot.lock();
+        for m in 1..=n {
+            assert!(matches!(h.admit(m), Ok(None)));
+        }
+        assert!(
+            h.set_admission(crate::admission::AdmissionMode::Vegas, limit, None)
+                .is_empty()
+        );
+    }
+    let held = (0..limit)
+        .map(|_| match hot.take(Wait::No, true, false) {
+            Found::Member(m, _) => m,
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    (Arc::new(hot), held)
+}
+
+/// A take over the admission limit waits beside a free member while a member in use leaves
+/// use to be stopped: the stop hands its place on, with the free member, and wakes the
+/// waiter (were it not handed on, the waiter would wait for ever: loom reports it); every
+/// member is held, free or stopped, once.
+#[test]
+fn loom_a_waiter_over_the_limit_races_a_stop() {
+    model("a waiter over the limit and a stop", || {
+        let (hot, mut held) = limited(3, 2);
+        let (m1, m2) = (held.pop().unwrap(), held.pop().unwrap());
+        let a = hot.clone();
+        let waiter = thread::spawn(move || take_and_wait(&a));
+        if let Some(waker) = hot.lock().release(0) {
+            waker.wake();
+        }
+        let mut stopped = vec![m2];
+        held.extend(waiter.join().unwrap());
+        assert_eq!(held.len(), 1, "the waiter was served");
+        give(&hot, m1, &mut stopped);
+        settle(&hot, &held, &stopped, 3);
+    });
+}
+
+/// A take over the limit waits while the limit is lifted (admission turned off) and a member
+/// comes back: it is served once, by either, and nothing is lost or doubled.
+#[test]
+fn loom_a_waiter_over_the_limit_races_the_limit_lifted_and_a_return() {
+    model(
+        "a waiter over the limit, the limit lifted and a return",
+        || {
+            let (hot, mut held) = limited(2, 1);
+            let m = held.pop().unwrap();
+            let (a, b) = (hot.clone(), hot.clone());
+            let waiter = thread::spawn(move || take_and_wait(&a));
+            let returner = thread::spawn(move || {
+                let mut stopped = Vec::new();
+                give(&b, m, &mut stopped);
+                stopped
+            });
+            let wakers = hot
+                .lock()
+                .set_admission(crate::admission::AdmissionMode::Off, 2, None);
+            wakers.into_iter().for_each(std::task::Waker::wake);
+            let stopped = returner.join().unwrap();
+            held.extend(waiter.join().unwrap());
+            assert_eq!(held.len(), 1, "the waiter was served");
+            settle(&hot, &held, &stopped, 2);
+        },
+    );
+}

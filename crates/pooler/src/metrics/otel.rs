@@ -179,7 +179,9 @@ mod tests {
     fn pool_label(naming: Naming, pooler: &'static str, reason: Option<&'static str>) -> String {
         let (_, labels) = registered(naming, pooler, reason, "p");
         let keys: Vec<&str> = labels.iter().map(metrics::Label::key).collect();
-        let pool = keys.iter().filter(|k| **k == "pool" || **k == OTEL_POOL_LABEL);
+        let pool = keys
+            .iter()
+            .filter(|k| **k == "pool" || **k == OTEL_POOL_LABEL);
         let pool: Vec<&&str> = pool.collect();
         assert_eq!(pool.len(), 1, "{pooler}: one pool label, {keys:?}");
         (*pool[0]).to_owned()
