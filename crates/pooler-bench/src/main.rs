@@ -17,7 +17,8 @@
 //! plain|supervised` and `postgres-fixed pooler|pooler-nothing|deadpool` do a fixed amount of
 //! work for counting instructions under callgrind.
 //! `overload [--only SCENARIO] [--write] [--check]` runs the overload simulation
-//! (the `pooler-sim` crate, docs/overload.md): prints the scores, `--write` rewrites the report, its
+//! (the `pooler-sim` crate, docs/overload.md): prints the scores (`--seeds N`: each score's
+//! min / median / max over seeds 0..N instead), `--write` rewrites the report, its
 //! chart and its baseline, `--check` fails when a score falls below the baseline.
 //! `instructions` alone counts instructions per take+return with callgrind (see
 //! `instructions.rs`).
@@ -407,6 +408,7 @@ fn main() {
         "--baseline",
         "--rounds",
         "--only",
+        "--seeds",
     ];
     let mode_at = (0..args.len()).find(|&i| {
         !args[i].starts_with("--") && (i == 0 || !valued.contains(&args[i - 1].as_str()))
@@ -444,6 +446,17 @@ fn main() {
             report::write(&results, &out).expect("the report is written");
             println!("wrote {}", out.join("benchmarks.md").display());
         }
+        return;
+    }
+    if mode == "overload"
+        && let Some(seeds) = value_of("--seeds")
+    {
+        let seeds: u64 = seeds.parse().expect("--seeds takes a count");
+        println!("min / median / max over {seeds} seeds\n");
+        print!(
+            "{}",
+            overload_report::spread(value_of("--only").as_deref(), seeds)
+        );
         return;
     }
     if mode == "overload" {

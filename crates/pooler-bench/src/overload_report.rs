@@ -20,6 +20,53 @@ fn ms(s: f64) -> String {
 }
 
 /// The score table, one row per scenario and mode.
+/// Each scenario and mode run over seeds `0..seeds`: the scores that vary with the draws,
+/// as min / median / max.
+pub(crate) fn spread(only: Option<&str>, seeds: u64) -> String {
+    let mut all: Vec<(String, &'static str, Vec<Score>)> = Vec::new();
+    for seed in 0..seeds.max(1) {
+        for (sc, mode, score) in pooler_sim::run_all_seeded(only, seed) {
+            match all
+                .iter_mut()
+                .find(|(n, m, _)| *n == sc.name && *m == mode.name())
+            {
+                Some((.., scores)) => scores.push(score),
+                None => all.push((sc.name.clone(), mode.name(), vec![score])),
+            }
+        }
+    }
+    let mmm = |mut v: Vec<f64>, fmt: &dyn Fn(f64) -> String| {
+        v.sort_by(f64::total_cmp);
+        format!(
+            "{} / {} / {}",
+            fmt(v[0]),
+            fmt(v[v.len() / 2]),
+            fmt(v[v.len() - 1])
+        )
+    };
+    let mut t = format!(
+        "| scenario | mode | goodput share | admitted p99 | timed out | back in |\n|---|---|---|---|---|---|\n"
+    );
+    for (name, mode, scores) in all {
+        let of = |f: fn(&Score) -> f64| scores.iter().map(f).collect::<Vec<f64>>();
+        let back = if scores.iter().all(|s| s.recovery.is_none()) {
+            "—".to_owned()
+        } else {
+            mmm(of(|s| s.recovery.unwrap_or(f64::INFINITY)), &|v| {
+                format!("{v:.0} s")
+            })
+        };
+        let _ = writeln!(
+            t,
+            "| {name} | {mode} | {} | {} | {} | {back} |",
+            mmm(of(Score::goodput_share), &|v| format!("{:.0} %", v * 100.0)),
+            mmm(of(|s| s.p99), &|v| format!("{:.0} ms", v * 1e3)),
+            mmm(of(|s| s.timed_out as f64), &|v| format!("{v:.0}")),
+        );
+    }
+    t
+}
+
 pub(crate) fn table(runs: &Runs) -> String {
     let mut t = String::from(
         "| scenario | mode | goodput /s (of servable) | admitted p50 / p99 (db latency) | timed out | shed | late | waited ≥ ½ connect | back in | connects (peak /s, mean /s) | connecting at once |\n\
@@ -199,7 +246,8 @@ pub(crate) fn write(runs: &Runs, docs: &Path) -> Result<(), Box<dyn std::error::
     let text = template
         .replace("{scenarios}", &scenarios)
         .replace("{goals}", &goals(runs))
-        .replace("{table}", &table(runs));
+        .replace("{table}", &table(runs))
+        .replace("{spread}", spread(None, 8).trim_end());
     std::fs::write(docs.join("overload.md"), text)?;
     Ok(())
 }

@@ -350,6 +350,7 @@ pub const SCENARIOS: &[(&str, &str)] = &[
         "lifetimes-overlap",
         include_str!("../scenarios/lifetimes-overlap.toml"),
     ),
+    ("outage", include_str!("../scenarios/outage.toml")),
     ("steady", include_str!("../scenarios/steady.toml")),
 ];
 
@@ -376,6 +377,16 @@ pub fn scenario(name: &str) -> Result<Scenario, String> {
 /// When a scenario file does not read or names a mode that does not exist.
 #[must_use]
 pub fn run_all(only: Option<&str>) -> Vec<(Scenario, Mode, Score)> {
+    run_all_seeded(only, 0)
+}
+
+/// [`run_all`] with [`run_seeded`]'s `seed`.
+///
+/// # Panics
+///
+/// As [`run_all`].
+#[must_use]
+pub fn run_all_seeded(only: Option<&str>, seed: u64) -> Vec<(Scenario, Mode, Score)> {
     let mut out = Vec::new();
     for (name, _) in SCENARIOS
         .iter()
@@ -385,25 +396,33 @@ pub fn run_all(only: Option<&str>) -> Vec<(Scenario, Mode, Score)> {
         for mode in &scenario.modes {
             let mode = Mode::from_name(mode)
                 .unwrap_or_else(|| panic!("{}: no mode `{mode}`", scenario.name));
-            let score = run(&scenario, mode);
+            let score = run_seeded(&scenario, mode, seed);
             out.push((scenario.clone(), mode, score));
         }
     }
     out
 }
 
-/// One scenario in one mode, on a paused clock: minutes of simulated time in seconds.
+/// One scenario in one mode, on a paused clock: minutes of simulated time in seconds. The
+/// baseline's run: [`run_seeded`] with seed 0.
 #[must_use]
 pub fn run(scenario: &Scenario, mode: Mode) -> Score {
-    // pooler's jitter (start backoff, lifetimes) draws from this thread's generator: seeded,
-    // a run is the same every time.
-    fastrand::seed(1);
+    run_seeded(scenario, mode, 0)
+}
+
+/// [`run`] with every random draw — arrivals, query latencies, pooler's own jitter (start
+/// backoff, lifetimes) — seeded from `seed`: the same seed gives the same figures every
+/// time, and other seeds show the spread.
+#[must_use]
+pub fn run_seeded(scenario: &Scenario, mode: Mode, seed: u64) -> Score {
+    // pooler's jitter draws from this thread's generator.
+    fastrand::seed(1 + seed);
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_time()
         .start_paused(true)
         .build()
         .expect("a runtime");
-    runtime.block_on(simulate(scenario, mode, false))
+    runtime.block_on(simulate(scenario, mode, false, seed))
 }
 
 /// One scenario in one mode in real time, printing a line a second of what happened in it:
@@ -415,10 +434,10 @@ pub fn run_live(scenario: &Scenario, mode: Mode) -> Score {
         .enable_time()
         .build()
         .expect("a runtime");
-    runtime.block_on(simulate(scenario, mode, true))
+    runtime.block_on(simulate(scenario, mode, true, 0))
 }
 
-async fn simulate(sc: &Scenario, mode: Mode, live: bool) -> Score {
+async fn simulate(sc: &Scenario, mode: Mode, live: bool, seed: u64) -> Score {
     let begun = Instant::now();
     let db = Arc::new(Db {
         state: Mutex::new(DbState {
@@ -429,7 +448,7 @@ async fn simulate(sc: &Scenario, mode: Mode, live: bool) -> Score {
             connects: Vec::new(),
             connecting: 0,
             peak_connecting: 0,
-            rng: fastrand::Rng::with_seed(7),
+            rng: fastrand::Rng::with_seed(7 + seed),
             begun,
         }),
     });
@@ -480,7 +499,7 @@ async fn simulate(sc: &Scenario, mode: Mode, live: bool) -> Score {
         );
         tokio::spawn(report_live(pool, requests, arrived, db, begun))
     });
-    let mut rng = fastrand::Rng::with_seed(42);
+    let mut rng = fastrand::Rng::with_seed(42 + seed);
     let mut rate = sc.load.rate;
     let mut next_change = 0;
     let mut at = Duration::ZERO;

@@ -1,8 +1,10 @@
 //! The start policy while starts fail: backoff steps, the one delayed start, and the error
 //! that takes carry meanwhile (docs/design.md, "Failing starts").
 //!
-//! The wait after `n` steps is drawn uniformly from `[0, min(100 ms × 2^(n−1), 10 s)]` ("full
-//! jitter"), so processes whose backend died together do not come back in lockstep.
+//! The wait after `n` steps is drawn uniformly from `[0, min(100 ms × 2^(n−1), 4 s)]` ("full
+//! jitter"), so processes whose backend died together do not come back in lockstep, and a
+//! pool notices its backend is back within 4 s of it, however long the outage
+//! (docs/design.md, "Failing starts").
 //!
 //! # Invariants
 //!
@@ -22,10 +24,10 @@ use crate::error::StartError;
 /// The first backoff step after a failed start.
 pub(crate) const BACKOFF_BASE: Duration = Duration::from_millis(100);
 /// The longest backoff step.
-pub(crate) const BACKOFF_MAX: Duration = Duration::from_secs(10);
+pub(crate) const BACKOFF_MAX: Duration = Duration::from_secs(4);
 
 /// The delay before the next start after `failures` backoff steps: 100 ms doubling to at most
-/// 10 s.
+/// 4 s.
 pub(crate) fn backoff(failures: u32) -> Duration {
     let exp = failures.saturating_sub(1).min(16);
     BACKOFF_BASE.saturating_mul(1 << exp).min(BACKOFF_MAX)
