@@ -44,8 +44,8 @@ pub(crate) fn spread(only: Option<&str>, seeds: u64) -> String {
             fmt(v[v.len() - 1])
         )
     };
-    let mut t = format!(
-        "| scenario | mode | goodput share | admitted p99 | timed out | back in |\n|---|---|---|---|---|---|\n"
+    let mut t = String::from(
+        "| scenario | mode | goodput share | admitted p99 | timed out | back in |\n|---|---|---|---|---|---|\n",
     );
     for (name, mode, scores) in all {
         let of = |f: fn(&Score) -> f64| scores.iter().map(f).collect::<Vec<f64>>();
