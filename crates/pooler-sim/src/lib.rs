@@ -92,6 +92,24 @@ struct DbParams {
     latency: Duration,
     #[serde(with = "pooler::time")]
     connect: Duration,
+    /// Each query's latency is drawn uniformly within this share either way of `latency`.
+    #[serde(default = "DbParams::default_jitter")]
+    jitter: f64,
+    /// This share of the queries costs `slow_factor` times as much (a bimodal cost).
+    #[serde(default)]
+    slow_share: f64,
+    #[serde(default = "DbParams::one")]
+    slow_factor: f64,
+}
+
+impl DbParams {
+    fn default_jitter() -> f64 {
+        0.2
+    }
+
+    fn one() -> f64 {
+        1.0
+    }
 }
 
 #[derive(Debug, Clone, Copy, Deserialize)]
@@ -240,8 +258,14 @@ impl Db {
             }
             s.running += 1;
             let share = (s.running as f64 / s.params.capacity as f64).max(1.0);
-            let jitter = 0.8 + 0.4 * s.rng.f64();
-            s.params.latency.mul_f64(share * jitter)
+            let jitter = 1.0 - s.params.jitter + 2.0 * s.params.jitter * s.rng.f64();
+            // Drawn only where the scenario has slow queries, so the others' draws stay.
+            let slow = if s.params.slow_share > 0.0 && s.rng.f64() < s.params.slow_share {
+                s.params.slow_factor
+            } else {
+                1.0
+            };
+            s.params.latency.mul_f64(share * jitter * slow)
         };
         let _running = Running(self);
         tokio::time::sleep(took).await;
@@ -330,12 +354,14 @@ struct Request {
 
 /// The scenarios that come with the simulation (this crate's `scenarios/`), by name.
 pub const SCENARIOS: &[(&str, &str)] = &[
+    ("bimodal", include_str!("../scenarios/bimodal.toml")),
     ("burst", include_str!("../scenarios/burst.toml")),
     (
         "capacity-halved",
         include_str!("../scenarios/capacity-halved.toml"),
     ),
     ("failover", include_str!("../scenarios/failover.toml")),
+    ("jitter", include_str!("../scenarios/jitter.toml")),
     ("fleet", include_str!("../scenarios/fleet.toml")),
     (
         "fleet-jitter",

@@ -47,7 +47,7 @@ pub struct AdmissionStatus {
     pub limit: usize,
     /// Members in use now: the limit bounds them.
     pub admitted: usize,
-    /// The mean hold of the last batch of holds.
+    /// The latency of the last batch of holds: the mean of its middle half.
     pub latency: Duration,
     /// What that latency is compared with: the database's latency unloaded (`vegas`), or
     /// the long-term average hold (`gradient`).

@@ -242,7 +242,7 @@ const DESCRIPTORS: &[Descriptor] = &[
         Gauge,
         POOL,
         &[],
-        "The mean hold of the admission limiter's last batch."
+        "The latency of the admission limiter's last batch of holds (the mean of its middle half)."
     ),
     descriptor!(
         "pooler_admission_baseline_seconds",
