@@ -151,6 +151,27 @@ impl AmqpManager {
     }
 }
 
+/// The heartbeat a connection asks for when its URI names none (docs/faults.md): the broker's
+/// own default (RabbitMQ's 60 s) let a silently dead link go unnoticed for minutes; lapin
+/// closes a connection that heard nothing for two heartbeats, so with 10 s a dead link is
+/// found within 20–30 s (it is checked once a heartbeat) and its channels fail and are
+/// replaced.
+pub const DEFAULT_HEARTBEAT_SECS: u16 = 10;
+
+/// `uri` asking for [`DEFAULT_HEARTBEAT_SECS`] unless it names a heartbeat of its own (`0`
+/// turns heartbeats off, as the URI says).
+fn with_heartbeat(uri: &str) -> String {
+    let query = uri.split_once('?').map_or("", |(_, q)| q);
+    if query
+        .split('&')
+        .any(|kv| kv.split('=').next() == Some("heartbeat"))
+    {
+        return uri.to_owned();
+    }
+    let sep = if uri.contains('?') { '&' } else { '?' };
+    format!("{uri}{sep}heartbeat={DEFAULT_HEARTBEAT_SECS}")
+}
+
 /// Why a channel could not be opened, or is no longer usable.
 #[derive(Debug)]
 #[non_exhaustive]
@@ -210,7 +231,7 @@ impl Manager for AmqpManager {
                 None => {
                     let connection = Arc::new(
                         DefaultConnectionBuilder::new()?
-                            .with_uri_str(self.uri.clone())
+                            .with_uri_str(with_heartbeat(&self.uri))
                             .with_properties(self.properties.clone())
                             .with_tls_config(self.tls.clone())
                             .connect()
@@ -345,6 +366,30 @@ impl Manager for AmqpManager {
                 .await
         {
             tracing::debug!(error = %e, "closing the AMQP connection failed");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_uri_without_a_heartbeat_asks_for_the_default_one() {
+        assert_eq!(
+            with_heartbeat("amqp://h:5672/%2f"),
+            "amqp://h:5672/%2f?heartbeat=10"
+        );
+        assert_eq!(
+            with_heartbeat("amqp://h/%2f?frame_max=8192"),
+            "amqp://h/%2f?frame_max=8192&heartbeat=10"
+        );
+        // One of its own, off included, is kept.
+        for uri in [
+            "amqp://h/%2f?heartbeat=30",
+            "amqp://h/%2f?channel_max=9&heartbeat=0",
+        ] {
+            assert_eq!(with_heartbeat(uri), uri);
         }
     }
 }

@@ -1,0 +1,87 @@
+//! A dead link, for real: RabbitMQ reached through a network namespace whose link the test
+//! takes down, so packets vanish with no FIN and no RST (`pooler_testkit::blackhole`). With
+//! the defaults (a heartbeat of 10 s asked for: docs/faults.md), a channel's request on the
+//! dead link fails within the bound instead of hanging, a channel on it is never handed out
+//! after, and the pool is full again once the link is back. Twenty to thirty seconds of real
+//! time: the bound itself.
+#![allow(clippy::disallowed_methods)] // tests spawn their own consumers
+
+use std::time::{Duration, Instant};
+
+use lapin::options::QueueDeclareOptions;
+use lapin::types::FieldTable;
+use pooler::{Member, Pool, PoolConfig, Shutdown};
+use pooler_lapin::AmqpManager;
+use pooler_testkit::blackhole::Blackhole;
+use pooler_testkit::{host_port, service};
+
+const DEFAULT: &str = "amqp://guest:guest@127.0.0.1:5672/%2f";
+/// Two heartbeats of 10 s after the last frame heard, and the one under way, with a margin.
+const BOUND: Duration = Duration::from_secs(35);
+
+fn exclusive() -> QueueDeclareOptions {
+    QueueDeclareOptions {
+        exclusive: true,
+        ..QueueDeclareOptions::default()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_on_a_dead_link_fails_within_two_heartbeats_and_no_channel_on_it_is_handed_out() {
+    let Some(url) = service("POOLER_AMQP_URL", DEFAULT, host_port).await else {
+        return;
+    };
+    let Some(hole) = Blackhole::in_front_of(&url) else {
+        return;
+    };
+    let via = url.replace(&host_port(&url), &hole.addr().to_string());
+    let pool = Pool::start(PoolConfig::new("amqp-dead", 2, 2), AmqpManager::new(via))
+        .await
+        .unwrap();
+    let busy = pool.take_member(Duration::from_secs(5)).await.unwrap();
+    let idle_id = Member::id(&pool.take_member(Duration::from_secs(5)).await.unwrap());
+    busy.queue_declare("".into(), exclusive(), FieldTable::default())
+        .await
+        .unwrap();
+    hole.set_down(true);
+    let began = Instant::now();
+    let answer = tokio::time::timeout(
+        BOUND + Duration::from_secs(30),
+        busy.queue_declare("".into(), exclusive(), FieldTable::default()),
+    )
+    .await
+    .expect("the request did not hang past the bound");
+    let took = began.elapsed();
+    eprintln!("a request on a dead link failed after {took:?}");
+    assert!(answer.is_err(), "the request failed");
+    assert!(took <= BOUND, "failed after {took:?}, past {BOUND:?}");
+    drop(busy);
+    // Every channel was on the one dead connection: none is handed out while it is down.
+    if let Ok(channel) = pool.take_member(Duration::from_millis(500)).await {
+        assert_ne!(
+            Member::id(&channel),
+            idle_id,
+            "the dead channel was handed out"
+        );
+        let declared = channel
+            .queue_declare("".into(), exclusive(), FieldTable::default())
+            .await;
+        assert!(declared.is_err(), "a channel opened across a dead link");
+    }
+    hole.set_down(false);
+    let back = Instant::now();
+    let channel = pool
+        .take_member(Duration::from_secs(30))
+        .await
+        .expect("a channel once the link is back");
+    channel
+        .queue_declare("".into(), exclusive(), FieldTable::default())
+        .await
+        .expect("a live channel once the link is back");
+    eprintln!(
+        "serving again {:?} after the link came back",
+        back.elapsed()
+    );
+    drop(channel);
+    pool.close(Shutdown::Immediate).await;
+}
