@@ -61,6 +61,17 @@ pub(crate) enum Attempt<M: Manager> {
     Again,
 }
 
+/// How a member's use ended, as the slow return reads it.
+#[derive(Debug, Clone, Copy)]
+struct Ending {
+    fate: Fate,
+    origin: Origin,
+    /// What the manager said of the member.
+    returned: Returned,
+    /// The hold is timed for the use histogram, standing for this many (0: not timed).
+    timed: u32,
+}
+
 /// What a take that found nothing free decided under both locks.
 enum Decided<T> {
     /// A member came back meanwhile.
@@ -313,30 +324,25 @@ impl<M: Manager> Shared<M> {
     /// [`Home::give_back`], when a feature or the member's state needs more than the fast
     /// path does.
     #[cold]
-    fn give_back_slow(
-        &self,
-        held: Held<M::Member>,
-        fate: Fate,
-        origin: Origin,
-        returned: Returned,
-        timed: u32,
-    ) {
-        self.give_back_measured(held, fate, origin, returned, timed, self.clock.read(), None);
+    fn give_back_slow(&self, held: Held<M::Member>, end: Ending) {
+        self.give_back_at(held, end, self.clock.read(), None);
     }
 
     /// [`give_back_slow`](Self::give_back_slow) at `stamp` (an exact read), with the latency
     /// `measured` for the admission limiter (heard while the member still counts in use).
-    #[allow(clippy::too_many_arguments)]
-    fn give_back_measured(
+    fn give_back_at(
         &self,
         held: Held<M::Member>,
-        fate: Fate,
-        origin: Origin,
-        returned: Returned,
-        timed: u32,
+        end: Ending,
         stamp: u64,
         measured: Option<Duration>,
     ) {
+        let Ending {
+            fate,
+            origin,
+            returned,
+            timed,
+        } = end;
         if timed > 0 && origin == Origin::Taken {
             // A timed hold was stamped exactly when it was taken.
             let (since, now) = (held.meta.since(), stamp);
@@ -420,7 +426,13 @@ impl<M: Manager> Shared<M> {
             Latency::Measured(took) => Some(took),
             Latency::Unmeasured => None,
         };
-        self.give_back_measured(held, fate, Origin::Taken, returned, timed, now, measured);
+        let end = Ending {
+            fate,
+            origin: Origin::Taken,
+            returned,
+            timed,
+        };
+        self.give_back_at(held, end, now, measured);
     }
 
     /// A member in use comes back to a closed pool: it is stopped (or dropped in place once
@@ -477,7 +489,13 @@ impl<M: Manager> Home<M::Member> for Shared<M> {
                 }
                 return;
             }
-            return self.give_back_slow(held, fate, origin, returned, timed);
+            let end = Ending {
+                fate,
+                origin,
+                returned,
+                timed,
+            };
+            return self.give_back_slow(held, end);
         }
         if flags & Features::ADMIT != 0 && origin == Origin::Taken {
             return self.give_back_admitted(held, fate, timed);
@@ -491,7 +509,13 @@ impl<M: Manager> Home<M::Member> for Shared<M> {
             ),
             Fate::Failed | Fate::Crashed => Returned::Fit,
         };
-        self.give_back_slow(held, fate, origin, returned, timed);
+        let end = Ending {
+            fate,
+            origin,
+            returned,
+            timed,
+        };
+        self.give_back_slow(held, end);
     }
 
     fn detach(&self, meta: &Meta, origin: Origin) {

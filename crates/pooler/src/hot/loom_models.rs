@@ -18,23 +18,32 @@ fn model(name: &str, f: impl Fn() + Sync + Send + 'static) {
     );
 }
 
-/// A saturated pool of `n` members (1..=n), all taken by the caller.
-fn pool(n: u32) -> (H, Vec<u32>) {
+/// `n` members (1..=n), `setup` run on the core, then `taken` of them taken by the caller.
+fn built(
+    n: u32,
+    taken: usize,
+    setup: impl FnOnce(&mut Locked<'_, u32, &'static str>),
+) -> (H, Vec<u32>) {
     let hot = Hot::new(MemberOrder::Lifo, 4, false);
     {
         let mut h = hot.lock();
         for m in 1..=n {
             assert!(matches!(h.admit(m), Ok(None)));
         }
-        h.set_saturated(true);
+        setup(&mut h);
     }
-    let held = (0..n)
+    let held = (0..taken)
         .map(|_| match hot.take(Wait::No, true, false) {
             Found::Member(m, _) => m,
             other => panic!("{other:?}"),
         })
         .collect();
     (Arc::new(hot), held)
+}
+
+/// A saturated pool of `n` members (1..=n), all taken by the caller.
+fn pool(n: u32) -> (H, Vec<u32>) {
+    built(n, n as usize, |h| h.set_saturated(true))
 }
 
 /// Gives a member back; a closed core hands it back, and it leaves use to be stopped (as
@@ -182,24 +191,10 @@ fn loom_close_races_a_return_and_a_waiter() {
 
 /// `n` members (1..=n) with admission on at `limit`, `limit` of them taken by the caller.
 fn limited(n: u32, limit: usize) -> (H, Vec<u32>) {
-    let hot = Hot::new(MemberOrder::Lifo, 4, false);
-    {
-        let mut h = hot.lock();
-        for m in 1..=n {
-            assert!(matches!(h.admit(m), Ok(None)));
-        }
-        assert!(
-            h.set_admission(crate::admission::AdmissionMode::Vegas, limit, None)
-                .is_empty()
-        );
-    }
-    let held = (0..limit)
-        .map(|_| match hot.take(Wait::No, true, false) {
-            Found::Member(m, _) => m,
-            other => panic!("{other:?}"),
-        })
-        .collect();
-    (Arc::new(hot), held)
+    built(n, limit, |h| {
+        let woken = h.set_admission(crate::admission::AdmissionMode::Vegas, limit, None);
+        assert!(woken.is_empty());
+    })
 }
 
 /// A take over the admission limit waits beside a free member while a member in use leaves
