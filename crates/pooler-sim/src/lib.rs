@@ -361,12 +361,12 @@ pub const SCENARIOS: &[(&str, &str)] = &[
         include_str!("../scenarios/capacity-halved.toml"),
     ),
     ("failover", include_str!("../scenarios/failover.toml")),
-    ("jitter", include_str!("../scenarios/jitter.toml")),
     ("fleet", include_str!("../scenarios/fleet.toml")),
     (
         "fleet-jitter",
         include_str!("../scenarios/fleet-jitter.toml"),
     ),
+    ("jitter", include_str!("../scenarios/jitter.toml")),
     (
         "latency-step",
         include_str!("../scenarios/latency-step.toml"),
