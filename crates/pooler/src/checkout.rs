@@ -77,9 +77,13 @@ enum Decided<T> {
     /// A member came back meanwhile.
     Found(Held<T>, u32),
     Closed,
-    /// The admission limit's members are in use meanwhile: the queue's answer if the take
-    /// may wait (no start would help).
-    OverLimit(Option<Result<WaitKey, Refused>>, usize),
+    /// The admission limit's members (this many) are in use meanwhile: the queue's answer if
+    /// the take may wait (no start would help), and `queue_max`.
+    OverLimit {
+        limit: usize,
+        queued: Option<Result<WaitKey, Refused>>,
+        queue_max: usize,
+    },
     /// Why no member, and the queue's answer if the take may wait.
     Empty {
         why: Empty,
@@ -132,7 +136,7 @@ impl<M: Manager> Shared<M> {
             Found::Queued(key) => Attempt::Queued(key, false),
             Found::Full => Attempt::Failed(self.at_capacity()),
             Found::QueueFull(queue_max) => Attempt::Failed(self.queue_full(queue_max)),
-            Found::OverLimit => Attempt::Failed(self.over_limit()),
+            Found::OverLimit(limit) => Attempt::Failed(self.over_limit(limit)),
             Found::Closed => Attempt::Failed(self.closed_error()),
             Found::Cold => self.attempt_cold(wait, deadline),
         }
@@ -252,9 +256,14 @@ impl<M: Manager> Shared<M> {
             match s.hot.take(Wait::No, false, false) {
                 Found::Member(held, timed) => return Decided::Found(held, timed),
                 Found::Closed => return Decided::Closed,
-                Found::OverLimit => {
+                Found::OverLimit(limit) => {
                     let queued = (wait == Wait::Queue).then(|| s.hot.enqueue());
-                    return Decided::OverLimit(queued, s.hot.queue_max());
+                    let queue_max = s.hot.queue_max();
+                    return Decided::OverLimit {
+                        limit,
+                        queued,
+                        queue_max,
+                    };
                 }
                 _ => {}
             }
@@ -280,8 +289,12 @@ impl<M: Manager> Shared<M> {
         match decided {
             Decided::Found(held, timed) => self.taken(held, wait, false, timed),
             Decided::Closed => Attempt::Failed(self.closed_error()),
-            Decided::OverLimit(queued, queue_max) => match queued {
-                None | Some(Err(Refused::NoQueue)) => Attempt::Failed(self.over_limit()),
+            Decided::OverLimit {
+                limit,
+                queued,
+                queue_max,
+            } => match queued {
+                None | Some(Err(Refused::NoQueue)) => Attempt::Failed(self.over_limit(limit)),
                 Some(Ok(key)) => Attempt::Queued(key, false),
                 Some(Err(Refused::QueueFull)) => Attempt::Failed(self.queue_full(queue_max)),
                 Some(Err(Refused::Closed)) => Attempt::Failed(self.closed_error()),

@@ -60,9 +60,9 @@ pub(crate) enum Found<T> {
     Full,
     /// Nothing free, the pool saturated, and `queue_max` (this many) takers already wait.
     QueueFull(usize),
-    /// The admission limit's members are in use, and the take cannot wait (or may not:
-    /// `queue_max` is 0).
-    OverLimit,
+    /// The admission limit's members (this many) are in use, and the take cannot wait (or
+    /// may not: `queue_max` is 0).
+    OverLimit(usize),
     Closed,
     /// Nothing free, and a start could follow: the cold engine decides.
     Cold,
@@ -345,7 +345,11 @@ impl<T, E> Locked<'_, T, E> {
         if !s.saturated && !over {
             return Found::Cold;
         }
-        let refused = if over { Found::OverLimit } else { Found::Full };
+        let refused = if over {
+            Found::OverLimit(s.limit)
+        } else {
+            Found::Full
+        };
         match wait {
             Wait::No => refused,
             Wait::Queue => match self.enqueue() {
@@ -559,6 +563,7 @@ impl<T, E> Locked<'_, T, E> {
     }
 
     /// The admission limit (`usize::MAX`: none).
+    #[cfg(all(test, not(pooler_loom)))]
     pub(crate) fn limit(&self) -> usize {
         self.0.limit
     }

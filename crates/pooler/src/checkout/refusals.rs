@@ -65,9 +65,9 @@ impl<M: Manager> Shared<M> {
         })
     }
 
-    /// The error a take that cannot wait gets over the admission limit.
-    pub(crate) fn over_limit(&self) -> TakeError {
-        let limit = self.hot.lock().limit();
+    /// The error a take that cannot wait gets over the admission limit: `limit`, as the hot
+    /// core refused it (no second look under its lock).
+    pub(crate) fn over_limit(&self, limit: usize) -> TakeError {
         self.counted(TakeError::OverLimit {
             pool: self.name.clone(),
             limit,

@@ -55,6 +55,15 @@ fn give(hot: &H, m: u32, stopped: &mut Vec<u32>) {
     }
 }
 
+/// A thread giving `m` back (as [`give`]): what a closed core handed back to be stopped.
+fn returning(hot: H, m: u32) -> thread::JoinHandle<Vec<u32>> {
+    thread::spawn(move || {
+        let mut stopped = Vec::new();
+        give(&hot, m, &mut stopped);
+        stopped
+    })
+}
+
 /// A taker that queues if it must, then gives up (its future dropped, `Hot::give_up` as
 /// the take's `Waiting` calls it). What it ends up holding, and what a closed core handed
 /// back.
@@ -148,11 +157,7 @@ fn loom_two_returns_and_a_waiter() {
         let (m1, m2) = (held.pop().unwrap(), held.pop().unwrap());
         let (a, b) = (hot.clone(), hot.clone());
         let waiter = thread::spawn(move || take_and_wait(&a));
-        let returner = thread::spawn(move || {
-            let mut stopped = Vec::new();
-            give(&b, m1, &mut stopped);
-            stopped
-        });
+        let returner = returning(b, m1);
         let mut stopped = Vec::new();
         give(&hot, m2, &mut stopped);
         stopped.extend(returner.join().unwrap());
@@ -169,11 +174,7 @@ fn loom_close_races_a_return_and_a_waiter() {
         let m = held.pop().unwrap();
         let (a, b) = (hot.clone(), hot.clone());
         let waiter = thread::spawn(move || take_and_wait(&a));
-        let returner = thread::spawn(move || {
-            let mut stopped = Vec::new();
-            give(&b, m, &mut stopped);
-            stopped
-        });
+        let returner = returning(b, m);
         let (free, wakers) = hot.lock().close(|| "closed");
         // The members free at the close are stopped (they were not in use).
         wakers.into_iter().for_each(std::task::Waker::wake);
@@ -230,11 +231,7 @@ fn loom_a_waiter_over_the_limit_races_the_limit_lifted_and_a_return() {
             let m = held.pop().unwrap();
             let (a, b) = (hot.clone(), hot.clone());
             let waiter = thread::spawn(move || take_and_wait(&a));
-            let returner = thread::spawn(move || {
-                let mut stopped = Vec::new();
-                give(&b, m, &mut stopped);
-                stopped
-            });
+            let returner = returning(b, m);
             let wakers = hot
                 .lock()
                 .set_admission(crate::admission::AdmissionMode::Off, 2, None);

@@ -166,7 +166,7 @@ fn over_the_limit_a_take_waits_in_the_one_queue_beside_free_members() {
         panic!()
     };
     // A member is free and the pool not saturated, but two are in use: no start would help.
-    assert_eq!(hot.take(Wait::No, true, false), Found::OverLimit);
+    assert_eq!(hot.take(Wait::No, true, false), Found::OverLimit(2));
     let Found::Queued(first) = hot.take(Wait::Queue, true, false) else {
         panic!()
     };
