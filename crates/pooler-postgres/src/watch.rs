@@ -24,7 +24,9 @@
 //! The same counts time the server: a *busy* period runs from a request written while none
 //! was outstanding to the answer that leaves none outstanding. Its length, divided among the
 //! answers read in it, is the server's time per request (one request at a time: its round
-//! trip), which the admission limit follows ([`Seen::served`]). The startup is not counted.
+//! trip), which the admission limit follows ([`Seen::served`]). The startup is not counted,
+//! nor a period in which the server answered with an error: a request cancelled at its
+//! deadline or by `statement_timeout` was cut short, and its time is not a latency.
 //!
 //! # Invariants
 //!
@@ -123,6 +125,9 @@ pub(crate) struct Seen {
     busy_since: AtomicU64,
     /// Answers read in the busy period under way.
     busy_answers: AtomicU64,
+    /// The server answered a request of the busy period under way with an error: the
+    /// period was cut short and is not a latency.
+    busy_cut: AtomicBool,
     /// The length of the busy periods ended, and the answers read in them, since
     /// [`Seen::served`] last took them.
     served_nanos: AtomicU64,
@@ -232,6 +237,14 @@ impl Seen {
         }
     }
 
+    /// An ErrorResponse was read: the busy period under way was cut short (a cancel, a
+    /// `statement_timeout`, a failure) and will not count.
+    pub(super) fn errored(&self) {
+        if self.answered.load(Ordering::Relaxed) > 0 {
+            self.busy_cut.store(true, Ordering::Relaxed);
+        }
+    }
+
     /// A ReadyForQuery was read: the busy period ends when no request is left outstanding.
     fn answered(&self) {
         let answered = self.answered.fetch_add(1, Ordering::AcqRel) + 1;
@@ -240,10 +253,14 @@ impl Seen {
         }
         let answers = self.busy_answers.fetch_add(1, Ordering::Relaxed) + 1;
         if answered >= self.expected.load(Ordering::Acquire) {
-            let since = self.busy_since.load(Ordering::Relaxed);
-            let took = now_nanos().saturating_sub(since);
-            self.served_nanos.fetch_add(took, Ordering::Relaxed);
-            self.served_answers.fetch_add(answers, Ordering::Relaxed);
+            // A period cut short (an error answered) measures nothing: fail safe, a time
+            // the pool cannot account for is not a latency.
+            if !self.busy_cut.swap(false, Ordering::Relaxed) {
+                let since = self.busy_since.load(Ordering::Relaxed);
+                let took = now_nanos().saturating_sub(since);
+                self.served_nanos.fetch_add(took, Ordering::Relaxed);
+                self.served_answers.fetch_add(answers, Ordering::Relaxed);
+            }
             self.busy_answers.store(0, Ordering::Relaxed);
         }
     }
@@ -537,6 +554,42 @@ mod tests {
         tokio::time::advance(ms(15)).await;
         feed(&mut w, false, &message(b'Z', b"I"), 1000);
         assert_eq!(w.seen.served(), Some(ms(20)));
+    }
+
+    /// A request the server answered with an error — cancelled at a deadline
+    /// (`PgConnection::until`), stopped by `statement_timeout`, or failed — was cut short:
+    /// its busy period is not the server's latency and is not counted; the others of the
+    /// use still are.
+    #[tokio::test(start_paused = true)]
+    async fn a_request_answered_with_an_error_is_not_a_latency() {
+        let ms = std::time::Duration::from_millis;
+        let mut w = Watched::new((), Arc::default());
+        feed(&mut w, true, &untyped(196_608, b"user\0me\0\0"), 1000);
+        feed(&mut w, false, &message(b'Z', b"I"), 1000);
+        // Cancelled after 5 ms: ErrorResponse (57014), then ReadyForQuery.
+        feed(&mut w, true, &message(b'Q', b"SELECT pg_sleep(1)\0"), 1000);
+        tokio::time::advance(ms(5)).await;
+        let mut answer = message(b'E', b"SERROR\0C57014\0Mcanceling statement\0\0");
+        answer.extend(message(b'Z', b"I"));
+        feed(&mut w, false, &answer, 1000);
+        assert_eq!(
+            w.seen.served(),
+            None,
+            "a cancelled request measures nothing"
+        );
+        // The same use goes on: a request answered in full counts, the cut one does not.
+        for (took, error) in [(7, true), (40, false)] {
+            feed(&mut w, true, &message(b'Q', b"SELECT 1\0"), 1000);
+            tokio::time::advance(ms(took)).await;
+            let mut answer = if error {
+                message(b'E', b"SERROR\0C23505\0\0")
+            } else {
+                Vec::new()
+            };
+            answer.extend(message(b'Z', b"I"));
+            feed(&mut w, false, &answer, 1000);
+        }
+        assert_eq!(w.seen.served(), Some(ms(40)));
     }
 
     /// What a framing reports for `bytes` fed in pieces of the sizes `sizes` yields, in turn:

@@ -21,7 +21,7 @@ use std::io::Write as _;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use pooler::{Manager, MemberContext, Pool, PoolConfig, TakeError};
+use pooler::{Latency, Manager, MemberContext, Pool, PoolConfig, TakeError};
 
 mod score;
 
@@ -286,6 +286,15 @@ impl Drop for Running<'_> {
 #[derive(Debug, Clone)]
 struct SimManager(Arc<Db>);
 
+/// A connection: the database's epoch it was made in, and the server's time for the last
+/// use's query — none when it was cancelled (or never ran). So the pools hear the latency as
+/// pooler-postgres reports it: the server's own time, nothing for a request cut short.
+#[derive(Debug)]
+struct SimConn {
+    epoch: u64,
+    served: Option<Duration>,
+}
+
 #[derive(Debug)]
 struct Refused;
 
@@ -298,10 +307,10 @@ impl std::fmt::Display for Refused {
 impl std::error::Error for Refused {}
 
 impl Manager for SimManager {
-    type Member = u64;
+    type Member = SimConn;
     type Error = Refused;
 
-    async fn start(&self, _: &MemberContext) -> Result<u64, Refused> {
+    async fn start(&self, _: &MemberContext) -> Result<SimConn, Refused> {
         let connect = {
             let mut s = self.0.lock();
             s.connecting += 1;
@@ -316,11 +325,18 @@ impl Manager for SimManager {
         }
         let at = s.begun.elapsed();
         s.connects.push(at);
-        Ok(s.epoch)
+        Ok(SimConn {
+            epoch: s.epoch,
+            served: None,
+        })
     }
 
-    fn is_broken(&self, epoch: &u64) -> bool {
-        *epoch != self.0.lock().epoch
+    fn is_broken(&self, conn: &SimConn) -> bool {
+        conn.epoch != self.0.lock().epoch
+    }
+
+    fn latency(&self, conn: &SimConn) -> Latency {
+        conn.served.map_or(Latency::Unmeasured, Latency::Measured)
     }
 }
 
@@ -360,6 +376,7 @@ pub const SCENARIOS: &[(&str, &str)] = &[
         "capacity-halved",
         include_str!("../scenarios/capacity-halved.toml"),
     ),
+    ("deadline", include_str!("../scenarios/deadline.toml")),
     ("failover", include_str!("../scenarios/failover.toml")),
     ("fleet", include_str!("../scenarios/fleet.toml")),
     (
@@ -370,6 +387,10 @@ pub const SCENARIOS: &[(&str, &str)] = &[
     (
         "latency-step",
         include_str!("../scenarios/latency-step.toml"),
+    ),
+    (
+        "latency-step-32",
+        include_str!("../scenarios/latency-step-32.toml"),
     ),
     ("lifetimes", include_str!("../scenarios/lifetimes.toml")),
     (
@@ -628,7 +649,7 @@ async fn one_request(
         admitted: None,
         waited: false,
     };
-    let member = match pool.take_member(budget).await {
+    let mut member = match pool.take_member(budget).await {
         Ok(m) => m,
         Err(e) => {
             request.outcome = match e {
@@ -643,13 +664,18 @@ async fn one_request(
         }
     };
     request.waited = Instant::now() - arrival >= connect / 2;
-    let epoch = *member;
+    let epoch = member.epoch;
+    member.served = None;
+    let began = Instant::now();
     let ran = if mode.cancels() {
         tokio::time::timeout_at(deadline, db.query(epoch)).await
     } else {
         Ok(db.query(epoch).await)
     };
     let ended = Instant::now();
+    if let Ok(Ok(())) = ran {
+        member.served = Some(ended - began);
+    }
     request.admitted = Some(ended - arrival);
     request.outcome = match ran {
         Err(_) => Outcome::Cancelled,

@@ -386,11 +386,11 @@ impl<M: Manager> Shared<M> {
         };
         match reason {
             Some(reason) => {
-                self.hear(measured);
+                self.hear(measured, stamp);
                 self.replace(held, reason, origin != Origin::Checked);
             }
             None if returned == Returned::Recycle => {
-                self.hear(measured);
+                self.hear(measured, stamp);
                 self.spawn_recycle(held);
             }
             None => {
@@ -406,12 +406,12 @@ impl<M: Manager> Shared<M> {
         }
     }
 
-    /// The admission limiter hears a latency measured by a use.
-    fn hear(&self, measured: Option<Duration>) {
+    /// The admission limiter hears a latency measured by a use that ended at `stamp`.
+    fn hear(&self, measured: Option<Duration>, stamp: u64) {
         let Some(measured) = measured else {
             return;
         };
-        let (judged, wakers) = self.hot.lock().measured(measured);
+        let (judged, wakers) = self.hot.lock().measured(measured, stamp);
         wakers.into_iter().for_each(std::task::Waker::wake);
         if let Some(judged) = judged {
             self.metrics.limit_judged(judged);

@@ -225,7 +225,7 @@ impl<T, E> Hot<T, E> {
     ) -> (Result<(), T>, Option<LimitMove>) {
         let mut h = self.lock();
         let (judged, mut wakers) = match measured {
-            Some(measured) => h.measured(measured),
+            Some(measured) => h.measured(measured, now),
             None => (None, Vec::new()),
         };
         let given = h.give(member, now).map(|waker| wakers.extend(waker));
@@ -540,13 +540,13 @@ impl<T, E> Locked<'_, T, E> {
 
     /// A hold of `held` is ending (its member still counted in use): what the limiter did
     /// with the limit, if the hold ended a batch, and the wakers of waiters it let through.
-    pub(crate) fn measured(&mut self, held: Duration) -> (Option<LimitMove>, Vec<Waker>) {
+    pub(crate) fn measured(&mut self, held: Duration, now: u64) -> (Option<LimitMove>, Vec<Waker>) {
         let s = &mut *self.0;
         let Some(limiter) = s.limiter.as_mut() else {
             return (None, Vec::new());
         };
         // The limit moves only when a batch ends.
-        let judged = limiter.sample(held, s.in_use);
+        let judged = limiter.sample(held, s.in_use, now);
         let mut wakers = Vec::new();
         if judged.is_some() {
             s.limit = limiter.limit();

@@ -115,6 +115,8 @@ impl Visit for Reader<'_> {
             // CopyBothResponse (`W`) too: rows may follow the same way.
             Header::Typed(b'H' | b'W') => seen.copy_out.store(true, Ordering::Release),
             Header::Typed(b'c') => seen.copy_out.store(false, Ordering::Release),
+            // ErrorResponse: the busy period under way is not a latency.
+            Header::Typed(b'E') => seen.errored(),
             // A parameter the server reports changed after the startup (the startup's own
             // reports come before its ReadyForQuery).
             Header::Typed(b'S') if seen.answered.load(Ordering::Relaxed) > 0 => {
