@@ -154,7 +154,7 @@ fn config(size: usize) -> pooler::PoolConfig {
         .expect("a valid config")
 }
 
-fn postgres_url() -> String {
+pub(crate) fn postgres_url() -> String {
     std::env::var("POOLER_POSTGRES_URL").unwrap_or_else(|_| POSTGRES.into())
 }
 

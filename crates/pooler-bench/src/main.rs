@@ -21,6 +21,8 @@
 //! min / median / max over seeds 0..N instead), `--write` rewrites the report, its
 //! chart and its baseline (the worst of eight seeds), `--check` fails when a score's worst
 //! of eight seeds falls below the baseline.
+//! `overload-live` runs the latency step against the real PostgreSQL in `fixed` and `vegas`
+//! and prints each beside the simulation's range over eight seeds (docs/overload.md, "Live").
 //! `instructions` alone counts instructions per take+return with callgrind (see
 //! `instructions.rs`).
 //! `lifetime` alone measures the cost of `max_lifetime`; `churn-memory` prints the resident
@@ -34,6 +36,7 @@ mod backends;
 mod baseline;
 mod driver;
 mod instructions;
+mod overload_live;
 mod overload_report;
 mod peers;
 mod report;
@@ -582,6 +585,7 @@ fn main() {
                     }
                 }
             }
+            "overload-live" => overload_live::main().await,
             "backends" => {
                 let rounds = value_of("--rounds")
                     .and_then(|r| r.parse().ok())
@@ -632,7 +636,7 @@ fn main() {
             }
             other => {
                 eprintln!(
-                    "unknown mode `{other}`: run with no mode (or --smoke), or backends [--smoke] [--rounds N] [--only BACKEND], postgres-paired [--pairs N], driver-cost, driver-fixed, postgres-fixed, lifetime, fairness, \
+                    "unknown mode `{other}`: run with no mode (or --smoke), or backends [--smoke] [--rounds N] [--only BACKEND], postgres-paired [--pairs N], overload-live, driver-cost, driver-fixed, postgres-fixed, lifetime, fairness, \
                      grid-sample, uncontended, metrics, metrics-share, mass-timeout, churn-memory [--replacements=N], instructions, \
                      count WHO OP N, fixed-plain, fixed-lifetime"
                 );

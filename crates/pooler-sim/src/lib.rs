@@ -184,11 +184,19 @@ impl Mode {
     }
 
     /// Whether a query is cancelled when its request's deadline passes.
-    fn cancels(self) -> bool {
+    #[must_use]
+    pub fn cancels(self) -> bool {
         !matches!(self, Mode::Fixed | Mode::Fixed4x | Mode::VegasAlone)
     }
 
-    fn config(self, name: &str, capacity: usize, extra: &toml::Table) -> PoolConfig {
+    /// The pool configuration of this mode, named `name`, for a database serving `capacity`
+    /// at once, with the scenario's pool keys `extra` on top.
+    ///
+    /// # Panics
+    ///
+    /// When `extra` holds a key or value a pools file refuses.
+    #[must_use]
+    pub fn config(self, name: &str, capacity: usize, extra: &toml::Table) -> PoolConfig {
         let max = if self == Mode::Fixed {
             capacity
         } else {
