@@ -6,8 +6,8 @@
 //! free does, so every promise of that queue holds for it (`hot.rs`). With a
 //! `queue_target`, a queue that has stayed non-empty longer than the target is served newest
 //! first (adaptive LIFO: the oldest waiters' callers have likely given up), and a take that
-//! has waited twice the target is refused (`Stale`), so none waits out its budget behind
-//! newer ones. Lowering the limit closes nothing: it hands out fewer. This module holds the
+//! has waited twice the target — or half a budget shorter than that, once past the target —
+//! is refused (`Stale`), so none waits out its budget behind newer ones. Lowering the limit closes nothing: it hands out fewer. This module holds the
 //! public names and the limiters (`limiters.rs`); the hot core holds the limiter in use.
 //!
 //! Whether takes and returns time holds exactly for the limiter is

@@ -120,7 +120,9 @@ pub enum TakeError {
     },
     /// The take waited more than twice `queue_target`: refused when its turn came while the
     /// pool is overloaded, or, with admission on, as soon as it had waited that long — its
-    /// caller having likely given up (reason `shed`; docs/design.md, "Shedding").
+    /// caller having likely given up — or, with a budget shorter than that, half its budget
+    /// and at least the target, leaving its caller the rest (reason `shed`; docs/design.md,
+    /// "Shedding" and "Admission").
     Stale {
         /// The pool's name.
         pool: Arc<str>,
@@ -209,7 +211,7 @@ impl fmt::Display for TakeError {
                 waited,
             } => write!(
                 f,
-                "pool `{pool}`: overloaded, take shed after waiting {}, at least twice queue_target = {}",
+                "pool `{pool}`: overloaded, take shed after waiting {} in a queue standing past queue_target = {}",
                 Human(*waited),
                 Human(*target)
             ),

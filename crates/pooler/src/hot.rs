@@ -538,8 +538,9 @@ impl<T, E> Locked<'_, T, E> {
         wakers
     }
 
-    /// A hold of `held` is ending (its member still counted in use): what the limiter did
-    /// with the limit, if the hold ended a batch, and the wakers of waiters it let through.
+    /// A hold of `held` is ending at `now` (a clock stamp; its member still counted in use):
+    /// what the limiter did with the limit, if the hold ended a batch, and the wakers of
+    /// waiters it let through.
     pub(crate) fn measured(&mut self, held: Duration, now: u64) -> (Option<LimitMove>, Vec<Waker>) {
         let s = &mut *self.0;
         let Some(limiter) = s.limiter.as_mut() else {

@@ -322,10 +322,13 @@ async fn within_loop<M: Manager>(
                     done: false,
                 };
                 // With admission on and a `queue_target`, a take waits twice the target at
-                // most (docs/design.md, "Admission"): past the target the queue is served
-                // newest first, so its turn would not come soon.
+                // most, and no longer than half its own budget once it has waited the
+                // target (docs/design.md, "Admission"): past the target the queue is served
+                // newest first, so its turn would not come soon, and a refusal at its
+                // deadline would leave its caller nothing.
                 let stale = shared.features.stale_after().map(|target| {
-                    let waited = target.saturating_mul(2);
+                    let twice = target.saturating_mul(2);
+                    let waited = timeout.map_or(twice, |t| twice.min(target.max(t / 2)));
                     (target, waited, s.checked_add(waited))
                 });
                 let ends = [

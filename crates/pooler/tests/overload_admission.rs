@@ -257,7 +257,7 @@ async fn a_take_waiting_twice_the_target_is_shed() {
     );
     assert_eq!(
         refused.to_string(),
-        "pool `admit-shed`: overloaded, take shed after waiting 100ms, at least twice queue_target = 50ms"
+        "pool `admit-shed`: overloaded, take shed after waiting 100ms in a queue standing past queue_target = 50ms"
     );
     assert_eq!(pool.admission().unwrap().admitted, 1, "only the holder");
     // The next interval: overloaded, and a take over the limit is refused at once.
@@ -345,6 +345,33 @@ async fn a_take_refused_as_stale_takes_nothing_from_the_count() {
     drop((kept, third));
     settle().await;
     assert_eq!(pool.admission().unwrap().admitted, 0);
+}
+
+/// A take whose budget is no longer than twice the target does not wait it out in a
+/// standing queue: it is refused as stale at half its budget, or at the target when that is
+/// longer (twice the target for a longer budget), leaving its caller the rest. (It timed
+/// out at its deadline, the refusal useless by then: with deadlines of 100 ms against a
+/// 50 ms target, every take a slowed database could not serve waited its whole budget.)
+#[tokio::test(start_paused = true)]
+async fn a_short_budget_is_refused_as_stale_at_half_of_it() {
+    let config = config("stale-half", 1)
+        .to_builder()
+        .queue_target(ms(50))
+        .build()
+        .unwrap();
+    let (pool, _probe) = pool_with(config, Fake::default()).await;
+    let held = pool.try_take_member().unwrap();
+    for (budget, ends) in [(ms(100), ms(50)), (ms(60), ms(50)), (ms(400), ms(100))] {
+        let begun = tokio::time::Instant::now();
+        let e = pool.take_member(budget).await.map(drop).unwrap_err();
+        assert_eq!(
+            (e.reason(), begun.elapsed()),
+            ("shed", ends),
+            "{budget:?}: {e}"
+        );
+        assert!(matches!(e, TakeError::Stale { .. }), "{e}");
+    }
+    drop(held);
 }
 
 /// The limit bounds the members in use, whenever they were taken: members in use when
