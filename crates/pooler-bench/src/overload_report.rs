@@ -176,6 +176,18 @@ pub(crate) fn goals(runs: &Runs) -> String {
             back <= 5.0,
         );
     }
+    if let Some(s) = find("fleet-slowdown", "vegas") {
+        row(
+            "a fleet of 20 pools, latency ×5, `vegas`: goodput ≥ 90 % of what the database serves",
+            format!("{:.0} %", s.goodput_share() * 100.0),
+            s.goodput_share() >= 0.9,
+        );
+        row(
+            "… the fleet, `vegas`: admitted p99 ≤ 2 × the database's latency",
+            format!("{} against {}", ms(s.p99), ms(2.0 * s.db_latency)),
+            s.p99 <= 2.0 * s.db_latency,
+        );
+    }
     for sc in ["bimodal", "jitter", "steady"] {
         let (Some(fixed), Some(s)) = (find(sc, "fixed"), find(sc, "vegas")) else {
             continue;

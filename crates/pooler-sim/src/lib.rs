@@ -391,6 +391,10 @@ pub const SCENARIOS: &[(&str, &str)] = &[
         "fleet-jitter",
         include_str!("../scenarios/fleet-jitter.toml"),
     ),
+    (
+        "fleet-slowdown",
+        include_str!("../scenarios/fleet-slowdown.toml"),
+    ),
     ("jitter", include_str!("../scenarios/jitter.toml")),
     (
         "latency-step",
