@@ -404,6 +404,10 @@ pub const SCENARIOS: &[(&str, &str)] = &[
         "latency-step-32",
         include_str!("../scenarios/latency-step-32.toml"),
     ),
+    (
+        "latency-step-8",
+        include_str!("../scenarios/latency-step-8.toml"),
+    ),
     ("lifetimes", include_str!("../scenarios/lifetimes.toml")),
     (
         "lifetimes-overlap",
