@@ -27,6 +27,17 @@ fn config(name: &str, max: usize) -> PoolConfig {
         .unwrap()
 }
 
+/// Admission on with a 50 ms queue target over an interval of a second (long enough that
+/// no interval judges the pool overloaded while a test looks at the stale rule).
+fn shedding(name: &str, max: usize) -> PoolConfig {
+    config(name, max)
+        .to_builder()
+        .queue_target(ms(50))
+        .queue_interval(Duration::from_secs(1))
+        .build()
+        .unwrap()
+}
+
 /// Users that each take, hold for a time that grows with how many hold at once past
 /// `capacity` (a database sharing itself among its queries), and give back.
 async fn load(
@@ -236,13 +247,7 @@ async fn reconfigure_turns_admission_on_and_off() {
 /// interval, in which a take over the limit is refused at once.
 #[tokio::test(start_paused = true)]
 async fn a_take_waiting_twice_the_target_is_shed() {
-    let config = config("admit-shed", 1)
-        .to_builder()
-        .queue_target(ms(50))
-        .queue_interval(Duration::from_secs(1))
-        .build()
-        .unwrap();
-    let (pool, _probe) = pool_with(config, Fake::default()).await;
+    let (pool, _probe) = pool_with(shedding("admit-shed", 1), Fake::default()).await;
     let held = pool.try_take_member().unwrap();
     let stale = spawn_take(&pool, Duration::from_secs(5));
     settle().await;
@@ -312,11 +317,9 @@ async fn admission_alone_brings_a_queue_target_that_a_long_one_sets_aside() {
 /// bounds, and the next take is let through when one comes back.
 #[tokio::test(start_paused = true)]
 async fn a_take_refused_as_stale_takes_nothing_from_the_count() {
-    let config = config("stale-count", 3)
+    let config = shedding("stale-count", 3)
         .to_builder()
         .init_count(2)
-        .queue_target(ms(50))
-        .queue_interval(Duration::from_secs(1))
         .build()
         .unwrap();
     let (pool, probe) = pool_with(config, Fake::default()).await;
@@ -354,12 +357,7 @@ async fn a_take_refused_as_stale_takes_nothing_from_the_count() {
 /// 50 ms target, every take a slowed database could not serve waited its whole budget.)
 #[tokio::test(start_paused = true)]
 async fn a_short_budget_is_refused_as_stale_at_half_of_it() {
-    let config = config("stale-half", 1)
-        .to_builder()
-        .queue_target(ms(50))
-        .build()
-        .unwrap();
-    let (pool, _probe) = pool_with(config, Fake::default()).await;
+    let (pool, _probe) = pool_with(shedding("stale-half", 1), Fake::default()).await;
     let held = pool.try_take_member().unwrap();
     for (budget, ends) in [(ms(100), ms(50)), (ms(60), ms(50)), (ms(400), ms(100))] {
         let begun = tokio::time::Instant::now();
