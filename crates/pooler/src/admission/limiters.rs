@@ -319,16 +319,21 @@ impl Limiter {
             Limiter::Gradient(g) => g.sample(held, in_use, now),
         };
         if judged && self.raw() != before {
-            match self {
-                Limiter::Vegas(v) => v.batch.since = now,
-                Limiter::Gradient(g) => g.batch.since = now,
-            }
+            // The holds under way measured the limit before this move.
+            self.batch().since = now;
         }
         debug_assert!(
             (1.0..=self.max()).contains(&self.raw()),
             "invariant 1: the limit within [1, max]"
         );
         judged.then(|| self.signal().2)
+    }
+
+    fn batch(&mut self) -> &mut Batch {
+        match self {
+            Limiter::Vegas(v) => &mut v.batch,
+            Limiter::Gradient(g) => &mut g.batch,
+        }
     }
 
     fn raw(&self) -> f64 {
