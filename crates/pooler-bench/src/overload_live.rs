@@ -39,6 +39,13 @@ BEGIN
 END $$ LANGUAGE plpgsql;
 ";
 
+/// What [`SETUP`] made, dropped once a run is over.
+const TEARDOWN: &str = "
+DROP FUNCTION IF EXISTS pooler_live_query(int);
+DROP SEQUENCE IF EXISTS pooler_live_ticket;
+DROP TABLE IF EXISTS pooler_live;
+";
+
 /// How one request ended, and when (seconds from the start).
 #[derive(Debug, Clone, Copy)]
 struct Request {
@@ -120,6 +127,7 @@ async fn live(mode: Mode) -> (f64, f64) {
                 .await
                 .expect("the latency is set");
         }
+        control
     });
     let mut rng = fastrand::Rng::with_seed(42);
     let mut at = 0.0;
@@ -136,7 +144,11 @@ async fn live(mode: Mode) -> (f64, f64) {
     for t in tasks {
         t.await.expect("a request's task");
     }
-    stepper.await.expect("the step");
+    let control = stepper.await.expect("the step");
+    control
+        .batch_execute(TEARDOWN)
+        .await
+        .expect("the tear-down runs");
     driver.abort();
     pool.close(pooler::Shutdown::Immediate).await;
     let requests = std::mem::take(&mut *requests.lock().expect("requests"));
