@@ -33,6 +33,9 @@ pub(crate) struct Parts {
     /// A cancel request was sent and not seen to land (its query ended otherwise): it may
     /// still cancel whatever the connection runs next, so the connection serves nobody else.
     pub(crate) stray_cancel: std::sync::atomic::AtomicBool,
+    /// A request was cut at its deadline by [`PgConnection::until`] since the admission
+    /// limiter last asked: the use tells it was late, not a latency.
+    pub(crate) late: std::sync::atomic::AtomicBool,
     /// The index of its host in the config's list.
     pub(crate) host: usize,
 }
@@ -208,6 +211,9 @@ impl PgConnection {
         // dropped meanwhile leaves the connection marked too.
         let stray = &self.parts.stray_cancel;
         stray.store(true, std::sync::atomic::Ordering::Release);
+        self.parts
+            .late
+            .store(true, std::sync::atomic::Ordering::Relaxed);
         let mut cancel = std::pin::pin!(self.cancel_query());
         let mut sent = false;
         let done = std::future::poll_fn(|cx| {

@@ -285,6 +285,7 @@ where
                 ended,
                 cancel,
                 stray_cancel: std::sync::atomic::AtomicBool::new(false),
+                late: std::sync::atomic::AtomicBool::new(false),
                 host,
             }),
         })
@@ -316,14 +317,20 @@ where
         Ok(())
     }
 
-    /// The server's own time per request during the use (docs/design.md, "Admission"), so
-    /// an admission limit follows the database, not the work an application does between
-    /// statements while it holds the connection.
+    /// The server's own time per request since the last use asked (docs/design.md,
+    /// "Admission"), so an admission limit follows the database, not the work an
+    /// application does between statements while it holds the connection; late if a
+    /// request was cut at its deadline by [`PgConnection::until`] meanwhile.
     fn latency(&self, conn: &PgConnection) -> Latency {
-        conn.parts
-            .seen
-            .served()
-            .map_or(Latency::Unmeasured, Latency::Measured)
+        let served = conn.parts.seen.served();
+        if conn
+            .parts
+            .late
+            .swap(false, std::sync::atomic::Ordering::Relaxed)
+        {
+            return Latency::Late;
+        }
+        served.map_or(Latency::Unmeasured, Latency::Measured)
     }
 
     fn is_broken(&self, conn: &PgConnection) -> bool {

@@ -584,7 +584,9 @@ async fn the_session_kind_and_every_host_are_honoured() {
 
 /// One deadline for a whole request: `until` hands what is left of it to the server, which
 /// cancels the statement when it passes; the connection then serves the next user at once,
-/// and a statement that ends in time is untouched.
+/// and a statement that ends in time is untouched. A use with a request cut at its deadline
+/// tells an admission limiter it was late (a sign of overload, not a latency); the next
+/// use, answered in time, measures the server again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_deadline_handed_to_the_server_cancels_the_statement() {
     let Some(url) = url().await else { return };
@@ -611,6 +613,11 @@ async fn a_deadline_handed_to_the_server_cancels_the_statement() {
         "{:?}",
         begun.elapsed()
     );
+    let asked = PgManager::new(&url).unwrap();
+    assert_eq!(
+        pooler::Manager::latency(&asked, &conn),
+        pooler::Latency::Late
+    );
     let rows = conn
         .until(
             tokio::time::Instant::now() + Duration::from_secs(5),
@@ -619,6 +626,13 @@ async fn a_deadline_handed_to_the_server_cancels_the_statement() {
         .await
         .unwrap();
     assert_eq!(rows.len(), 1);
+    assert!(
+        matches!(
+            pooler::Manager::latency(&asked, &conn),
+            pooler::Latency::Measured(_)
+        ),
+        "on time again"
+    );
     drop(conn);
     let conn = pool.take_member(Duration::from_secs(5)).await.unwrap();
     assert_eq!(conn.simple_query("SELECT 1").await.unwrap().len(), 3);

@@ -294,13 +294,13 @@ impl Drop for Running<'_> {
 #[derive(Debug, Clone)]
 struct SimManager(Arc<Db>);
 
-/// A connection: the database's epoch it was made in, and the server's time for the last
-/// use's query — none when it was cancelled (or never ran). So the pools hear the latency as
-/// pooler-postgres reports it: the server's own time, nothing for a request cut short.
+/// A connection: the database's epoch it was made in, and what the last use's query says
+/// of the latency — the server's time, late when it was cancelled at its deadline, nothing
+/// when it failed (or never ran). So the pools hear it as pooler-postgres reports it.
 #[derive(Debug)]
 struct SimConn {
     epoch: u64,
-    served: Option<Duration>,
+    last: Latency,
 }
 
 #[derive(Debug)]
@@ -335,7 +335,7 @@ impl Manager for SimManager {
         s.connects.push(at);
         Ok(SimConn {
             epoch: s.epoch,
-            served: None,
+            last: Latency::Unmeasured,
         })
     }
 
@@ -344,7 +344,7 @@ impl Manager for SimManager {
     }
 
     fn latency(&self, conn: &SimConn) -> Latency {
-        conn.served.map_or(Latency::Unmeasured, Latency::Measured)
+        conn.last
     }
 }
 
@@ -681,7 +681,7 @@ async fn one_request(
     };
     request.waited = Instant::now() - arrival >= connect / 2;
     let epoch = member.epoch;
-    member.served = None;
+    member.last = Latency::Unmeasured;
     let began = Instant::now();
     let ran = if mode.cancels() {
         tokio::time::timeout_at(deadline, db.query(epoch)).await
@@ -689,9 +689,11 @@ async fn one_request(
         Ok(db.query(epoch).await)
     };
     let ended = Instant::now();
-    if let Ok(Ok(())) = ran {
-        member.served = Some(ended - began);
-    }
+    member.last = match ran {
+        Ok(Ok(())) => Latency::Measured(ended - began),
+        Err(_) => Latency::Late,
+        Ok(Err(())) => Latency::Unmeasured,
+    };
     request.admitted = Some(ended - arrival);
     request.outcome = match ran {
         Err(_) => Outcome::Cancelled,

@@ -10,8 +10,9 @@
 //! is refused (`Stale`), so none waits out its budget behind newer ones. Lowering the limit closes nothing: it hands out fewer. This module holds the
 //! public names and the limiters (`limiters.rs`); the hot core holds the limiter in use.
 //!
-//! Whether takes and returns time holds exactly for the limiter is
-//! [`Features::ADMIT`](crate::features::Features::ADMIT).
+//! Which holds are timed for the limiter is the hot core's sampling rule (`hot.rs`): every
+//! hold begun with at least half the limit in use, one a housekeeping tick otherwise. A
+//! timed hold's return tells the limiter what it [`Heard`].
 //!
 //! # Invariants
 //!
@@ -22,6 +23,25 @@ use std::time::Duration;
 mod limiters;
 
 pub(crate) use limiters::Limiter;
+
+/// What the limiter hears of one timed hold's end.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Heard {
+    /// A latency: the hold's, or what the manager measured of the server.
+    Took(Duration),
+    /// A hold this long, cut at a request's deadline ([`Latency::Late`](crate::Latency::Late)):
+    /// no latency, a sign of overload.
+    Late(Duration),
+}
+
+impl Heard {
+    /// How long the hold took or lasted: whether it began before the limit last moved.
+    pub(crate) fn length(self) -> Duration {
+        match self {
+            Heard::Took(d) | Heard::Late(d) => d,
+        }
+    }
+}
 
 /// How the admission limit is set.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
@@ -73,6 +93,10 @@ pub enum LimitMove {
     /// It is halved for two batches to measure the database's latency unloaded, then put
     /// back (`vegas`).
     Probed,
+    /// It halved: more than a quarter of the last holds were cut at their deadline
+    /// ([`Latency::Late`](crate::Latency::Late)) — a database too slow for the callers'
+    /// budgets, whatever the holds that did end measured.
+    Late,
 }
 
 impl LimitMove {
@@ -86,6 +110,7 @@ impl LimitMove {
             LimitMove::Held => "held",
             LimitMove::Idle => "idle",
             LimitMove::Probed => "probed",
+            LimitMove::Late => "late",
         }
     }
 }

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use crate::admission::Heard;
 use crate::cold::Empty;
 use crate::error::{StartError, TakeError};
 use crate::features::Features;
@@ -159,10 +160,11 @@ impl<M: Manager> Shared<M> {
         }
     }
 
-    /// A member handed over through the queue: its hold is timed for the use histogram
-    /// (queued takes are slow anyway, and each stands for itself).
+    /// A member handed over through the queue: its hold is timed for the use histogram and
+    /// the admission limiter (queued takes are slow anyway, and each stands for itself).
     pub(crate) fn collected(self: &Arc<Self>, held: Held<M::Member>) -> Attempt<M> {
-        let timed = u32::from(self.metrics.use_live());
+        let admits = self.features.flags() & Features::ADMIT != 0;
+        let timed = u32::from(self.metrics.use_live() || admits);
         self.taken(held, Wait::Queue, true, timed)
     }
 
@@ -200,9 +202,8 @@ impl<M: Manager> Shared<M> {
         timed: u32,
     ) -> Attempt<M> {
         let flags = self.features.flags();
-        let exact = timed > 0
-            || flags & (Features::LIFETIMES | Features::LEAKS | Features::IDLE | Features::ADMIT)
-                != 0;
+        let exact =
+            timed > 0 || flags & (Features::LIFETIMES | Features::LEAKS | Features::IDLE) != 0;
         let stamp = if exact {
             self.clock.read()
         } else {
@@ -348,7 +349,7 @@ impl<M: Manager> Shared<M> {
         held: Held<M::Member>,
         end: Ending,
         stamp: u64,
-        measured: Option<Duration>,
+        measured: Option<Heard>,
     ) {
         let Ending {
             fate,
@@ -407,7 +408,7 @@ impl<M: Manager> Shared<M> {
     }
 
     /// The admission limiter hears a latency measured by a use that ended at `stamp`.
-    fn hear(&self, measured: Option<Duration>, stamp: u64) {
+    fn hear(&self, measured: Option<Heard>, stamp: u64) {
         let Some(measured) = measured else {
             return;
         };
@@ -418,7 +419,7 @@ impl<M: Manager> Shared<M> {
         }
     }
 
-    /// A member comes back to a pool with admission on (docs/design.md, "Admission"): the
+    /// A timed hold ends in a pool with admission on (docs/design.md, "Admission"): the
     /// limiter hears the latency its use measured — the manager's measure, or the hold (a use
     /// that ended in failure measures nothing) — while the member still counts in use, then
     /// it is returned as any other.
@@ -434,9 +435,11 @@ impl<M: Manager> Shared<M> {
             Latency::Unmeasured
         };
         let now = self.clock.read();
+        let hold = Duration::from_nanos(now.saturating_sub(held.meta.since()));
         let measured = match latency {
-            Latency::Hold => Some(Duration::from_nanos(now.saturating_sub(held.meta.since()))),
-            Latency::Measured(took) => Some(took),
+            Latency::Hold => Some(Heard::Took(hold)),
+            Latency::Measured(took) => Some(Heard::Took(took)),
+            Latency::Late => Some(Heard::Late(hold)),
             Latency::Unmeasured => None,
         };
         let end = Ending {
@@ -480,8 +483,8 @@ impl<M: Manager> Shared<M> {
 impl<M: Manager> Home<M::Member> for Shared<M> {
     #[inline]
     fn give_back(&self, held: Held<M::Member>, fate: Fate, origin: Origin, timed: u32) {
-        // The fast path: a member in good order, its hold not timed, no feature that needs a
-        // look at it (admission times the hold for its limiter).
+        // The fast path: a member in good order, its hold not timed (admission's limiter
+        // hears timed holds only), no feature that needs a look at it.
         let flags = self.features.flags();
         if fate == Fate::Ok
             && flags & Features::SLOW_RETURN | u64::from(timed) == 0
@@ -510,7 +513,7 @@ impl<M: Manager> Home<M::Member> for Shared<M> {
             };
             return self.give_back_slow(held, end);
         }
-        if flags & Features::ADMIT != 0 && origin == Origin::Taken {
+        if flags & Features::ADMIT != 0 && origin == Origin::Taken && timed > 0 {
             return self.give_back_admitted(held, fate, timed);
         }
         let returned = match fate {

@@ -73,14 +73,15 @@ impl Features {
     /// Takes served at once are counted as waits of zero (the wait histogram reaches a
     /// recorder and no idle check makes a take wait). Not a feature the fast path minds.
     pub(crate) const ZERO_WAITS: u64 = 32;
-    /// `admission` is on: holds are timed exactly, and returns give the limiter the latency
-    /// they measured.
+    /// `admission` is on: the hot core times the holds the limiter needs (a timed hold
+    /// takes the slow path both ways), and a timed hold's return gives the limiter the
+    /// latency it measured. Not a bit the fast path minds: an untimed hold under admission
+    /// is taken and returned as any other.
     pub(crate) const ADMIT: u64 = 64;
     /// The bits a take's fast path minds.
-    pub(crate) const SLOW: u64 =
-        Self::LIFETIMES | Self::LEAKS | Self::IDLE | Self::GROW | Self::ADMIT;
+    pub(crate) const SLOW: u64 = Self::LIFETIMES | Self::LEAKS | Self::IDLE | Self::GROW;
     /// The bits a return's fast path minds.
-    pub(crate) const SLOW_RETURN: u64 = Self::LIFETIMES | Self::LEAKS | Self::ADMIT;
+    pub(crate) const SLOW_RETURN: u64 = Self::LIFETIMES | Self::LEAKS;
 
     pub(crate) fn new(config: &PoolConfig, waits_live: bool) -> Self {
         let f = Features {

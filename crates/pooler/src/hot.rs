@@ -35,7 +35,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::admission::{AdmissionMode, AdmissionStatus, LimitMove, Limiter};
+use crate::admission::{AdmissionMode, AdmissionStatus, Heard, LimitMove, Limiter};
 use crate::config::MemberOrder;
 use crate::sync::{Mutex, MutexGuard, lock};
 use crate::waiters::{Look, WaitKey, Waiters};
@@ -125,12 +125,22 @@ pub(crate) struct State<T, E> {
     peak: usize,
     /// When `in_use` last fell from `peak` (a clock stamp).
     peak_until: Option<u64>,
+    /// The highest `peak` taken by a look ([`Locked::take_peak`]) since the last
+    /// housekeeping tick: with `peak`, the highest `in_use` since that tick (for the
+    /// limiter), kept without a second comparison per take.
+    tick_peak: usize,
+    /// With admission on, more than half the limit was in use in this tick or the last:
+    /// every hold is timed (see [`Locked::sample`]).
+    pressed: bool,
     /// Take attempts and takes served at once, since last flushed to the metrics.
     takes: u64,
     zero_waits: u64,
     /// Whether holds are timed for the use histogram (a recorder is installed): one hold per
-    /// housekeeping tick is, standing for those since the last one.
+    /// housekeeping tick is, standing for those since the last one. With admission on,
+    /// holds are timed whatever this says (see [`Locked::sample`]).
     sample: bool,
+    /// `sample`, or admission on: some holds are timed.
+    timing: bool,
     /// The housekeeping tick's count, written by the tick itself.
     tick: u64,
     sampled_at: u64,
@@ -162,9 +172,12 @@ impl<T, E> Hot<T, E> {
                 in_use: 0,
                 peak: 0,
                 peak_until: None,
+                tick_peak: 0,
+                pressed: false,
                 takes: 0,
                 zero_waits: 0,
                 sample,
+                timing: sample,
                 tick: 0,
                 sampled_at: u64::MAX,
                 unsampled: 0,
@@ -221,7 +234,7 @@ impl<T, E> Hot<T, E> {
         &self,
         member: T,
         now: u64,
-        measured: Option<Duration>,
+        measured: Option<Heard>,
     ) -> (Result<(), T>, Option<LimitMove>) {
         let mut h = self.lock();
         let (judged, mut wakers) = match measured {
@@ -296,8 +309,9 @@ impl<T, E> Locked<'_, T, E> {
 
     #[inline]
     fn note_in_use(&mut self) {
-        self.0.in_use += 1;
-        self.0.peak = self.0.peak.max(self.0.in_use);
+        let s = &mut *self.0;
+        s.in_use += 1;
+        s.peak = s.peak.max(s.in_use);
     }
 
     #[inline]
@@ -326,7 +340,7 @@ impl<T, E> Locked<'_, T, E> {
     }
 
     /// See [`Hot::take`]; also called under the cold lock.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn take(&mut self, wait: Wait, counted: bool, zero_wait: bool) -> Found<T> {
         self.0.takes += u64::from(counted);
         if self.0.closed {
@@ -338,6 +352,13 @@ impl<T, E> Locked<'_, T, E> {
             let timed = self.sample();
             return Found::Member(member, timed);
         }
+        self.found_none(wait)
+    }
+
+    /// [`take`](Self::take) when no member may be had now: queued, refused, or for the cold
+    /// engine to decide.
+    #[inline]
+    fn found_none(&mut self, wait: Wait) -> Found<T> {
         let s = &mut *self.0;
         // Over the admission limit a start would not help: the take waits for a member in
         // use to come back (or is refused).
@@ -361,15 +382,32 @@ impl<T, E> Locked<'_, T, E> {
         }
     }
 
-    /// Whether this hold is timed: with sampling on, the first hold after a new housekeeping
-    /// tick is, and stands for itself and the holds since the last timed one (its weight);
-    /// the others are not (0). Ticks come every 100 ms, so a busy pool times about ten holds
-    /// a second and a quiet one every hold.
-    #[inline]
+    /// Whether this hold is timed, and for how many holds it stands (0: not timed). With
+    /// the use histogram live, the first hold after a new housekeeping tick is timed,
+    /// standing for itself and the holds since the last timed one; ticks come every 100 ms,
+    /// so a busy pool times about ten holds a second and a quiet one every hold. With
+    /// admission on, the same, and every hold while the limit is pressed (`pressed`: more
+    /// than half of it was in use in this tick or the last), for the limiter. Below half,
+    /// the limit does not bind and the tick brings it down ([`ticked`](Self::ticked)), so a
+    /// tick's sample keeps the base latency fresh and the uncontended take costs no clock
+    /// read (docs/design.md, "Admission"). Whole ticks are timed, not the holds begun with
+    /// more in use, which would see the database busier than it is.
+    #[inline(always)]
     fn sample(&mut self) -> u32 {
-        let s = &mut *self.0;
-        if !s.sample {
+        if !self.0.timing {
             return 0;
+        }
+        self.sample_on()
+    }
+
+    /// [`sample`](Self::sample) with sampling on: kept out of the take's fast path.
+    #[inline(never)]
+    fn sample_on(&mut self) -> u32 {
+        let s = &mut *self.0;
+        if s.limiter.is_some() && (s.pressed || s.in_use.saturating_mul(2) > s.limit) {
+            s.pressed = true;
+            s.sampled_at = s.tick;
+            return std::mem::take(&mut s.unsampled).saturating_add(1);
         }
         if s.tick == s.sampled_at {
             s.unsampled = s.unsampled.saturating_add(1);
@@ -379,9 +417,22 @@ impl<T, E> Locked<'_, T, E> {
         std::mem::take(&mut s.unsampled).saturating_add(1)
     }
 
-    /// The housekeeping tick came (for timing holds).
-    pub(crate) fn ticked(&mut self) {
-        self.0.tick += 1;
+    /// The housekeeping tick came: the next hold is timed, and the limiter judges whether
+    /// the tick used its limit (see [`Limiter::idle`]); what it did with the limit, if it
+    /// moved. Lowering the limit lets no waiter through: nothing to wake. Called right
+    /// after the tick's look at the peak ([`take_peak`](Self::take_peak)), so that `peak`
+    /// holds only this tick's.
+    pub(crate) fn ticked(&mut self) -> Option<LimitMove> {
+        let s = &mut *self.0;
+        s.tick += 1;
+        let peak = std::mem::replace(&mut s.tick_peak, s.in_use).max(s.peak);
+        let moved = s.limiter.as_mut()?.idle(peak);
+        if moved.is_some() {
+            s.limit = s.limiter.as_ref().map_or(usize::MAX, Limiter::limit);
+        }
+        s.pressed = peak.saturating_mul(2) > s.limit;
+        debug_assert!(self.holds());
+        moved
     }
 
     /// Joins the queue (the caller found no member it may have).
@@ -527,6 +578,8 @@ impl<T, E> Locked<'_, T, E> {
         let s = &mut *self.0;
         s.limiter = Limiter::for_mode(mode, max, s.limiter.take());
         s.limit = s.limiter.as_ref().map_or(usize::MAX, Limiter::limit);
+        s.pressed = false;
+        s.timing = s.sample || s.limiter.is_some();
         s.lifo_after = queue_target.filter(|_| s.limiter.is_some());
         s.queued_since = match (s.lifo_after, s.waiters.is_empty()) {
             (Some(_), false) => s.queued_since.or_else(|| Some(Instant::now())),
@@ -538,10 +591,10 @@ impl<T, E> Locked<'_, T, E> {
         wakers
     }
 
-    /// A hold of `held` is ending at `now` (a clock stamp; its member still counted in use):
+    /// A timed hold is ending at `now` (a clock stamp; its member still counted in use):
     /// what the limiter did with the limit, if the hold ended a batch, and the wakers of
     /// waiters it let through.
-    pub(crate) fn measured(&mut self, held: Duration, now: u64) -> (Option<LimitMove>, Vec<Waker>) {
+    pub(crate) fn measured(&mut self, held: Heard, now: u64) -> (Option<LimitMove>, Vec<Waker>) {
         let s = &mut *self.0;
         let Some(limiter) = s.limiter.as_mut() else {
             return (None, Vec::new());
@@ -640,9 +693,10 @@ impl<T, E> Locked<'_, T, E> {
     /// The highest in-use count since the last look, and when the count last fell from it
     /// (`None`: it is still there); the next look starts from the count now.
     pub(crate) fn take_peak(&mut self) -> (usize, Option<u64>) {
-        let in_use = self.0.in_use;
-        let peak = std::mem::replace(&mut self.0.peak, in_use);
-        (peak, self.0.peak_until.take())
+        let s = &mut *self.0;
+        let peak = std::mem::replace(&mut s.peak, s.in_use);
+        s.tick_peak = s.tick_peak.max(peak);
+        (peak, s.peak_until.take())
     }
 
     /// Take attempts and takes served at once since the last call.

@@ -184,11 +184,16 @@ fn guarded<M: Manager>(shared: &Shared<M>, job: &'static str, f: impl FnOnce()) 
 
 impl<M: Manager> Shared<M> {
     /// The housekeeping tick: brings the coarse clock forward, publishes the gauges and
-    /// flushes the counts the hot core kept.
+    /// flushes the counts the hot core kept, and lets the admission limit come down if the
+    /// tick did not use it (after the publish, whose look at the peak the tick's peak
+    /// folds in).
     pub(crate) fn tick(&self) {
         self.clock.now();
-        self.hot.lock().ticked();
         self.publish();
+        let moved = self.hot.lock().ticked();
+        if let Some(moved) = moved {
+            self.metrics.limit_judged(moved);
+        }
     }
 
     /// The pool's counts now, from both locks, and its limits; nothing published.

@@ -139,6 +139,12 @@ pub enum Latency {
     Measured(std::time::Duration),
     /// Nothing to go by (no request was answered during the use): the use is not a sample.
     Unmeasured,
+    /// A request of the use was cut at its deadline (cancelled there, or abandoned
+    /// unanswered): not a sample of the latency — the hold says only that it was at least
+    /// so long — but a sign of overload. More than a quarter of a batch late halves the
+    /// limit (docs/design.md, "Admission"), so a database too slow for the callers' budgets
+    /// is not left at a limit nobody's holds measure any more.
+    Late,
 }
 
 /// Receives members' death signals; implemented by the pool.

@@ -66,14 +66,14 @@ pub(crate) enum Reason {
     Reconfigured,
 }
 
-const REMOVAL_REASONS: &[&str] = &[
+const REMOVAL_REASONS: &[&str; 5] = &[
     "max_lifetime",
     "max_age",
     "crashed",
     "failed",
     "reconfigured",
 ];
-const START_FAILURE_REASONS: &[&str] = &["error", "timeout", "died", "panicked", "broken"];
+const START_FAILURE_REASONS: &[&str; 5] = &["error", "timeout", "died", "panicked", "broken"];
 
 /// The `reason` label of a failed start.
 pub(crate) fn start_failure_reason(error: &crate::error::StartError) -> usize {
@@ -87,7 +87,7 @@ pub(crate) fn start_failure_reason(error: &crate::error::StartError) -> usize {
     }
 }
 
-const NO_MEMBER_REASONS: &[&str] = &[
+const NO_MEMBER_REASONS: &[&str; 7] = &[
     "at_capacity",
     "all_in_use",
     "queue_full",
@@ -99,7 +99,7 @@ const NO_MEMBER_REASONS: &[&str] = &[
 
 /// What the admission limiter did with the limit at a batch's end
 /// ([`LimitMove::name`](crate::admission::LimitMove::name), `starting` aside: no batch ends in it).
-const LIMIT_MOVE_REASONS: &[&str] = &["grew", "shrank", "held", "idle", "probed"];
+const LIMIT_MOVE_REASONS: &[&str; 6] = &["grew", "shrank", "held", "idle", "probed", "late"];
 
 /// The `reason` label of a batch the admission limiter judged.
 #[cfg(feature = "metrics")]

@@ -389,22 +389,28 @@ async fn admission_batches_are_counted_by_what_the_limit_did() {
         .build()
         .unwrap();
     let (pool, _) = pool_with(config, Fake::default()).await;
-    // 16 rounds of all four held for 10 ms: 64 uses, 8 batches of 8 at an unchanging
-    // latency, the limit in full use — it grows (held at `max_count`).
+    // 16 rounds of all four held for 10 ms, the limit in full use at an unchanging latency:
+    // it grows (held at `max_count`). Every use is timed once more than half the limit is
+    // in use, and the first of a tick is: 63 of the 64 (the first round's second take
+    // began with a quarter in use), 7 batches of 8.
     for _ in 0..16 {
         let held: Vec<_> = (0..4).map(|_| pool.try_take_member().unwrap()).collect();
         advance(ms(10)).await;
         drop(held);
     }
-    assert_eq!(moves("grew"), 8);
-    // 8 uses one at a time: a batch that used a quarter of the limit.
-    for _ in 0..8 {
+    assert_eq!(moves("grew"), 7);
+    // Then one use at a time for a second: a tick that sees less than half the limit used
+    // brings it down, a step a tick, to twice the use (4 to 3 to 2); there a batch at the
+    // same latency grows it again (to 4), and so on: 8 moves down by ticks, 5 up by the
+    // batches the ticks' samples fill.
+    for _ in 0..100 {
         let held = pool.try_take_member().unwrap();
         advance(ms(10)).await;
         drop(held);
     }
-    assert_eq!(moves("idle"), 1);
-    for reason in ["shrank", "held", "probed"] {
+    assert_eq!((moves("idle"), moves("grew")), (8, 12));
+    assert!((2..=4).contains(&pool.admission().unwrap().limit));
+    for reason in ["shrank", "held", "probed", "late"] {
         assert_eq!(moves(reason), 0, "{reason}");
     }
 }

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use common::{Fake, advance, ms, pool_with, settle, spawn_take};
+use common::{Fake, LATE_US, advance, ms, pool_with, settle, spawn_take};
 use pooler::{AdmissionMode, LimitMove, PoolConfig, TakeError};
 
 /// The longest `queue_target` a key accepts: admission without shedding, takes waiting as
@@ -144,6 +144,18 @@ async fn the_limit_follows_the_latency_the_manager_measures() {
     assert_eq!(
         (after.limit, after.last_move),
         (20, LimitMove::Starting),
+        "{after:?}"
+    );
+    // Every use cut at its deadline: no latency either, but overload — the limit must not
+    // stay where nothing measures it any more. Each batch halves it.
+    let fake = Fake::default();
+    fake.probe.latency_us.store(LATE_US, Ordering::SeqCst);
+    let (pool, _probe) = pool_with(config("admit-late", 20), fake).await;
+    load(&pool, 20, 4, ms(10), 60).await;
+    let after = pool.admission().unwrap();
+    assert_eq!(
+        (after.limit, after.last_move),
+        (1, LimitMove::Late),
         "{after:?}"
     );
 }

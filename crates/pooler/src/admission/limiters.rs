@@ -26,7 +26,10 @@
 //!   of latency, not its level: a latency that stays high becomes the new normal.
 //!
 //! In both, a batch that used less than half the limit moves it only down, to no less than
-//! twice what it used ([`unused`]).
+//! twice what it used ([`unused`]); and a batch of which more than a quarter of the holds
+//! were cut at their deadline ([`Heard::Late`]) halves the limit: those holds measure no
+//! latency, and a limiter that heard only the rest — or nothing, once every hold is late —
+//! would keep a limit the database cannot serve within the callers' budgets (fail safe).
 //!
 //! # Invariants
 //!
@@ -34,7 +37,7 @@
 
 use std::time::Duration;
 
-use super::LimitMove;
+use super::{Heard, LimitMove};
 
 /// The fewest holds a batch averages.
 const MIN_BATCH: usize = 8;
@@ -62,6 +65,8 @@ const LONG_WINDOW: f64 = 60.0;
 struct Batch {
     /// The holds of the batch, in seconds (kept between batches: no allocation once grown).
     holds: Vec<f64>,
+    /// Holds of the batch cut at their deadline: counted, no latency.
+    late: usize,
     peak: usize,
     /// When the limit last moved (a clock stamp, nanoseconds): a hold begun before measured
     /// the limit before, and is not counted.
@@ -71,15 +76,31 @@ struct Batch {
 impl Batch {
     /// Adds a hold that ended with `in_use` admitted; the batch's summary once it holds
     /// `size`.
-    fn add(&mut self, held: Duration, in_use: usize, size: usize, now: u64) -> Option<Summary> {
-        let held_nanos = u64::try_from(held.as_nanos()).unwrap_or(u64::MAX);
+    fn add(&mut self, heard: Heard, in_use: usize, size: usize, now: u64) -> Option<Summary> {
+        let held_nanos = u64::try_from(heard.length().as_nanos()).unwrap_or(u64::MAX);
         if now.saturating_sub(held_nanos) < self.since {
             return None;
         }
-        self.holds.push(held.as_secs_f64());
+        match heard {
+            Heard::Took(took) => self.holds.push(took.as_secs_f64()),
+            Heard::Late(_) => self.late += 1,
+        }
         self.peak = self.peak.max(in_use);
-        if self.holds.len() < size.max(MIN_BATCH) {
+        let count = self.holds.len() + self.late;
+        if count < size.max(MIN_BATCH) {
             return None;
+        }
+        // More than the interquartile mean leaves out: the batch is read as overload.
+        let late = self.late * 4 > count;
+        self.late = 0;
+        if self.holds.is_empty() {
+            let peak = std::mem::take(&mut self.peak);
+            return Some(Summary {
+                latency: 0.0,
+                noise: 0.0,
+                peak,
+                late,
+            });
         }
         self.holds.sort_unstable_by(f64::total_cmp);
         let n = self.holds.len();
@@ -102,6 +123,7 @@ impl Batch {
             latency: mean,
             noise: error / mean,
             peak: self.peak,
+            late,
         };
         self.holds.clear();
         self.peak = 0;
@@ -119,6 +141,10 @@ struct Summary {
     noise: f64,
     /// The most admitted at once in the batch.
     peak: usize,
+    /// More than a quarter of the batch was cut at its deadline: overload, whatever the
+    /// latency of the rest (which is then the interquartile mean of those alone, or 0 if
+    /// none ended in time).
+    late: bool,
 }
 
 /// Where a Vegas probe of the base latency stands.
@@ -154,15 +180,24 @@ impl Vegas {
         }
     }
 
-    fn sample(&mut self, held: Duration, in_use: usize, now: u64) -> bool {
+    fn sample(&mut self, heard: Heard, in_use: usize, now: u64) -> bool {
         let Some(Summary {
             latency: short,
             noise,
             peak,
-        }) = self.batch.add(held, in_use, self.limit as usize / 2, now)
+            late,
+        }) = self.batch.add(heard, in_use, self.limit as usize / 2, now)
         else {
             return false;
         };
+        if late {
+            // No base nor probe from such a batch; a probe under way ends at its halved
+            // limit, which the next batches judge.
+            self.limit = (self.limit / 2.0).max(1.0);
+            self.probe = Probe::After(0);
+            self.last_move = LimitMove::Late;
+            return true;
+        }
         self.short = short;
         match self.probe {
             Probe::Measuring { restore } => {
@@ -259,15 +294,21 @@ impl Gradient {
         }
     }
 
-    fn sample(&mut self, held: Duration, in_use: usize, now: u64) -> bool {
+    fn sample(&mut self, heard: Heard, in_use: usize, now: u64) -> bool {
         let Some(Summary {
             latency: short,
             peak,
+            late,
             ..
-        }) = self.batch.add(held, in_use, self.limit as usize / 2, now)
+        }) = self.batch.add(heard, in_use, self.limit as usize / 2, now)
         else {
             return false;
         };
+        if late {
+            self.limit = (self.limit / 2.0).max(1.0);
+            self.last_move = LimitMove::Late;
+            return true;
+        }
         self.short = short;
         let mut long = self.long.map_or(short, |long| {
             long + (short - long) * 2.0 / (LONG_WINDOW + 1.0)
@@ -310,13 +351,13 @@ impl Limiter {
         Limiter::Gradient(Gradient::new(max.max(1) as f64))
     }
 
-    /// One hold of `held`, ended with `in_use` takes admitted (itself included): what the
-    /// limiter did with the limit, when the hold ended a batch.
-    pub(crate) fn sample(&mut self, held: Duration, in_use: usize, now: u64) -> Option<LimitMove> {
+    /// One timed hold's end, heard at `now` with `in_use` takes admitted (itself
+    /// included): what the limiter did with the limit, when the hold ended a batch.
+    pub(crate) fn sample(&mut self, heard: Heard, in_use: usize, now: u64) -> Option<LimitMove> {
         let before = self.raw();
         let judged = match self {
-            Limiter::Vegas(v) => v.sample(held, in_use, now),
-            Limiter::Gradient(g) => g.sample(held, in_use, now),
+            Limiter::Vegas(v) => v.sample(heard, in_use, now),
+            Limiter::Gradient(g) => g.sample(heard, in_use, now),
         };
         if judged && self.raw() != before {
             // The holds under way measured the limit before this move.
@@ -327,6 +368,33 @@ impl Limiter {
             "invariant 1: the limit within [1, max]"
         );
         judged.then(|| self.signal().2)
+    }
+
+    /// A housekeeping tick in which at most `peak` were admitted at once: under half the
+    /// limit, the limit comes down as after a batch that did not use it ([`unused`]). Holds
+    /// are timed only with half the limit in use (the hot core's sampling rule), so an
+    /// unused limit learns it here, not from batches that fill a tick's sample at a time.
+    /// The holds under way still count: nothing they measured is stale. A tick with
+    /// nothing admitted says nothing (a pool idle for an hour keeps its limit).
+    pub(crate) fn idle(&mut self, peak: usize) -> Option<LimitMove> {
+        let (limit, last_move) = match self {
+            Limiter::Vegas(v) => (&mut v.limit, &mut v.last_move),
+            Limiter::Gradient(g) => (&mut g.limit, &mut g.last_move),
+        };
+        if peak == 0 || (peak as f64) >= *limit / 2.0 {
+            return None;
+        }
+        let to = unused(*limit, peak);
+        if to >= *limit {
+            return None;
+        }
+        *limit = to;
+        *last_move = LimitMove::Idle;
+        debug_assert!(
+            (1.0..=self.max()).contains(&self.raw()),
+            "invariant 1: the limit within [1, max]"
+        );
+        Some(LimitMove::Idle)
     }
 
     fn batch(&mut self) -> &mut Batch {
@@ -406,9 +474,30 @@ mod tests {
         }
 
         fn sample(&mut self, held: Duration, in_use: usize) -> Option<LimitMove> {
+            self.hear(Heard::Took(held), in_use)
+        }
+
+        fn hear(&mut self, heard: Heard, in_use: usize) -> Option<LimitMove> {
+            let held = heard.length();
             let begun = self.now;
             self.now += (held.as_nanos() as u64 / in_use.max(1) as u64).max(1);
-            self.l.sample(held, in_use, begun + held.as_nanos() as u64)
+            self.l.sample(heard, in_use, begun + held.as_nanos() as u64)
+        }
+
+        /// Holds at the limit, all of it in use, `late` of every `every` cut at their
+        /// deadline (after `held`) and the rest taking `held`, until a batch is judged.
+        fn batch(&mut self, held: Duration, late: usize, every: usize) -> LimitMove {
+            for i in 0..10_000 {
+                let heard = if i % every < late {
+                    Heard::Late(held)
+                } else {
+                    Heard::Took(held)
+                };
+                if let Some(moved) = self.hear(heard, self.l.limit()) {
+                    return moved;
+                }
+            }
+            panic!("no batch judged");
         }
     }
 
@@ -460,6 +549,29 @@ mod tests {
         // It serves half as many at once: the limit follows.
         run(&mut l, 100 * MS, 10, 20_000);
         assert!((11..=13).contains(&l.limit()), "{}", l.limit());
+    }
+
+    /// Holds cut at their deadline measure no latency; a quarter of a batch late or fewer
+    /// is left out as outliers are, more halves the limit — in both limiters, and when every
+    /// hold is late (nothing else to hear: the limit must not stay where it was).
+    #[test]
+    fn a_batch_more_than_a_quarter_late_halves_the_limit() {
+        for mut l in [Fed::vegas(64), Fed::gradient(64)] {
+            for _ in 0..4 {
+                l.batch(10 * MS, 0, 1);
+            }
+            assert_eq!(l.limit(), 64, "full use at a steady latency");
+            assert_ne!(l.batch(10 * MS, 1, 4), LimitMove::Late, "a quarter late");
+            assert_eq!(l.limit(), 64);
+            assert_eq!(l.batch(10 * MS, 2, 5), LimitMove::Late, "two in five late");
+            assert_eq!(l.limit(), 32);
+            assert_eq!(l.batch(10 * MS, 1, 1), LimitMove::Late, "all late");
+            assert_eq!(l.limit(), 16);
+            // The base was not taken from the late batches: on time again, the limit grows.
+            let (_, base, _) = l.signal();
+            assert_eq!(base, 10 * MS);
+            assert_eq!(l.batch(10 * MS, 0, 1), LimitMove::Grew);
+        }
     }
 
     /// A `max_count` lowered while a probe halves the limit: the probe puts the limit back
@@ -532,7 +644,7 @@ mod tests {
             now = end;
             let nanos = |s: f64| (s * 1e9) as u64;
             l.sample(
-                Duration::from_nanos(nanos(end - start)),
+                Heard::Took(Duration::from_nanos(nanos(end - start))),
                 running.len() + 1,
                 nanos(end),
             );

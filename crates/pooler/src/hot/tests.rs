@@ -93,7 +93,7 @@ fn one_hold_per_clock_stamp_is_timed_and_stands_for_those_since() {
     let mut weights = Vec::new();
     for ticked in [true, false, false, true, false, true] {
         if ticked {
-            hot.lock().ticked();
+            let _ = hot.lock().ticked();
         }
         let Found::Member(m, timed) = hot.take(Wait::No, true, false) else {
             panic!()
@@ -102,6 +102,90 @@ fn one_hold_per_clock_stamp_is_timed_and_stands_for_those_since() {
         hot.give(m, 0).unwrap();
     }
     assert_eq!(weights, [1, 0, 0, 3, 0, 2], "every hold counted once");
+}
+
+/// With admission on and no histogram: a hold begun with half the limit or less in use is
+/// not timed (the first of a tick aside), so the uncontended take reads no clock; past half,
+/// every hold of that tick and the next is, whatever is in use when it begins; a tick that
+/// stays under half ends it (docs/design.md, "Admission").
+#[test]
+fn admission_times_every_hold_only_while_more_than_half_the_limit_is_in_use() {
+    let hot = H::new(MemberOrder::Lifo, 8, false);
+    // As the housekeeping tick does: the gauges' look at the peak, then the tick.
+    let tick = |hot: &H| {
+        let mut h = hot.lock();
+        let _ = h.take_peak();
+        let _ = h.ticked();
+    };
+    let _ = hot.lock().set_admission(AdmissionMode::Vegas, 4, None);
+    for m in 1..=4 {
+        assert!(matches!(hot.lock().admit(m), Ok(None)));
+    }
+    let timed = |hot: &H| match hot.take(Wait::No, true, false) {
+        Found::Member(m, timed) => (m, timed),
+        _ => panic!("a member"),
+    };
+    // The tick's first hold stands for itself; the rest one at a time are not timed.
+    tick(&hot);
+    let (m, t) = timed(&hot);
+    assert_eq!(t, 1);
+    hot.give(m, 0).unwrap();
+    for _ in 0..3 {
+        let (m, t) = timed(&hot);
+        assert_eq!(t, 0, "one in use of four: not timed");
+        hot.give(m, 0).unwrap();
+    }
+    // Two in use of four: half, not more.
+    let (a, ta) = timed(&hot);
+    let (b, tb) = timed(&hot);
+    assert_eq!((ta, tb), (0, 0));
+    // Three: past half; it stands for the holds since the last timed one.
+    let (c, tc) = timed(&hot);
+    assert_eq!(tc, 6);
+    for m in [a, b, c] {
+        hot.give(m, 0).unwrap();
+    }
+    // The limit stays pressed for the rest of the tick and the next: one in use is timed.
+    let (m, t) = timed(&hot);
+    assert_eq!(t, 1);
+    hot.give(m, 0).unwrap();
+    tick(&hot);
+    let (m, t) = timed(&hot);
+    assert_eq!(t, 1, "the tick after one past half");
+    hot.give(m, 0).unwrap();
+    // A tick with no more than one in use ends it.
+    tick(&hot);
+    let (m, t) = timed(&hot);
+    assert_eq!(t, 1, "the tick's first");
+    hot.give(m, 0).unwrap();
+    let (m, t) = timed(&hot);
+    assert_eq!(t, 0);
+    hot.give(m, 0).unwrap();
+}
+
+/// A tick that used less than half the limit brings it down, a step a tick, to twice what
+/// it used; a tick with nothing in use leaves it.
+#[test]
+fn a_tick_that_used_little_of_the_limit_brings_it_down_and_an_idle_one_does_not() {
+    let hot = H::new(MemberOrder::Lifo, 8, false);
+    let _ = hot.lock().set_admission(AdmissionMode::Vegas, 20, None);
+    assert!(matches!(hot.lock().admit(1), Ok(None)));
+    for _ in 0..10 {
+        assert_eq!(hot.lock().ticked(), None, "nothing used");
+    }
+    assert_eq!(hot.lock().view().limit, 20);
+    let mut moves = 0;
+    for _ in 0..40 {
+        let Found::Member(m, _) = hot.take(Wait::No, true, false) else {
+            panic!()
+        };
+        hot.give(m, 0).unwrap();
+        let mut h = hot.lock();
+        let _ = h.take_peak();
+        moves += usize::from(h.ticked().is_some());
+    }
+    assert_eq!(hot.lock().view().limit, 2, "twice the one in use");
+    assert_eq!(moves, 17, "20 to 2 by log10(limit), at least 1, a tick");
 }
 
 #[test]

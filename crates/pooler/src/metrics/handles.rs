@@ -54,7 +54,7 @@ pub(crate) struct PoolMetrics {
     admission_limit: Gauge,
     admission_latency: Gauge,
     admission_baseline: Gauge,
-    admission_moves: [Counter; 5],
+    admission_moves: [Counter; 6],
     take_wait: Histogram,
     member_use: Histogram,
     /// Some gauge reaches a recorder: publish counts.
@@ -80,10 +80,14 @@ impl PoolMetrics {
             let (name, labels) = registered(naming, name, None, pool);
             metrics::histogram!(name, labels)
         };
-        let by_reason = |name: &'static str, reasons: &[&'static str]| -> [Counter; 5] {
+        fn by_reason<const N: usize>(
+            counter: impl Fn(&'static str, Option<&'static str>) -> Counter,
+            name: &'static str,
+            reasons: &[&'static str; N],
+        ) -> [Counter; N] {
             std::array::from_fn(|i| counter(name, Some(reasons[i])))
-        };
-        let no_members: [Counter; 7] = std::array::from_fn(|i| {
+        }
+        let no_members: [Counter; NO_MEMBER_REASONS.len()] = std::array::from_fn(|i| {
             counter("pooler_error_no_members_total", Some(NO_MEMBER_REASONS[i]))
         });
         for d in DESCRIPTORS {
@@ -143,11 +147,11 @@ impl PoolMetrics {
         PoolMetrics {
             take: counter("pooler_take_total", None),
             no_members,
-            killed_free: by_reason("pooler_killed_free_total", REMOVAL_REASONS),
-            killed_in_use: by_reason("pooler_killed_in_use_total", REMOVAL_REASONS),
+            killed_free: by_reason(counter, "pooler_killed_free_total", REMOVAL_REASONS),
+            killed_in_use: by_reason(counter, "pooler_killed_in_use_total", REMOVAL_REASONS),
             queue_max_reached: counter("pooler_queue_max_reached_total", None),
             start_timeout: counter("pooler_starting_member_timeout_total", None),
-            start_failed: by_reason("pooler_start_failed_total", START_FAILURE_REASONS),
+            start_failed: by_reason(counter, "pooler_start_failed_total", START_FAILURE_REASONS),
             start_time: histogram("pooler_member_start_seconds"),
             max_count: gauge("pooler_max_count"),
             init_count: gauge("pooler_init_count"),
@@ -159,7 +163,7 @@ impl PoolMetrics {
             admission_limit,
             admission_latency,
             admission_baseline,
-            admission_moves: by_reason("pooler_admission_moves_total", LIMIT_MOVE_REASONS),
+            admission_moves: by_reason(counter, "pooler_admission_moves_total", LIMIT_MOVE_REASONS),
             take_wait,
             member_use,
             gauges_live,

@@ -62,6 +62,10 @@ pub struct Plan {
     pub recycle: Step,
 }
 
+/// [`Probe::latency_us`] for a use cut at its deadline ([`pooler::Latency::Late`]).
+#[allow(dead_code)] // not every test crate uses it
+pub const LATE_US: u64 = u64::MAX - 1;
+
 /// Counters and switches shared by the manager, its members and the test.
 #[derive(Debug)]
 pub struct Probe {
@@ -76,7 +80,7 @@ pub struct Probe {
     pub recycle_on: AtomicBool,
     pub recycles: AtomicUsize,
     /// What `latency` says of each use, in microseconds: 0 for the hold (the default),
-    /// `u64::MAX` for nothing measured.
+    /// `u64::MAX` for nothing measured, [`LATE_US`] for a use cut at its deadline.
     pub latency_us: AtomicU64,
     /// Steps for the next start attempts, in order, before `plan.start` applies again.
     script: Mutex<VecDeque<Step>>,
@@ -349,6 +353,7 @@ impl Manager for Fake {
         match self.probe.latency_us.load(SeqCst) {
             0 => pooler::Latency::Hold,
             u64::MAX => pooler::Latency::Unmeasured,
+            LATE_US => pooler::Latency::Late,
             us => pooler::Latency::Measured(Duration::from_micros(us)),
         }
     }
