@@ -10,7 +10,7 @@
 //! is refused (`Stale`), so none waits out its budget behind newer ones. Lowering the limit closes nothing: it hands out fewer. This module holds the
 //! public names and the limiters (`limiters.rs`); the hot core holds the limiter in use.
 //!
-//! Which holds are timed for the limiter is the hot core's sampling rule (`hot.rs`): every
+//! Which holds are timed for the limiter is the hot core's sampling rule (`hot/limit.rs`): every
 //! hold begun with at least half the limit in use, one a housekeeping tick otherwise. A
 //! timed hold's return tells the limiter what it [`Heard`].
 //!

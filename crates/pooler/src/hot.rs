@@ -35,7 +35,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::admission::{AdmissionMode, AdmissionStatus, Heard, LimitMove, Limiter};
+use crate::admission::Limiter;
 use crate::config::MemberOrder;
 use crate::sync::{Mutex, MutexGuard, lock};
 use crate::waiters::{Look, WaitKey, Waiters};
@@ -193,18 +193,6 @@ impl<T, E> Hot<T, E> {
         }
     }
 
-    /// With the admission settings of a new pool.
-    pub(crate) fn with_admission(
-        self,
-        mode: AdmissionMode,
-        max: usize,
-        queue_target: Option<Duration>,
-    ) -> Self {
-        let wakers = self.lock().set_admission(mode, max, queue_target);
-        debug_assert!(wakers.is_empty(), "a new pool has no waiter");
-        self
-    }
-
     pub(crate) fn lock(&self) -> Locked<'_, T, E> {
         Locked(lock(&self.state))
     }
@@ -225,26 +213,6 @@ impl<T, E> Hot<T, E> {
             waker.wake();
         }
         Ok(())
-    }
-
-    /// [`give`](Self::give), the admission limiter first hearing the latency the hold
-    /// `measured` (while the member still counts in use), under one lock: what the limiter
-    /// did with the limit, if the hold ended a batch.
-    pub(crate) fn give_measured(
-        &self,
-        member: T,
-        now: u64,
-        measured: Option<Heard>,
-    ) -> (Result<(), T>, Option<LimitMove>) {
-        let mut h = self.lock();
-        let (judged, mut wakers) = match measured {
-            Some(measured) => h.measured(measured, now),
-            None => (None, Vec::new()),
-        };
-        let given = h.give(member, now).map(|waker| wakers.extend(waker));
-        drop(h);
-        wakers.into_iter().for_each(Waker::wake);
-        (given, judged)
     }
 
     /// A waiting taker looks at its slot.
@@ -382,59 +350,6 @@ impl<T, E> Locked<'_, T, E> {
         }
     }
 
-    /// Whether this hold is timed, and for how many holds it stands (0: not timed). With
-    /// the use histogram live, the first hold after a new housekeeping tick is timed,
-    /// standing for itself and the holds since the last timed one; ticks come every 100 ms,
-    /// so a busy pool times about ten holds a second and a quiet one every hold. With
-    /// admission on, the same, and every hold while the limit is pressed (`pressed`: more
-    /// than half of it was in use in this tick or the last), for the limiter. Below half,
-    /// the limit does not bind and the tick brings it down ([`ticked`](Self::ticked)), so a
-    /// tick's sample keeps the base latency fresh and the uncontended take costs no clock
-    /// read (docs/design.md, "Admission"). Whole ticks are timed, not the holds begun with
-    /// more in use, which would see the database busier than it is.
-    #[inline(always)]
-    fn sample(&mut self) -> u32 {
-        if !self.0.timing {
-            return 0;
-        }
-        self.sample_on()
-    }
-
-    /// [`sample`](Self::sample) with sampling on: kept out of the take's fast path.
-    #[inline(never)]
-    fn sample_on(&mut self) -> u32 {
-        let s = &mut *self.0;
-        if s.limiter.is_some() && (s.pressed || s.in_use.saturating_mul(2) > s.limit) {
-            s.pressed = true;
-            s.sampled_at = s.tick;
-            return std::mem::take(&mut s.unsampled).saturating_add(1);
-        }
-        if s.tick == s.sampled_at {
-            s.unsampled = s.unsampled.saturating_add(1);
-            return 0;
-        }
-        s.sampled_at = s.tick;
-        std::mem::take(&mut s.unsampled).saturating_add(1)
-    }
-
-    /// The housekeeping tick came: the next hold is timed, and the limiter judges whether
-    /// the tick used its limit (see [`Limiter::idle`]); what it did with the limit, if it
-    /// moved. Lowering the limit lets no waiter through: nothing to wake. Called right
-    /// after the tick's look at the peak ([`take_peak`](Self::take_peak)), so that `peak`
-    /// holds only this tick's.
-    pub(crate) fn ticked(&mut self) -> Option<LimitMove> {
-        let s = &mut *self.0;
-        s.tick += 1;
-        let peak = std::mem::replace(&mut s.tick_peak, s.in_use).max(s.peak);
-        let moved = s.limiter.as_mut()?.idle(peak);
-        if moved.is_some() {
-            s.limit = s.limiter.as_ref().map_or(usize::MAX, Limiter::limit);
-        }
-        s.pressed = peak.saturating_mul(2) > s.limit;
-        debug_assert!(self.holds());
-        moved
-    }
-
     /// Joins the queue (the caller found no member it may have).
     pub(crate) fn enqueue(&mut self) -> Result<WaitKey, Refused> {
         debug_assert!(
@@ -562,156 +477,10 @@ impl<T, E> Locked<'_, T, E> {
             }
         }
     }
-
-    // ---- admission (docs/design.md, "Admission") -----------------------------------------
-
-    /// New admission settings (a pool's start or a reconfigure): the limiter for `mode`
-    /// (kept when the mode stays, its `max` updated), and `queue_target` for serving a
-    /// standing queue newest first. Turned off, or raised, waiters get free members: their
-    /// wakers.
-    pub(crate) fn set_admission(
-        &mut self,
-        mode: AdmissionMode,
-        max: usize,
-        queue_target: Option<Duration>,
-    ) -> Vec<Waker> {
-        let s = &mut *self.0;
-        s.limiter = Limiter::for_mode(mode, max, s.limiter.take());
-        s.limit = s.limiter.as_ref().map_or(usize::MAX, Limiter::limit);
-        s.pressed = false;
-        s.timing = s.sample || s.limiter.is_some();
-        s.lifo_after = queue_target.filter(|_| s.limiter.is_some());
-        s.queued_since = match (s.lifo_after, s.waiters.is_empty()) {
-            (Some(_), false) => s.queued_since.or_else(|| Some(Instant::now())),
-            _ => None,
-        };
-        let mut wakers = Vec::new();
-        self.hand_free(&mut wakers);
-        debug_assert!(self.holds());
-        wakers
-    }
-
-    /// A timed hold is ending at `now` (a clock stamp; its member still counted in use):
-    /// what the limiter did with the limit, if the hold ended a batch, and the wakers of
-    /// waiters it let through.
-    pub(crate) fn measured(&mut self, held: Heard, now: u64) -> (Option<LimitMove>, Vec<Waker>) {
-        let s = &mut *self.0;
-        let Some(limiter) = s.limiter.as_mut() else {
-            return (None, Vec::new());
-        };
-        // The limit moves only when a batch ends.
-        let judged = limiter.sample(held, s.in_use, now);
-        let mut wakers = Vec::new();
-        if judged.is_some() {
-            s.limit = limiter.limit();
-            self.hand_free(&mut wakers);
-        }
-        debug_assert!(self.holds());
-        (judged, wakers)
-    }
-
-    /// What the admission limiter says of itself, while admission is on.
-    pub(crate) fn admission(&self) -> Option<AdmissionStatus> {
-        let s = &*self.0;
-        s.limiter.as_ref().map(|l| l.status(s.in_use))
-    }
-
-    /// The admission limit (`usize::MAX`: none).
-    #[cfg(all(test, not(pooler_loom)))]
-    pub(crate) fn limit(&self) -> usize {
-        self.0.limit
-    }
-
-    /// Takes the first free member that `pick` chooses (oldest idle first) off the free list,
-    /// to be stopped: it is no longer free, and not in use.
-    pub(crate) fn claim(&mut self, pick: impl Fn(&T) -> bool) -> Option<T> {
-        let at = self.0.free.iter().position(pick)?;
-        self.0.free.remove(at)
-    }
-
-    /// Takes the member idle longest for a health check, if `pick` accepts it: it counts as
-    /// in use (so no take gets it) but adds no demand.
-    pub(crate) fn claim_for_check(&mut self, pick: impl Fn(&T) -> bool) -> Option<T> {
-        if !self.0.free.front().is_some_and(pick) {
-            return None;
-        }
-        let member = self.0.free.pop_front();
-        self.0.in_use += 1;
-        self.0.peak = self.0.peak.max(self.0.in_use);
-        debug_assert!(self.holds());
-        member
-    }
-
-    /// Closes the core: no more takes. The free members come back (to be stopped) and every
-    /// waiter is served `error()`; their wakers come back to be woken after the lock.
-    pub(crate) fn close(&mut self, mut error: impl FnMut() -> E) -> (Vec<T>, Vec<Waker>) {
-        self.0.closed = true;
-        let free: Vec<T> = self.0.free.drain(..).collect();
-        let mut wakers = Vec::new();
-        while !self.0.waiters.is_empty() {
-            if let Ok(Some(waker)) = self.0.waiters.serve_oldest(Err(error())) {
-                wakers.push(waker);
-            }
-        }
-        self.0.queued_since = None;
-        debug_assert!(self.holds());
-        (free, wakers)
-    }
-
-    /// Serves the oldest waiters beyond `keep` with `error()` (`queue_max` lowered to `keep`).
-    pub(crate) fn shed(
-        &mut self,
-        keep: usize,
-        mut error: impl FnMut() -> E,
-    ) -> (usize, Vec<Waker>) {
-        let shed = self.0.waiters.len().saturating_sub(keep);
-        let mut wakers = Vec::new();
-        for _ in 0..shed {
-            if let Ok(Some(waker)) = self.0.waiters.serve_oldest(Err(error())) {
-                wakers.push(waker);
-            }
-        }
-        if self.0.waiters.is_empty() {
-            self.0.queued_since = None;
-        }
-        (shed, wakers)
-    }
-
-    /// New limits from a reconfigure (the caller has shed the waiters beyond `queue_max`).
-    pub(crate) fn set_limits(&mut self, order: MemberOrder, queue_max: usize) {
-        self.0.order = order;
-        self.0.queue_max = queue_max;
-        debug_assert!(self.holds(), "invariant #2: shed the excess waiters first");
-    }
-
-    /// Whether a take that finds nothing free may be decided here (set by the cold engine
-    /// whenever room or the start policy changes).
-    pub(crate) fn set_saturated(&mut self, saturated: bool) {
-        self.0.saturated = saturated;
-    }
-
-    /// The highest in-use count since the last look, and when the count last fell from it
-    /// (`None`: it is still there); the next look starts from the count now.
-    pub(crate) fn take_peak(&mut self) -> (usize, Option<u64>) {
-        let s = &mut *self.0;
-        let peak = std::mem::replace(&mut s.peak, s.in_use);
-        s.tick_peak = s.tick_peak.max(peak);
-        (peak, s.peak_until.take())
-    }
-
-    /// Take attempts and takes served at once since the last call.
-    pub(crate) fn take_counts(&mut self) -> (u64, u64) {
-        (
-            std::mem::take(&mut self.0.takes),
-            std::mem::take(&mut self.0.zero_waits),
-        )
-    }
-
-    /// The free members, idle longest first.
-    pub(crate) fn free(&self) -> impl Iterator<Item = &T> {
-        self.0.free.iter()
-    }
 }
+
+mod lifecycle;
+mod limit;
 
 #[cfg(all(test, not(pooler_loom)))]
 mod tests;

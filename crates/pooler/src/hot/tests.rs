@@ -1,4 +1,5 @@
 use super::*;
+use crate::admission::AdmissionMode;
 
 type H = Hot<u32, &'static str>;
 
