@@ -2,28 +2,26 @@
 //! finds a member and a return that finds no member needing care take the hot lock alone
 //! and read nothing else but relaxed atomics ([`Features`](crate::features)); everything
 //! else goes through a [`step`](crate::step). The loop around attempts — retries, waiting,
-//! idle checks, deadlines — is the take's own (`take.rs`).
+//! idle checks, deadlines — is the take's own (`take.rs`); the return is `give_back.rs`.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::admission::Heard;
 use crate::cold::Empty;
 use crate::error::{StartError, TakeError};
 use crate::features::Features;
-use crate::health::Hook;
-use crate::held::{Held, Meta};
+use crate::held::Held;
 use crate::hot::{Found, Refused, Wait};
 use crate::leak::Caller;
-use crate::manager::{self, Latency, Manager, Returned};
-use crate::member::{Fate, Home, Member, Origin};
+use crate::manager::{self, Manager};
+use crate::member::{Member, Origin};
 use crate::metrics::Reason;
 use crate::shared::Shared;
-use crate::step::Why;
 use crate::waiters::WaitKey;
 
+mod give_back;
 mod refusals;
 
 /// When a take stops waiting, for the fail-fast rule (docs/design.md, "Failing starts").
@@ -63,16 +61,6 @@ pub(crate) enum Attempt<M: Manager> {
 }
 
 /// How a member's use ended, as the slow return reads it.
-#[derive(Debug, Clone, Copy)]
-struct Ending {
-    fate: Fate,
-    origin: Origin,
-    /// What the manager said of the member.
-    returned: Returned,
-    /// The hold is timed for the use histogram, standing for this many (0: not timed).
-    timed: u32,
-}
-
 /// What a take that found nothing free decided under both locks.
 enum Decided<T> {
     /// A member came back meanwhile.
@@ -331,236 +319,5 @@ impl<M: Manager> Shared<M> {
         if let Some(held) = self.hot.give_up(key, self.clock.coarse()) {
             self.stop_after_close(held);
         }
-    }
-
-    // ---- return -----------------------------------------------------------------------
-
-    /// [`Home::give_back`], when a feature or the member's state needs more than the fast
-    /// path does.
-    #[cold]
-    fn give_back_slow(&self, held: Held<M::Member>, end: Ending) {
-        self.give_back_at(held, end, self.clock.read(), None);
-    }
-
-    /// [`give_back_slow`](Self::give_back_slow) at `stamp` (an exact read), with the latency
-    /// `measured` for the admission limiter (heard while the member still counts in use).
-    fn give_back_at(
-        &self,
-        held: Held<M::Member>,
-        end: Ending,
-        stamp: u64,
-        measured: Option<Heard>,
-    ) {
-        let Ending {
-            fate,
-            origin,
-            returned,
-            timed,
-        } = end;
-        if timed > 0 && origin == Origin::Taken {
-            // A timed hold was stamped exactly when it was taken.
-            let (since, now) = (held.meta.since(), stamp);
-            self.metrics
-                .used(self.clock.instant(since), self.clock.instant(now), timed);
-        }
-        let leaked = if self.features.flags() & Features::LEAKS != 0 && origin == Origin::Taken {
-            self.leaks.returned(held.meta.id)
-        } else {
-            None
-        };
-        if let Some(taken_at) = leaked {
-            tracing::warn!(
-                pool = %self.name,
-                member = held.meta.id,
-                held_for = %crate::time::Human(self.clock.instant(stamp).saturating_duration_since(taken_at)),
-                "member reported as a possible leak came back"
-            );
-        }
-        let reason = match fate {
-            Fate::Failed => Some(Reason::Failed),
-            Fate::Crashed => Some(Reason::Crashed),
-            Fate::Ok if returned == Returned::Broken || held.meta.is_dead() => {
-                Some(Reason::Crashed)
-            }
-            Fate::Ok if held.meta.expired(stamp) => Some(Reason::MaxLifetime),
-            Fate::Ok => None,
-        };
-        match reason {
-            Some(reason) => {
-                self.hear(measured, stamp);
-                self.replace(held, reason, origin != Origin::Checked);
-            }
-            None if returned == Returned::Recycle => {
-                self.hear(measured, stamp);
-                self.spawn_recycle(held);
-            }
-            None => {
-                held.meta.set_since(stamp);
-                let (given, judged) = self.hot.give_measured(held, stamp, measured);
-                if let Some(judged) = judged {
-                    self.metrics.limit_judged(judged);
-                }
-                if let Err(held) = given {
-                    self.stop_after_close(held);
-                }
-            }
-        }
-    }
-
-    /// The admission limiter hears a latency measured by a use that ended at `stamp`.
-    fn hear(&self, measured: Option<Heard>, stamp: u64) {
-        let Some(measured) = measured else {
-            return;
-        };
-        let (judged, wakers) = self.hot.lock().measured(measured, stamp);
-        wakers.into_iter().for_each(std::task::Waker::wake);
-        if let Some(judged) = judged {
-            self.metrics.limit_judged(judged);
-        }
-    }
-
-    /// A timed hold ends in a pool with admission on (docs/design.md, "Admission"): the
-    /// limiter hears the latency its use measured — the manager's measure, or the hold (a use
-    /// that ended in failure measures nothing) — while the member still counts in use, then
-    /// it is returned as any other.
-    #[cold]
-    fn give_back_admitted(&self, held: Held<M::Member>, fate: Fate, timed: u32) {
-        let returned = match fate {
-            Fate::Ok => manager::returned(&self.manager, &held.value, &self.name, true),
-            Fate::Failed | Fate::Crashed => Returned::Fit,
-        };
-        let latency = if fate == Fate::Ok && returned != Returned::Broken {
-            manager::latency(&self.manager, &held.value, &self.name)
-        } else {
-            Latency::Unmeasured
-        };
-        let now = self.clock.read();
-        let hold = Duration::from_nanos(now.saturating_sub(held.meta.since()));
-        let measured = match latency {
-            Latency::Hold => Some(Heard::Took(hold)),
-            Latency::Measured(took) => Some(Heard::Took(took)),
-            Latency::Late => Some(Heard::Late(hold)),
-            Latency::Unmeasured => None,
-        };
-        let end = Ending {
-            fate,
-            origin: Origin::Taken,
-            returned,
-            timed,
-        };
-        self.give_back_at(held, end, now, measured);
-    }
-
-    /// A member in use comes back to a closed pool: it is stopped (or dropped in place once
-    /// the close has finished).
-    fn stop_after_close(&self, held: Held<M::Member>) {
-        self.step(|s| s.stop_in_use(held, Why::Quiet));
-    }
-
-    /// Replaces a member in use (or claimed for a check): stops it, owes its replacement and
-    /// starts it if there is room. `after_use` says which removal counter it goes to.
-    fn replace(&self, held: Held<M::Member>, reason: Reason, after_use: bool) {
-        self.step(|s| s.stop_in_use(held, Why::Replaced { reason, after_use }));
-    }
-
-    /// Recycles a returned member in a supervised task; it stays in use meanwhile, held by a
-    /// guard marked mid-use, so a panic, a close (which cancels the recycle) or a task that
-    /// never runs destroys it rather than handing it out unrecycled.
-    fn spawn_recycle(&self, held: Held<M::Member>) {
-        let shared = self.arc();
-        let mut member: Member<M> = Member::new(shared.home(), held, Origin::Recycled, 0);
-        member.set_mid_use(true);
-        let closing = self.supervisor.closing.clone();
-        let spawned = self.supervisor.spawn(async move {
-            // Passed: dropping the guard gives it back (not recycled again).
-            let recycle = shared.vet(member, Hook::Recycle, None);
-            drop(closing.run_until_cancelled(recycle).await);
-        });
-        self.spawned(spawned);
-    }
-}
-
-impl<M: Manager> Home<M::Member> for Shared<M> {
-    #[inline]
-    fn give_back(&self, held: Held<M::Member>, fate: Fate, origin: Origin, timed: u32) {
-        // The fast path: a member in good order, its hold not timed (admission's limiter
-        // hears timed holds only), no feature that needs a look at it.
-        let flags = self.features.flags();
-        if fate == Fate::Ok
-            && flags & Features::SLOW_RETURN | u64::from(timed) == 0
-            && !held.meta.is_dead()
-        {
-            // The manager's hooks run before any lock; a panic in one means broken.
-            let returned = manager::returned(
-                &self.manager,
-                &held.value,
-                &self.name,
-                origin == Origin::Taken,
-            );
-            if returned == Returned::Fit {
-                let stamp = self.clock.coarse();
-                held.meta.set_since(stamp);
-                if let Err(held) = self.hot.give(held, stamp) {
-                    self.stop_after_close(held);
-                }
-                return;
-            }
-            let end = Ending {
-                fate,
-                origin,
-                returned,
-                timed,
-            };
-            return self.give_back_slow(held, end);
-        }
-        if flags & Features::ADMIT != 0 && origin == Origin::Taken && timed > 0 {
-            return self.give_back_admitted(held, fate, timed);
-        }
-        let returned = match fate {
-            Fate::Ok => manager::returned(
-                &self.manager,
-                &held.value,
-                &self.name,
-                origin == Origin::Taken,
-            ),
-            Fate::Failed | Fate::Crashed => Returned::Fit,
-        };
-        let end = Ending {
-            fate,
-            origin,
-            returned,
-            timed,
-        };
-        self.give_back_slow(held, end);
-    }
-
-    fn detach(&self, meta: &Meta, origin: Origin) {
-        let flags = self.features.flags();
-        if flags & Features::LEAKS != 0 && origin.taken() {
-            self.leaks.returned(meta.id);
-        }
-        let key = meta.key;
-        self.step(|s| {
-            // The member leaves use and its slot ends with no stop to run; its place under
-            // the admission limit goes to a waiter.
-            let stamp = s.stamp();
-            s.effects.wake.extend(s.hot.release(stamp));
-            s.cold.engine.begin_stop(key);
-            s.cold.engine.stop_done(key);
-            if !s.cold.engine.is_closed() {
-                s.cold.engine.owe_replacement();
-                s.refill();
-            }
-            s.effects.drained = true;
-        });
-        tracing::debug!(pool = %self.name, member = meta.id, "member detached from the pool");
-    }
-
-    fn name(&self) -> &str {
-        &self.name
-    }
-
-    fn instant(&self, stamp: u64) -> Instant {
-        self.clock.instant(stamp)
     }
 }
