@@ -24,8 +24,10 @@ use tokio_postgres::{CancelToken, Client, Config, NoTls};
 use crate::hosts::{Hosts, SessionTarget};
 use crate::watch::{Seen, Watched};
 
+mod error;
 mod liveness;
 
+pub use error::PgError;
 use liveness::Liveness;
 
 /// The socket under a pooled connection.
@@ -358,104 +360,6 @@ where
             Box::pin(async move { route.cancel(&token, tls).await })
         }),
         route,
-    }
-}
-
-/// Why a connection could not be made.
-#[derive(Debug)]
-#[non_exhaustive]
-pub enum PgError {
-    /// The socket to a host could not be opened (the last host tried, if there are several).
-    Connect {
-        /// The host (a name, an address, or a socket directory).
-        host: String,
-        /// The port.
-        port: u16,
-        /// What the system said.
-        source: io::Error,
-    },
-    /// The config names no host.
-    NoHost,
-    /// The TLS connector could not be set up for the host.
-    Tls(Box<dyn std::error::Error + Send + Sync>),
-    /// The server or the protocol refused (authentication, a query, a closed connection).
-    Postgres(tokio_postgres::Error),
-    /// A custom reset query ([`Recycle::custom`](crate::Recycle::custom)) that cannot serve.
-    ResetQuery {
-        /// The query.
-        query: String,
-        /// Why not.
-        why: &'static str,
-    },
-    /// A connection given back could not be made clean for its next user (it is replaced).
-    Unclean(&'static str),
-    /// A hook of the manager's ([`Hooks`](pooler::Hooks)) failed.
-    Hook(Box<dyn std::error::Error + Send + Sync>),
-    /// No host's server is the kind `target_session_attrs` asks for (the last one tried).
-    WrongSession {
-        /// The host.
-        host: String,
-        /// The port.
-        port: u16,
-        /// The kind asked for.
-        want: SessionTarget,
-        /// Whether the server is a standby in recovery.
-        standby: bool,
-        /// Whether its sessions are read-only (a standby's always are).
-        read_only: bool,
-    },
-}
-
-impl std::fmt::Display for PgError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            PgError::Connect { host, port, source } => {
-                write!(f, "cannot connect to {host}:{port}: {source}")
-            }
-            PgError::NoHost => f.write_str("the connection config names no host"),
-            PgError::Tls(e) => write!(f, "cannot set up TLS: {e}"),
-            PgError::Postgres(e) => write!(f, "{e}"),
-            PgError::ResetQuery { query, why } => {
-                write!(f, "the reset query `{query}` cannot serve: {why}")
-            }
-            PgError::Unclean(why) => write!(f, "the connection cannot be made clean: {why}"),
-            PgError::Hook(e) => write!(f, "a hook failed: {e}"),
-            PgError::WrongSession {
-                host,
-                port,
-                want,
-                standby,
-                read_only,
-            } => {
-                let is = match (standby, read_only) {
-                    (true, _) => "a read-only standby",
-                    (false, true) => "a primary whose sessions are read-only",
-                    (false, false) => "a read-write primary",
-                };
-                write!(
-                    f,
-                    "the server at {host}:{port} is {is}, and target_session_attrs asks for {want}"
-                )
-            }
-        }
-    }
-}
-
-impl std::error::Error for PgError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            PgError::Connect { source, .. } => Some(source),
-            PgError::NoHost => None,
-            PgError::Tls(e) | PgError::Hook(e) => Some(&**e),
-            PgError::Postgres(e) => Some(e),
-            PgError::ResetQuery { .. } | PgError::Unclean(_) | PgError::WrongSession { .. } => None,
-        }
-    }
-}
-
-impl From<tokio_postgres::Error> for PgError {
-    fn from(e: tokio_postgres::Error) -> Self {
-        PgError::Postgres(e)
     }
 }
 
