@@ -3,7 +3,8 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use super::{DbState, Outcome, Request, Scenario};
+use crate::db::{DbState, Outcome, Request};
+use crate::scenario::Scenario;
 
 /// A run's scores (see docs/overload.md for what each means).
 #[derive(Debug, Clone, Default)]
