@@ -135,29 +135,24 @@ async fn the_limit_follows_the_latency_the_manager_measures() {
             assert_eq!(after.latency, ms(10), "{after:?}");
         }
     }
-    // Nothing measured: the limit does not move from where it starts.
-    let fake = Fake::default();
-    fake.probe.latency_us.store(u64::MAX, Ordering::SeqCst);
-    let (pool, _probe) = pool_with(config("admit-unmeasured", 20), fake).await;
-    load(&pool, 20, 4, ms(10), 60).await;
-    let after = pool.admission().unwrap();
-    assert_eq!(
-        (after.limit, after.last_move),
-        (20, LimitMove::Starting),
-        "{after:?}"
-    );
-    // Every use cut at its deadline: no latency either, but overload — the limit must not
-    // stay where nothing measures it any more. Each batch halves it.
-    let fake = Fake::default();
-    fake.probe.latency_us.store(LATE_US, Ordering::SeqCst);
-    let (pool, _probe) = pool_with(config("admit-late", 20), fake).await;
-    load(&pool, 20, 4, ms(10), 60).await;
-    let after = pool.admission().unwrap();
-    assert_eq!(
-        (after.limit, after.last_move),
-        (1, LimitMove::Late),
-        "{after:?}"
-    );
+    // Nothing measured: the limit does not move from where it starts. Every use cut at its
+    // deadline: no latency either, but overload — the limit must not stay where nothing
+    // measures it any more; each batch halves it.
+    for (said, name, limit, last_move) in [
+        (u64::MAX, "admit-unmeasured", 20, LimitMove::Starting),
+        (LATE_US, "admit-late", 1, LimitMove::Late),
+    ] {
+        let fake = Fake::default();
+        fake.probe.latency_us.store(said, Ordering::SeqCst);
+        let (pool, _probe) = pool_with(config(name, 20), fake).await;
+        load(&pool, 20, 4, ms(10), 60).await;
+        let after = pool.admission().unwrap();
+        assert_eq!(
+            (after.limit, after.last_move),
+            (limit, last_move),
+            "{after:?}"
+        );
+    }
 }
 
 /// A take over the limit waits in the queue, first come first served, and is admitted when a
