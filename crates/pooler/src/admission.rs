@@ -74,6 +74,12 @@ pub struct AdmissionStatus {
     pub baseline: Duration,
     /// Why the limit last moved.
     pub last_move: LimitMove,
+    /// The queue target in force: `queue_target` when set, else half the `baseline` once
+    /// there is one (at least a millisecond; [`PoolConfig::ADMISSION_QUEUE_TARGET`] until
+    /// then).
+    ///
+    /// [`PoolConfig::ADMISSION_QUEUE_TARGET`]: crate::PoolConfig::ADMISSION_QUEUE_TARGET
+    pub queue_target: Duration,
 }
 
 /// Why the admission limit last moved.
@@ -135,7 +141,7 @@ impl Limiter {
     }
 
     /// What the limiter says of itself, with `admitted` members in use.
-    pub(crate) fn status(&self, admitted: usize) -> AdmissionStatus {
+    pub(crate) fn status(&self, admitted: usize, queue_target: Duration) -> AdmissionStatus {
         let (latency, baseline, last_move) = self.signal();
         AdmissionStatus {
             limit: self.limit(),
@@ -143,6 +149,16 @@ impl Limiter {
             latency,
             baseline,
             last_move,
+            queue_target,
         }
+    }
+
+    /// The queue target derived from the latency the limiter measured: half its baseline
+    /// (the database's latency unloaded, or the long-term average hold), at least a
+    /// millisecond; `None` before a first batch (docs/design.md, "Admission").
+    pub(crate) fn derived_target(&self) -> Option<Duration> {
+        let (_, baseline, last_move) = self.signal();
+        (last_move != LimitMove::Starting && !baseline.is_zero())
+            .then(|| (baseline / 2).max(Duration::from_millis(1)))
     }
 }

@@ -109,7 +109,10 @@ pub struct PoolConfig {
     /// `queue_interval` is longer than this, takes that would queue are refused at once with
     /// [`TakeError::Shed`](crate::TakeError::Shed) for the next interval (DBConnection's
     /// `queue_target`). Default: none (takes queue up to `queue_max`) — but with `admission`
-    /// on, 50 ms ([`PoolConfig::ADMISSION_QUEUE_TARGET`]) unless set.
+    /// on, unless set, half the database's latency as the admission limiter measures it, at
+    /// least 1 ms, and 50 ms until it has measured one ([`PoolConfig::ADMISSION_QUEUE_TARGET`];
+    /// [`AdmissionStatus::queue_target`](crate::AdmissionStatus::queue_target) says the one
+    /// in force).
     #[cfg_attr(
         feature = "serde",
         serde(
@@ -278,13 +281,15 @@ mod defaults {
 }
 
 impl PoolConfig {
-    /// The `queue_target` in force with `admission` on and none set: DBConnection's default
+    /// The `queue_target` in force with `admission` on and none set, until the limiter has
+    /// measured the database's latency (then half of it): DBConnection's default
     /// (docs/design.md, "Admission": a limit alone only moves the wait from the database to
     /// the queue).
     pub const ADMISSION_QUEUE_TARGET: Duration = Duration::from_millis(50);
 
-    /// The `queue_target` in force: the one set, or with `admission` on,
-    /// [`ADMISSION_QUEUE_TARGET`](Self::ADMISSION_QUEUE_TARGET).
+    /// The `queue_target` a pool starts with: the one set, or with `admission` on,
+    /// [`ADMISSION_QUEUE_TARGET`](Self::ADMISSION_QUEUE_TARGET) (which the latency the
+    /// limiter measures then replaces).
     #[must_use]
     pub fn queue_target_in_force(&self) -> Option<Duration> {
         match (self.queue_target, self.admission) {

@@ -50,8 +50,6 @@ pub(crate) struct Features {
     /// [`Features::GROW`], [`Features::ZERO_WAITS`], [`Features::ADMIT`].
     flags: AtomicU64,
     idle_check: Nanos,
-    /// `queue_target` with admission on: a queued take waits twice it at most.
-    stale_after: Nanos,
     take_timeout: Nanos,
     start_timeout: Nanos,
     shutdown: Nanos,
@@ -87,7 +85,6 @@ impl Features {
         let f = Features {
             flags: AtomicU64::new(0),
             idle_check: Nanos::new(None),
-            stale_after: Nanos::new(None),
             take_timeout: Nanos::new(None),
             start_timeout: Nanos::new(None),
             shutdown: Nanos::new(None),
@@ -120,9 +117,6 @@ impl Features {
             flags |= Self::ADMIT;
         }
         self.idle_check.set(config.idle_check_threshold);
-        let admits = config.admission != crate::admission::AdmissionMode::Off;
-        self.stale_after
-            .set(config.queue_target_in_force().filter(|_| admits));
         self.take_timeout.set(config.take_timeout);
         self.start_timeout.set(Some(config.member_start_timeout));
         self.shutdown.set(Some(config.member_shutdown));
@@ -138,12 +132,6 @@ impl Features {
     #[inline]
     pub(crate) fn idle_check(&self) -> Option<Duration> {
         self.idle_check.get()
-    }
-
-    /// `queue_target` while admission is on: a queued take waits twice it at most.
-    #[inline]
-    pub(crate) fn stale_after(&self) -> Option<Duration> {
-        self.stale_after.get()
     }
 
     /// `take_timeout`.

@@ -154,8 +154,12 @@ pub(crate) struct State<T, E> {
     limiter: Option<Limiter>,
     /// At most this many members in use (invariant 5).
     limit: usize,
-    /// With admission on, `queue_target`: past it a standing queue is served newest first.
+    /// With admission on, the queue target in force: past it a standing queue is served
+    /// newest first, and a take waits twice it at most. `queue_target` when set, else
+    /// derived from the limiter's baseline (`derive_target`).
     lifo_after: Option<Duration>,
+    /// Admission is on with no `queue_target`: `lifo_after` follows the limiter.
+    derive_target: bool,
     /// When the queue last stopped being empty, while `lifo_after` is set (invariant 6).
     queued_since: Option<Instant>,
 }
@@ -188,6 +192,7 @@ impl<T, E> Hot<T, E> {
                 limiter: None,
                 limit: usize::MAX,
                 lifo_after: None,
+                derive_target: false,
                 queued_since: None,
             }),
         }
@@ -481,6 +486,8 @@ impl<T, E> Locked<'_, T, E> {
 
 mod lifecycle;
 mod limit;
+
+pub(crate) use limit::Judged;
 
 #[cfg(all(test, not(pooler_loom)))]
 mod tests;

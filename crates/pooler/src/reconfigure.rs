@@ -86,13 +86,18 @@ impl<M: Manager> Shared<M> {
             s.hot.set_limits(new.member_order, new.queue_max);
             s.cold.engine.set_limits(Limits::of(&new), s.hot.view());
             s.cold.config = new.clone();
-            let wakers =
-                s.hot
-                    .set_admission(new.admission, new.max_count, new.queue_target_in_force());
+            let wakers = s
+                .hot
+                .set_admission(new.admission, new.max_count, new.queue_target);
             s.effects.wake.extend(wakers);
             self.features.set(&new);
-            let target = new.queue_target_in_force();
-            if target != old.queue_target_in_force() || new.queue_interval != old.queue_interval {
+            // With admission on, the target in force is the hot core's (derived from the
+            // latency unless set); the shedder follows it.
+            let target = s.hot.queue_target().or(new.queue_target_in_force());
+            if new.queue_target_in_force() != old.queue_target_in_force()
+                || new.queue_interval != old.queue_interval
+                || new.admission != old.admission
+            {
                 self.shedder.set(target, new.queue_interval, s.now);
             }
             if new.leak_detection_threshold.is_none() {

@@ -74,11 +74,7 @@ impl<M: Manager> Shared<M> {
         Arc::new_cyclic(|this| Shared {
             name: config.name.as_str().into(),
             hot: Hot::new(config.member_order, config.queue_max, metrics.use_live())
-                .with_admission(
-                    config.admission,
-                    config.max_count,
-                    config.queue_target_in_force(),
-                ),
+                .with_admission(config.admission, config.max_count, config.queue_target),
             cold: ColdLock::new(ColdState {
                 engine: Cold::new(Limits::of(&config)),
                 config,

@@ -74,6 +74,15 @@ impl Shedder {
         self.on.store(target.is_some(), Relaxed);
     }
 
+    /// A new target derived from the latency (admission on with no `queue_target`): the
+    /// interval under way goes on, judged against it.
+    pub(crate) fn retarget(&self, target: Duration) {
+        let mut w = lock(&self.state);
+        if w.target.is_some() {
+            w.target = Some(target);
+        }
+    }
+
     /// Ends the interval if it is over, with its verdict.
     fn roll(w: &mut Window, now: Instant) {
         if now.saturating_duration_since(w.began) >= w.interval {

@@ -326,7 +326,7 @@ async fn within_loop<M: Manager>(
                 // target (docs/design.md, "Admission"): past the target the queue is served
                 // newest first, so its turn would not come soon, and a refusal at its
                 // deadline would leave its caller nothing.
-                let stale = shared.features.stale_after().map(|target| {
+                let stale = shared.hot.queue_target().map(|target| {
                     let twice = target.saturating_mul(2);
                     let waited = timeout.map_or(twice, |t| twice.min(target.max(t / 2)));
                     (target, waited, s.checked_add(waited))

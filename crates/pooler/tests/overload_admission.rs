@@ -155,6 +155,26 @@ async fn the_limit_follows_the_latency_the_manager_measures() {
     }
 }
 
+/// With admission on and no `queue_target`, the target follows the database: 50 ms until
+/// the limiter has measured it, then half its latency; one set stays as set.
+#[tokio::test(start_paused = true)]
+async fn the_queue_target_admission_brings_follows_the_database() {
+    let derived = PoolConfig::new("admit-target", 8, 8)
+        .to_builder()
+        .admission(AdmissionMode::Vegas)
+        .build()
+        .unwrap();
+    let set = derived.to_builder().queue_target(ms(30)).build().unwrap();
+    for (config, before, after) in [(derived, ms(50), ms(5)), (set, ms(30), ms(30))] {
+        let (pool, _probe) = pool_with(config, Fake::default()).await;
+        assert_eq!(pool.admission().unwrap().queue_target, before);
+        load(&pool, 8, 8, ms(10), 40).await;
+        let status = pool.admission().unwrap();
+        assert_eq!(status.baseline, ms(10), "{status:?}");
+        assert_eq!(status.queue_target, after, "{status:?}");
+    }
+}
+
 /// A take over the limit waits in the queue, first come first served, and is admitted when a
 /// holder gives back; one that waits out its deadline there times out; one dropped while
 /// waiting leaves no trace; one admitted that then fails to get a member gives its admission

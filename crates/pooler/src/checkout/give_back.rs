@@ -11,6 +11,7 @@ use crate::admission::Heard;
 use crate::features::Features;
 use crate::health::Hook;
 use crate::held::{Held, Meta};
+use crate::hot::Judged;
 use crate::manager::{self, Latency, Manager, Returned};
 use crate::member::{Fate, Home, Member, Origin};
 use crate::metrics::Reason;
@@ -90,9 +91,7 @@ impl<M: Manager> Shared<M> {
             None => {
                 held.meta.set_since(stamp);
                 let (given, judged) = self.hot.give_measured(held, stamp, measured);
-                if let Some(judged) = judged {
-                    self.metrics.limit_judged(judged);
-                }
+                self.judged(judged);
                 if let Err(held) = given {
                     self.stop_after_close(held);
                 }
@@ -105,10 +104,20 @@ impl<M: Manager> Shared<M> {
         let Some(measured) = measured else {
             return;
         };
-        let (judged, wakers) = self.hot.lock().measured(measured, stamp);
-        wakers.into_iter().for_each(std::task::Waker::wake);
-        if let Some(judged) = judged {
-            self.metrics.limit_judged(judged);
+        let mut judged = self.hot.lock().measured(measured, stamp);
+        judged.wakers.drain(..).for_each(std::task::Waker::wake);
+        self.judged(judged);
+    }
+
+    /// What follows a judged batch outside the hot core (its wakers woken): the count by
+    /// what the limit did, and a new derived queue target for the shedder.
+    fn judged(&self, judged: Judged) {
+        debug_assert!(judged.wakers.is_empty(), "woken first");
+        if let Some(moved) = judged.moved {
+            self.metrics.limit_judged(moved);
+        }
+        if let Some(target) = judged.target {
+            self.shedder.retarget(target);
         }
     }
 

@@ -9,6 +9,18 @@ use tokio::time::Instant;
 
 use super::{Hot, Locked};
 use crate::admission::{AdmissionMode, AdmissionStatus, Heard, LimitMove, Limiter};
+use crate::config::PoolConfig;
+
+/// What a timed hold's end did to the admission limit.
+#[derive(Debug, Default)]
+pub(crate) struct Judged {
+    /// How the limit moved, if the hold ended a batch.
+    pub(crate) moved: Option<LimitMove>,
+    /// Waiters a grown limit lets through, to wake after the lock.
+    pub(crate) wakers: Vec<Waker>,
+    /// A new derived queue target, for the holders outside the hot core (the shedder).
+    pub(crate) target: Option<Duration>,
+}
 
 impl<T, E> Hot<T, E> {
     /// With the admission settings of a new pool.
@@ -25,22 +37,28 @@ impl<T, E> Hot<T, E> {
 
     /// [`give`](Self::give), the admission limiter first hearing the latency the hold
     /// `measured` (while the member still counts in use), under one lock: what the limiter
-    /// did with the limit, if the hold ended a batch.
+    /// did with the limit and the queue target, if the hold ended a batch (its wakers
+    /// woken).
     pub(crate) fn give_measured(
         &self,
         member: T,
         now: u64,
         measured: Option<Heard>,
-    ) -> (Result<(), T>, Option<LimitMove>) {
+    ) -> (Result<(), T>, Judged) {
         let mut h = self.lock();
-        let (judged, mut wakers) = match measured {
+        let mut judged = match measured {
             Some(measured) => h.measured(measured, now),
-            None => (None, Vec::new()),
+            None => Judged::default(),
         };
-        let given = h.give(member, now).map(|waker| wakers.extend(waker));
+        let given = h.give(member, now).map(|waker| judged.wakers.extend(waker));
         drop(h);
-        wakers.into_iter().for_each(Waker::wake);
+        judged.wakers.drain(..).for_each(Waker::wake);
         (given, judged)
+    }
+
+    /// The queue target in force while admission is on.
+    pub(crate) fn queue_target(&self) -> Option<Duration> {
+        self.lock().queue_target()
     }
 }
 
@@ -99,9 +117,9 @@ impl<T, E> Locked<'_, T, E> {
     }
 
     /// New admission settings (a pool's start or a reconfigure): the limiter for `mode`
-    /// (kept when the mode stays, its `max` updated), and `queue_target` for serving a
-    /// standing queue newest first. Turned off, or raised, waiters get free members: their
-    /// wakers.
+    /// (kept when the mode stays, its `max` updated), and the `queue_target` key — none
+    /// derives the target from the limiter's baseline (docs/design.md, "Admission"). Turned
+    /// off, or raised, waiters get free members: their wakers.
     pub(crate) fn set_admission(
         &mut self,
         mode: AdmissionMode,
@@ -113,7 +131,12 @@ impl<T, E> Locked<'_, T, E> {
         s.limit = s.limiter.as_ref().map_or(usize::MAX, Limiter::limit);
         s.pressed = false;
         s.timing = s.sample || s.limiter.is_some();
-        s.lifo_after = queue_target.filter(|_| s.limiter.is_some());
+        s.derive_target = queue_target.is_none() && s.limiter.is_some();
+        s.lifo_after = s.limiter.as_ref().map(|l| {
+            queue_target
+                .or_else(|| l.derived_target())
+                .unwrap_or(PoolConfig::ADMISSION_QUEUE_TARGET)
+        });
         s.queued_since = match (s.lifo_after, s.waiters.is_empty()) {
             (Some(_), false) => s.queued_since.or_else(|| Some(Instant::now())),
             _ => None,
@@ -127,26 +150,40 @@ impl<T, E> Locked<'_, T, E> {
     /// A timed hold is ending at `now` (a clock stamp; its member still counted in use):
     /// what the limiter did with the limit, if the hold ended a batch, and the wakers of
     /// waiters it let through.
-    pub(crate) fn measured(&mut self, held: Heard, now: u64) -> (Option<LimitMove>, Vec<Waker>) {
+    pub(crate) fn measured(&mut self, held: Heard, now: u64) -> Judged {
         let s = &mut *self.0;
+        let mut judged = Judged::default();
         let Some(limiter) = s.limiter.as_mut() else {
-            return (None, Vec::new());
+            return judged;
         };
         // The limit moves only when a batch ends.
-        let judged = limiter.sample(held, s.in_use, now);
-        let mut wakers = Vec::new();
-        if judged.is_some() {
+        judged.moved = limiter.sample(held, s.in_use, now);
+        if judged.moved.is_some() {
             s.limit = limiter.limit();
-            self.hand_free(&mut wakers);
+            if s.derive_target
+                && let Some(target) = limiter.derived_target()
+                && s.lifo_after != Some(target)
+            {
+                s.lifo_after = Some(target);
+                judged.target = Some(target);
+            }
+            self.hand_free(&mut judged.wakers);
         }
         debug_assert!(self.holds());
-        (judged, wakers)
+        judged
+    }
+
+    /// The queue target in force while admission is on (see [`set_admission`](Self::set_admission)).
+    pub(crate) fn queue_target(&self) -> Option<Duration> {
+        self.0.lifo_after
     }
 
     /// What the admission limiter says of itself, while admission is on.
     pub(crate) fn admission(&self) -> Option<AdmissionStatus> {
         let s = &*self.0;
-        s.limiter.as_ref().map(|l| l.status(s.in_use))
+        s.limiter
+            .as_ref()
+            .map(|l| l.status(s.in_use, s.lifo_after.unwrap_or_default()))
     }
 
     /// The admission limit (`usize::MAX`: none).
