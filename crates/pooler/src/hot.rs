@@ -25,9 +25,10 @@
 //!    check) and not yet given back or released to be stopped; `peak` is the highest it has
 //!    been since the demand window last looked.
 //! 5. `limit` is the limiter's limit (`1..=max_count`) while there is one, else `usize::MAX`.
-//! 6. The queue is served oldest first, except that with admission on and a `queue_target`,
-//!    once it has stood (never emptied) longer than the target it is served newest first;
-//!    `queued_since` is set exactly while that rule is on and the queue is not empty.
+//! 6. The queue is served oldest first, except that with admission on, once it has stood
+//!    (never emptied) longer than the queue target in force (`queue_target`, or derived from
+//!    the limiter's baseline: `hot/limit.rs`) it is served newest first; `queued_since` is
+//!    set exactly while that rule is on and the queue is not empty.
 
 use std::collections::VecDeque;
 use std::task::{Context, Poll, Waker};

@@ -321,7 +321,7 @@ async fn within_loop<M: Manager>(
                     key,
                     done: false,
                 };
-                // With admission on and a `queue_target`, a take waits twice the target at
+                // With admission on (a queue target is then in force), a take waits twice it at
                 // most, and no longer than half its own budget once it has waited the
                 // target (docs/design.md, "Admission"): past the target the queue is served
                 // newest first, so its turn would not come soon, and a refusal at its
