@@ -117,11 +117,13 @@ pub trait Manager: Send + Sync + 'static {
     }
 
     /// The latency the server showed the member's last user, for the admission limit (the
-    /// `admission` key; docs/design.md, "Admission"). Asked, with no lock held, when a member
-    /// comes back in good order while admission is on; never asked when it is off. Default: [`Latency::Hold`], the time from take to return — which
-    /// also counts what the user did between statements. A manager that sees its requests
-    /// answered (pooler-postgres's stream layer) says how long the server took instead. A
-    /// panic in it counts as [`Latency::Unmeasured`].
+    /// `admission` key; docs/design.md, "Admission"). Asked, with no lock held, every time a
+    /// member comes back in good order while admission is on — so what it says covers the use
+    /// that just ended, even where the pool drops the answer (it hears only the holds it
+    /// times); never asked when admission is off. Default: [`Latency::Hold`], the time from
+    /// take to return — which also counts what the user did between statements. A manager
+    /// that sees its requests answered (pooler-postgres's stream layer) says how long the
+    /// server took instead. A panic in it counts as [`Latency::Unmeasured`].
     fn latency(&self, member: &Self::Member) -> Latency {
         let _ = member;
         Latency::Hold

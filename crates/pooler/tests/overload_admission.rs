@@ -155,6 +155,27 @@ async fn the_limit_follows_the_latency_the_manager_measures() {
     }
 }
 
+/// A manager that measures the server says what it saw since it was last asked; so that is
+/// the use that just ended, it is asked on every good return while admission is on — timed
+/// or not (only a timed hold's answer is heard) — never with admission off, and not for a
+/// failed use. Otherwise an untimed use's slow query, or its request cut at its deadline,
+/// would be laid on a later use.
+#[tokio::test(start_paused = true)]
+async fn the_manager_is_asked_the_latency_of_every_use_while_admission_is_on() {
+    let off = PoolConfig::new("admit-asked-off", 4, 4);
+    for (config, asked) in [(config("admit-asked", 4), 20), (off, 0)] {
+        let (pool, probe) = pool_with(config, Fake::default()).await;
+        for _ in 0..20 {
+            let member = pool.take_member(ms(100)).await.unwrap();
+            advance(ms(1)).await;
+            drop(member);
+        }
+        pooler::Member::fail(pool.take_member(ms(100)).await.unwrap());
+        settle().await;
+        assert_eq!(probe.latency_asked.load(Ordering::SeqCst), asked);
+    }
+}
+
 /// With admission on and no `queue_target`, the target follows the database: 50 ms until
 /// the limiter has measured it, then half its latency; one set stays as set.
 #[tokio::test(start_paused = true)]

@@ -153,6 +153,16 @@ impl<M: Manager> Shared<M> {
         self.give_back_at(held, end, now, measured);
     }
 
+    /// An untimed use taken under admission ends in good order: the manager is asked what it
+    /// measured all the same, and the answer dropped, so a measure never carries over to a
+    /// later, timed use (docs/design.md, "Admission").
+    #[inline]
+    fn unheard(&self, held: &Held<M::Member>, origin: Origin, returned: Returned) {
+        if origin == Origin::Taken && returned != Returned::Broken {
+            let _ = manager::latency(&self.manager, &held.value, &self.name);
+        }
+    }
+
     /// A member in use comes back to a closed pool: it is stopped (or dropped in place once
     /// the close has finished).
     pub(super) fn stop_after_close(&self, held: Held<M::Member>) {
@@ -199,6 +209,9 @@ impl<M: Manager> Home<M::Member> for Shared<M> {
                 &self.name,
                 origin == Origin::Taken,
             );
+            if flags & Features::ADMIT != 0 {
+                self.unheard(&held, origin, returned);
+            }
             if returned == Returned::Fit {
                 let stamp = self.clock.coarse();
                 held.meta.set_since(stamp);
@@ -227,6 +240,9 @@ impl<M: Manager> Home<M::Member> for Shared<M> {
             ),
             Fate::Failed | Fate::Crashed => Returned::Fit,
         };
+        if flags & Features::ADMIT != 0 && fate == Fate::Ok {
+            self.unheard(&held, origin, returned);
+        }
         let end = Ending {
             fate,
             origin,

@@ -82,6 +82,8 @@ pub struct Probe {
     /// What `latency` says of each use, in microseconds: 0 for the hold (the default),
     /// `u64::MAX` for nothing measured, [`LATE_US`] for a use cut at its deadline.
     pub latency_us: AtomicU64,
+    /// How many times `latency` was asked.
+    pub latency_asked: AtomicUsize,
     /// Steps for the next start attempts, in order, before `plan.start` applies again.
     script: Mutex<VecDeque<Step>>,
     /// `is_broken` / `needs_recycle` panic while set.
@@ -234,6 +236,7 @@ impl Default for Fake {
                 recycle_on: AtomicBool::new(false),
                 recycles: AtomicUsize::new(0),
                 latency_us: AtomicU64::new(0),
+                latency_asked: AtomicUsize::new(0),
                 script: Mutex::new(VecDeque::new()),
                 panic_is_broken: AtomicBool::new(false),
                 panic_needs_recycle: AtomicBool::new(false),
@@ -349,6 +352,7 @@ impl Manager for Fake {
     }
 
     fn latency(&self, _m: &FakeMember) -> pooler::Latency {
+        self.probe.latency_asked.fetch_add(1, SeqCst);
         self.probe.chaos("latency");
         match self.probe.latency_us.load(SeqCst) {
             0 => pooler::Latency::Hold,
