@@ -86,13 +86,13 @@ async fn one(pool: pooler_postgres::Pool, mode: Mode, begun: Instant) -> Request
     };
     let query = conn.execute("SELECT pooler_live_query($1)", &[&(CAPACITY as i32)]);
     let done = if mode.cancels() {
-        conn.until(deadline, query).await
+        conn.until(deadline, query).await.is_ok()
     } else {
-        query.await
+        query.await.is_ok()
     };
     let ended = Instant::now();
     r.admitted = Some((ended - arrival).as_secs_f64());
-    r.good = done.is_ok() && ended <= deadline;
+    r.good = done && ended <= deadline;
     r
 }
 

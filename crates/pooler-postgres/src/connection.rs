@@ -11,6 +11,13 @@ use crate::connect::{self, PgError, WatchedSocket};
 use crate::statements::{self, CacheStats};
 use crate::watch::{self, TxStatus};
 
+/// How long [`PgConnection::until`] waits, past a request's deadline, for the request to
+/// end once its cancel request is on its way; then it abandons the request
+/// ([`PgError::Deadline`]). A cancel lands in a round trip to the server's postmaster and
+/// the backend's next check for interrupts: milliseconds on a healthy server. A frozen
+/// server or a dead link answers neither, and this bounds what the caller waits.
+pub const CANCEL_GRACE: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// A pooled connection: dereferences to [`Client`].
 #[derive(Debug)]
 pub struct PgConnection {
@@ -187,25 +194,24 @@ impl PgConnection {
     ///
     /// # Errors
     ///
-    /// The query's own: `query_canceled` when it was cancelled at the deadline. A cancel
-    /// request that cannot be sent (the server unreachable) leaves the query running to its
-    /// end.
+    /// The query's own ([`PgError::Postgres`]): `query_canceled`
+    /// ([`PgError::code`]) when it was cancelled at the deadline. [`PgError::Deadline`] when
+    /// neither the query nor its cancel was answered within [`CANCEL_GRACE`] past the
+    /// deadline (a frozen server, a dead link, a cancel request that cannot be sent): the
+    /// request is abandoned then, so `until` returns by `deadline + CANCEL_GRACE` whatever
+    /// the server does; the request may have reached it.
     ///
     /// # Cancel safety
     ///
     /// As the query's own: dropped, its request is abandoned as any dropped query is, and the
     /// connection is made clean when it is given back.
-    pub async fn until<F, T>(
-        &self,
-        deadline: tokio::time::Instant,
-        query: F,
-    ) -> Result<T, tokio_postgres::Error>
+    pub async fn until<F, T>(&self, deadline: tokio::time::Instant, query: F) -> Result<T, PgError>
     where
         F: Future<Output = Result<T, tokio_postgres::Error>>,
     {
         let mut query = std::pin::pin!(query);
         if let Ok(done) = tokio::time::timeout_at(deadline, query.as_mut()).await {
-            return done;
+            return done.map_err(PgError::Postgres);
         }
         // Marked before the request may leave, cleared once it is seen to land: so a `until`
         // dropped meanwhile leaves the connection marked too.
@@ -216,7 +222,7 @@ impl PgConnection {
             .store(true, std::sync::atomic::Ordering::Relaxed);
         let mut cancel = std::pin::pin!(self.cancel_query());
         let mut sent = false;
-        let done = std::future::poll_fn(|cx| {
+        let ended = std::future::poll_fn(|cx| {
             // The query first: once it has ended, the cancel request is not waited for.
             if let std::task::Poll::Ready(done) = query.as_mut().poll(cx) {
                 return std::task::Poll::Ready(done);
@@ -225,13 +231,18 @@ impl PgConnection {
                 sent = true;
             }
             std::task::Poll::Pending
-        })
-        .await;
+        });
+        // Abandoned unanswered past the grace: still marked, so it is replaced at its return.
+        let Ok(done) = tokio::time::timeout_at(deadline + CANCEL_GRACE, ended).await else {
+            return Err(PgError::Deadline {
+                overran: deadline.elapsed(),
+            });
+        };
         let landed = matches!(&done, Err(e) if e.code() == Some(&tokio_postgres::error::SqlState::QUERY_CANCELED));
         if landed {
             stray.store(false, std::sync::atomic::Ordering::Release);
         }
-        done
+        done.map_err(PgError::Postgres)
     }
 
     /// The statement cache's size, capacity, hits and misses.

@@ -21,7 +21,7 @@ use tokio_postgres::{Config, NoTls};
 
 pub use crate::connect::{PgError, PgSocket, WatchTls, WatchedSocket};
 use crate::connection::Parts;
-pub use crate::connection::{PgCancelToken, PgConnection, PgTransaction};
+pub use crate::connection::{CANCEL_GRACE, PgCancelToken, PgConnection, PgTransaction};
 pub use crate::hosts::{HOST_RECHECK, SessionTarget};
 pub use crate::recycle::{Recycle, ResetQuery};
 use crate::recycle::{SETTLE, clean, define};
@@ -369,10 +369,12 @@ where
             ..
         } = *conn.parts;
         // Dropping the client makes the connection send Terminate and finish — unless its
-        // driver waits on a COPY that will never end, or would read the rest of one sent:
-        // then the pool ends the driver.
+        // driver waits on a COPY that will never end, or would read the rest of one sent, or
+        // waits for an answer first (tokio-postgres says goodbye only with none
+        // outstanding: a request abandoned at its deadline on a frozen server or a dead link
+        // would hold the stop for all of `member_shutdown`): then the pool ends the driver.
         drop(client);
-        if !seen.in_copy() && !seen.copy_out() {
+        if !seen.in_copy() && !seen.copy_out() && !seen.unanswered() {
             let _ = ended.await;
         }
     }

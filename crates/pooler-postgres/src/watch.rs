@@ -295,6 +295,11 @@ impl Seen {
     pub(crate) fn in_copy(&self) -> bool {
         self.in_copy.load(Ordering::Acquire)
     }
+
+    /// Whether a request written has not been answered yet.
+    pub(crate) fn unanswered(&self) -> bool {
+        self.answered.load(Ordering::Acquire) != self.expected.load(Ordering::Acquire)
+    }
 }
 
 /// A stream that watches the transaction status go by.

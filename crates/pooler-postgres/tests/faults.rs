@@ -2,8 +2,10 @@
 //! takes down, so that packets vanish with no FIN and no RST (`pooler_testkit::blackhole`).
 //! With the defaults (no health check, no timeout of the user's own) a query on the dead link
 //! fails within the bound the docs state (`TCP_USER_TIMEOUT` 30 s), and an idle member on it
-//! is found dead by the keepalives within 30 s and never handed out after. Each test runs
-//! about half a minute of real time: the bound itself.
+//! is found dead by the keepalives within 30 s and never handed out after (about half a
+//! minute of real time each: the bound itself). A request bounded by `PgConnection::until`
+//! ends by its deadline and `CANCEL_GRACE` on a dead link and on a frozen server (a backend
+//! stopped with SIGSTOP), and a close does not wait on either (seconds each).
 #![allow(clippy::disallowed_methods)] // tests spawn their own consumers
 
 mod common;
@@ -118,4 +120,167 @@ async fn an_idle_member_on_a_dead_link_is_never_handed_out() {
     eprintln!("full again {:?} after the link came back", back.elapsed());
     drop(conn);
     pool.close(Shutdown::Graceful).await;
+}
+
+/// A close while the server is unreachable: graceful and immediate both end at once — a
+/// member's stop says goodbye to the server without waiting to be heard (the link may never
+/// carry it), not after `member_shutdown` — and no task of the pool is left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_close_with_the_server_unreachable_ends_at_once_and_leaves_no_task() {
+    for how in [Shutdown::Graceful, Shutdown::Immediate] {
+        let Some((hole, url)) = through_a_blackhole().await else {
+            return;
+        };
+        let pool = Pool::start(
+            PoolConfig::new("pg-dead-close", 2, 2),
+            PgManager::new(&url).unwrap(),
+        )
+        .await
+        .unwrap();
+        {
+            let conn = pool.take_member(Duration::from_secs(5)).await.unwrap();
+            conn.simple_query("SELECT 1").await.unwrap();
+        }
+        hole.set_down(true);
+        let began = Instant::now();
+        tokio::time::timeout(BOUND, pool.close(how))
+            .await
+            .expect("the close ended");
+        let took = began.elapsed();
+        eprintln!("{how:?} close with the server unreachable took {took:?}");
+        assert!(took < Duration::from_secs(2), "{how:?}: {took:?}");
+        assert_eq!(pool.live_tasks(), 0, "{how:?}");
+        hole.set_down(false);
+    }
+}
+
+/// A backend process stopped with SIGSTOP (sent again SIGCONT when dropped): a frozen
+/// server, whose kernel still acknowledges every packet, so no TCP timeout ever fires.
+struct Frozen(i32);
+
+impl Frozen {
+    fn stop(pid: i32) -> Frozen {
+        signal("-STOP", pid);
+        Frozen(pid)
+    }
+}
+
+impl Drop for Frozen {
+    fn drop(&mut self) {
+        signal("-CONT", self.0);
+    }
+}
+
+fn signal(which: &str, pid: i32) {
+    let sent = std::process::Command::new("kill")
+        .args([which, &pid.to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(sent.success(), "kill {which} {pid} (the tests run as root)");
+}
+
+/// A frozen server (its backend stopped): a request bounded by `PgConnection::until` ends
+/// by its deadline and the cancel's grace, with an error that says it may have reached the
+/// server — not never, as it did while `until` waited for the cancel to land; the
+/// connection is replaced, never handed out again; a graceful close does not wait on it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_to_a_frozen_server_ends_at_its_deadline() {
+    let Some(url) = common::url().await else {
+        return;
+    };
+    let pool = Pool::start(
+        PoolConfig::new("pg-frozen", 2, 2),
+        PgManager::new(&url).unwrap(),
+    )
+    .await
+    .unwrap();
+    let conn = pool.take_member(Duration::from_secs(5)).await.unwrap();
+    let (pid, id) = (common::backend_pid(&conn).await, Member::id(&conn));
+    let frozen = Frozen::stop(pid);
+    let began = tokio::time::Instant::now();
+    let deadline = began + Duration::from_millis(300);
+    let answer = tokio::time::timeout(
+        Duration::from_secs(10),
+        conn.until(deadline, conn.simple_query("SELECT 1")),
+    )
+    .await
+    .expect("until ended");
+    let took = began.elapsed();
+    eprintln!("a request to a frozen server ended after {took:?}");
+    let e = answer.unwrap_err();
+    assert!(
+        matches!(e, pooler_postgres::PgError::Deadline { .. }),
+        "{e}"
+    );
+    assert!(e.to_string().contains("may have"), "{e}");
+    assert!(
+        took < Duration::from_millis(300)
+            + pooler_postgres::CANCEL_GRACE
+            + Duration::from_millis(500),
+        "{took:?}"
+    );
+    drop(conn);
+    for _ in 0..2 {
+        let conn = pool.take_member(Duration::from_secs(5)).await.unwrap();
+        assert_ne!(
+            Member::id(&conn),
+            id,
+            "the frozen connection was handed out"
+        );
+        assert_eq!(conn.simple_query("SELECT 1").await.unwrap().len(), 3);
+    }
+    let began = Instant::now();
+    pool.close(Shutdown::Graceful).await;
+    assert!(
+        began.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        began.elapsed()
+    );
+    drop(frozen);
+}
+
+/// The same on a dead link, where the cancel request cannot even be sent: `until` ends by
+/// its deadline and the grace, and the close that follows does not wait on the connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_on_a_dead_link_ends_at_its_deadline() {
+    let Some((hole, url)) = through_a_blackhole().await else {
+        return;
+    };
+    let pool = Pool::start(
+        PoolConfig::new("pg-dead-until", 1, 1),
+        PgManager::new(&url).unwrap(),
+    )
+    .await
+    .unwrap();
+    let conn = pool.take_member(Duration::from_secs(5)).await.unwrap();
+    conn.simple_query("SELECT 1").await.unwrap();
+    hole.set_down(true);
+    let began = tokio::time::Instant::now();
+    let deadline = began + Duration::from_millis(300);
+    let answer = tokio::time::timeout(
+        Duration::from_secs(10),
+        conn.until(deadline, conn.simple_query("SELECT 1")),
+    )
+    .await
+    .expect("until ended");
+    let took = began.elapsed();
+    let e = answer.unwrap_err();
+    assert!(
+        matches!(e, pooler_postgres::PgError::Deadline { .. }),
+        "{e}"
+    );
+    assert!(
+        took < Duration::from_millis(800) + pooler_postgres::CANCEL_GRACE,
+        "{took:?}"
+    );
+    drop(conn);
+    let began = Instant::now();
+    pool.close(Shutdown::Graceful).await;
+    assert!(
+        began.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        began.elapsed()
+    );
+    assert_eq!(pool.live_tasks(), 0);
+    hole.set_down(false);
 }

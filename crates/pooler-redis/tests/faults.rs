@@ -83,3 +83,35 @@ async fn a_command_on_a_dead_link_fails_and_an_idle_member_is_never_handed_out()
     drop(conn);
     pool.close(Shutdown::Immediate).await;
 }
+
+/// A close while the server is unreachable: graceful and immediate both end at once — a
+/// member's stop says goodbye to the server without waiting to be heard (the link may never
+/// carry it), not after `member_shutdown` — and no task of the pool is left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_close_with_the_server_unreachable_ends_at_once_and_leaves_no_task() {
+    for how in [Shutdown::Graceful, Shutdown::Immediate] {
+        let Some((hole, url)) = through_a_blackhole().await else {
+            return;
+        };
+        let pool = Pool::start(
+            PoolConfig::new("redis-dead-close", 2, 2),
+            RedisManager::new(url.as_str()).unwrap(),
+        )
+        .await
+        .unwrap();
+        {
+            let mut conn = pool.take_member(Duration::from_secs(5)).await.unwrap();
+            let _: String = redis::cmd("PING").query_async(&mut *conn).await.unwrap();
+        }
+        hole.set_down(true);
+        let began = Instant::now();
+        tokio::time::timeout(BOUND, pool.close(how))
+            .await
+            .expect("the close ended");
+        let took = began.elapsed();
+        eprintln!("{how:?} close with the server unreachable took {took:?}");
+        assert!(took < Duration::from_secs(2), "{how:?}: {took:?}");
+        assert_eq!(pool.live_tasks(), 0, "{how:?}");
+        hole.set_down(false);
+    }
+}

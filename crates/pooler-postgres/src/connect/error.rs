@@ -49,6 +49,15 @@ pub enum PgError {
         /// Whether its sessions are read-only (a standby's always are).
         read_only: bool,
     },
+    /// A request passed its deadline ([`PgConnection::until`](crate::PgConnection::until))
+    /// and the server answered neither it nor the cancel request within
+    /// [`CANCEL_GRACE`](crate::CANCEL_GRACE) (a frozen server, a dead link): the request was
+    /// abandoned. It may have reached the server, and may run there still: retry it only if
+    /// it is idempotent. The connection is replaced when it is given back.
+    Deadline {
+        /// How long past its deadline it was abandoned.
+        overran: std::time::Duration,
+    },
 }
 
 impl std::fmt::Display for PgError {
@@ -64,6 +73,11 @@ impl std::fmt::Display for PgError {
                 write!(f, "the reset query `{query}` cannot serve: {why}")
             }
             PgError::Unclean(why) => write!(f, "the connection cannot be made clean: {why}"),
+            PgError::Deadline { overran } => write!(
+                f,
+                "the request was abandoned {overran:?} past its deadline, unanswered and its \
+                 cancel unanswered: it may have reached the server"
+            ),
             PgError::Hook(e) => write!(f, "a hook failed: {e}"),
             PgError::WrongSession {
                 host,
@@ -93,7 +107,22 @@ impl std::error::Error for PgError {
             PgError::NoHost => None,
             PgError::Tls(e) | PgError::Hook(e) => Some(&**e),
             PgError::Postgres(e) => Some(e),
-            PgError::ResetQuery { .. } | PgError::Unclean(_) | PgError::WrongSession { .. } => None,
+            PgError::ResetQuery { .. }
+            | PgError::Unclean(_)
+            | PgError::WrongSession { .. }
+            | PgError::Deadline { .. } => None,
+        }
+    }
+}
+
+impl PgError {
+    /// The SQLSTATE of the server's error, if the server refused (`query_canceled` for a
+    /// request [`until`](crate::PgConnection::until) cancelled at its deadline).
+    #[must_use]
+    pub fn code(&self) -> Option<&tokio_postgres::error::SqlState> {
+        match self {
+            PgError::Postgres(e) => e.code(),
+            _ => None,
         }
     }
 }
