@@ -227,7 +227,7 @@ impl redis::aio::ConnectionLike for RedisConnection {
             let issued = track.issue(cmd);
             // The inherent method: one boxed future per command (this one), not two.
             let answer = conn.send_packed_command(cmd).await;
-            track.answered(issued, answer.is_ok());
+            track.answered(issued, track::read(&answer));
             answer
         })
     }
@@ -242,7 +242,7 @@ impl redis::aio::ConnectionLike for RedisConnection {
         Box::pin(async move {
             let issued: Vec<_> = pipeline.cmd_iter().map(|cmd| track.issue(cmd)).collect();
             let answers = conn.send_packed_commands(pipeline, offset, count).await;
-            let read = answers.is_ok();
+            let read = track::read(&answers);
             for issued in issued {
                 track.answered(issued, read);
             }

@@ -18,7 +18,8 @@
 /// What the commands sent through a connection left on it.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Track {
-    /// Requests issued whose answer has not been read (their future was dropped).
+    /// Requests issued whose answer has not been read (their future was dropped, or ended
+    /// without it: a response timeout, a dead link).
     pub(crate) outstanding: u32,
     /// Of those, requests that may block on the server (`BLPOP`, `XREAD … BLOCK`, `WAIT`).
     pub(crate) blocking: u32,
@@ -148,18 +149,21 @@ impl Track {
         issued
     }
 
-    /// The answer to a command [`Track::issue`] saw came back: `read` if it was read (an
-    /// answer, or the server's error), not if the request failed on its way. What it cleans
-    /// counts only then.
+    /// The future of a command [`Track::issue`] saw ended: `read` if its answer was read (a
+    /// value, or the server's error). Otherwise — the request failed on its way, or its
+    /// answer did not come in time (redis-rs's response timeout, a dead link) — the server
+    /// may have it still and answer it later, ahead of the next user's requests: it stays
+    /// outstanding (and blocking), so the connection is restored or replaced before anyone
+    /// else gets it. What it cleans counts only once read.
     pub(crate) fn answered(&mut self, issued: Issued, read: bool) {
+        if !read {
+            return;
+        }
         self.outstanding -= 1;
         if issued.blocking {
             self.blocking -= 1;
         }
         debug_assert!(self.blocking <= self.outstanding, "invariant 1");
-        if !read {
-            return;
-        }
         match issued.cleans {
             Cleans::Nothing => {}
             Cleans::Transaction => {
@@ -180,6 +184,14 @@ impl Track {
             Cleans::Select(None) => self.lasting = true,
         }
     }
+}
+
+/// Whether a command's answer was read: a value, or an error the server sent (it has a
+/// code). Any other error — I/O, a response timeout, one of redis-rs's own — leaves it owed.
+pub(crate) fn read<T>(answer: &redis::RedisResult<T>) -> bool {
+    answer
+        .as_ref()
+        .map_or_else(|e| e.code().is_some(), |_| true)
 }
 
 /// What [`Track::issue`] decided of a command, carried to its answer.
@@ -239,17 +251,36 @@ mod tests {
             let i = t.issue(&clean);
             t.answered(i, true);
             assert!(t.clean(), "{dirty}: cleaned once answered: {t:?}");
-            // A request that failed on its way cleans nothing either.
+            // A request that failed on its way, or whose answer did not come in time,
+            // cleans nothing either, and its answer is still owed.
             let i = t.issue(&leave);
             t.answered(i, true);
             let i = t.issue(&clean);
             t.answered(i, false);
             assert!(!t.clean(), "{dirty}: a failed clean");
+            assert_eq!(t.outstanding, 1, "{dirty}: its answer still owed");
         }
         // A SELECT issued and not answered leaves the database unknown.
         let mut t = Track::default();
         t.issue(&cmd(&["SELECT", "0"]));
         assert!(t.db_moved());
+    }
+
+    /// An answer is read when it is a value or the server's own error; a failure of the
+    /// link or a response timeout leaves it owed.
+    #[test]
+    fn only_a_value_or_the_servers_error_is_an_answer_read() {
+        use redis::{ErrorKind, RedisError, RedisResult, ServerErrorKind};
+        let value: RedisResult<()> = Ok(());
+        let server: RedisResult<()> = Err(RedisError::from((
+            ErrorKind::Server(ServerErrorKind::ResponseError),
+            "WRONGTYPE",
+        )));
+        let io: RedisResult<()> = Err(RedisError::from(std::io::Error::from(
+            std::io::ErrorKind::TimedOut,
+        )));
+        assert!(read(&value) && read(&server));
+        assert!(!read(&io));
     }
 
     /// Found by the hand-over fuzzer: `SELECT 3`, `MULTI`, `SELECT 0` (answered `QUEUED`),

@@ -1,8 +1,10 @@
 //! A dead link, for real: Redis reached through a network namespace whose link the test takes
 //! down, so packets vanish with no FIN and no RST (`pooler_testkit::blackhole`). With the
 //! defaults, a command on the dead link fails within the bound (`TCP_USER_TIMEOUT`, 30 s), and
-//! an idle member on it is found dead by the keepalives and never handed out after. About
-//! half a minute of real time each: the bound itself.
+//! an idle member on it is found dead by the keepalives and never handed out after (about
+//! half a minute of real time: the bound itself). A frozen server of the test's own
+//! (SIGSTOP) costs each command the response timeout, and a connection whose answer is
+//! owed serves nobody (about a second).
 #![allow(clippy::disallowed_methods)] // tests spawn their own consumers
 
 mod common;
@@ -114,4 +116,114 @@ async fn a_close_with_the_server_unreachable_ends_at_once_and_leaves_no_task() {
         assert_eq!(pool.live_tasks(), 0, "{how:?}");
         hole.set_down(false);
     }
+}
+
+/// A `redis-server` of the test's own on a free port, killed when dropped.
+struct Server(std::process::Child);
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+impl Server {
+    async fn start() -> Option<(Server, u16)> {
+        if !pooler_testkit::tls::tool("redis-server") {
+            return None;
+        }
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let child = std::process::Command::new("redis-server")
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no"])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("redis-server starts");
+        let server = Server(child);
+        for _ in 0..100 {
+            if tokio::net::TcpStream::connect(("127.0.0.1", port))
+                .await
+                .is_ok()
+            {
+                return Some((server, port));
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!("redis-server never listened on {port}");
+    }
+
+    /// SIGSTOP (`-STOP`) or SIGCONT (`-CONT`).
+    fn signal(&self, which: &str) {
+        let sent = std::process::Command::new("kill")
+            .args([which, &self.0.id().to_string()])
+            .status()
+            .expect("kill runs");
+        assert!(sent.success(), "kill {which}");
+    }
+}
+
+/// A frozen server (stopped by SIGSTOP: its kernel still acknowledges, so no TCP timeout
+/// fires): each command fails at redis-rs's response timeout, its connection (an answer
+/// outstanding) is replaced, a close does not wait on the server, and once it thaws the
+/// pool serves again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_command_to_a_frozen_server_fails_at_the_response_timeout() {
+    let Some((server, port)) = Server::start().await else {
+        return;
+    };
+    let url = format!("redis://127.0.0.1:{port}");
+    let pool = Pool::start(
+        PoolConfig::new("redis-frozen", 2, 2),
+        RedisManager::new(url.as_str()).unwrap(),
+    )
+    .await
+    .unwrap();
+    let mut conn = pool.take_member(Duration::from_secs(5)).await.unwrap();
+    let _: String = redis::cmd("PING").query_async(&mut *conn).await.unwrap();
+    let frozen = Member::id(&conn);
+    server.signal("-STOP");
+    let began = Instant::now();
+    let answer = tokio::time::timeout(
+        Duration::from_secs(10),
+        redis::cmd("PING").query_async::<String>(&mut *conn),
+    )
+    .await
+    .expect("the command did not hang");
+    let took = began.elapsed();
+    eprintln!("a command to a frozen server failed after {took:?}");
+    assert!(answer.is_err(), "the command failed");
+    assert!(took < Duration::from_secs(2), "{took:?}");
+    drop(conn);
+    // Its answer still owed, that connection serves nobody while the server is frozen: the
+    // next user would wait behind it (Redis answers a client's requests in order).
+    let other = pool.take_member(Duration::from_secs(1)).await.unwrap();
+    assert_ne!(Member::id(&other), frozen, "handed out with an answer owed");
+    if let Ok(third) = pool.take_member(Duration::from_millis(500)).await {
+        assert_ne!(Member::id(&third), frozen, "handed out with an answer owed");
+    }
+    drop(other);
+    server.signal("-CONT");
+    let thawed = [
+        pool.take_member(Duration::from_secs(5)).await.unwrap(),
+        pool.take_member(Duration::from_secs(5)).await.unwrap(),
+    ];
+    for mut conn in thawed {
+        let _: String = redis::cmd("PING").query_async(&mut *conn).await.unwrap();
+    }
+    server.signal("-STOP");
+    let began = Instant::now();
+    pool.close(Shutdown::Graceful).await;
+    assert!(
+        began.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        began.elapsed()
+    );
+    assert_eq!(pool.live_tasks(), 0);
+    server.signal("-CONT");
 }
