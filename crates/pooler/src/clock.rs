@@ -108,14 +108,21 @@ mod loom_models {
 
     /// Exact reads on two threads race a third that reads the coarse time: the coarse time
     /// it sees never goes back, and ends less than a step behind the latest exact read.
+    /// The reads' stamps are given, not read off the real clock: whether a read is a step
+    /// ahead must not depend on how long the machine took, or loom's exploration is not
+    /// deterministic.
     #[test]
     fn loom_the_coarse_time_never_goes_back_under_racing_reads() {
         loom::model(|| {
             let clock = Arc::new(Clock::new());
-            let readers: Vec<_> = (0..2)
-                .map(|_| {
+            let readers: Vec<_> = [FORWARD_STEP * 2, FORWARD_STEP * 3]
+                .into_iter()
+                .map(|stamp| {
                     let c = clock.clone();
-                    thread::spawn(move || c.stamp(c.now()))
+                    thread::spawn(move || {
+                        c.forward(stamp);
+                        stamp
+                    })
                 })
                 .collect();
             let first = clock.coarse();
