@@ -22,8 +22,10 @@ mod topology;
 ///
 /// What one user leaves never reaches the next: the methods whose failure the broker
 /// reports later, by closing the channel (`basic_publish`, `basic_ack`, `basic_nack`,
-/// `basic_reject`, `basic_recover_async`), have the channel confirmed alive by one round trip
-/// when it comes back, and messages the broker returned (`mandatory`) are dropped then; a
+/// `basic_reject`, `basic_recover_async`) — and every other method that sends the broker
+/// something it may refuse (declarations, bindings, `tx_commit`, `basic_cancel`, …), whose
+/// refusal also comes later when its call is dropped mid-way — have the channel confirmed
+/// alive by one round trip when it comes back, and messages the broker returned (`mandatory`) are dropped then; a
 /// delivery got with `basic_get` and not acked goes back to its queue (`basic.recover` with
 /// requeue, the same one round trip); a `basic_qos` is reset; modes no method undoes
 /// (`tx_select`, `confirm_select`, `basic_consume`, `channel_flow`) have the channel replaced.
@@ -299,6 +301,7 @@ impl AmqpChannel {
     ///
     /// As lapin's.
     pub async fn close(&self, reply_code: u16, reply_text: ShortString) -> lapin::Result<()> {
+        self.note(Left::LASTING);
         self.channel.close(reply_code, reply_text).await
     }
 
@@ -317,7 +320,7 @@ impl AmqpChannel {
         self.channel.wait_for_confirms().await
     }
 
-    /// `Channel::basic_recover`.
+    /// `Channel::basic_recover`; the channel is confirmed alive when it comes back.
     ///
     /// # Errors
     ///
@@ -327,10 +330,11 @@ impl AmqpChannel {
     ///
     /// As lapin's.
     pub async fn basic_recover(&self, options: BasicRecoverOptions) -> lapin::Result<()> {
+        self.note(Left::UNCONFIRMED);
         self.channel.basic_recover(options).await
     }
 
-    /// `Channel::basic_cancel`.
+    /// `Channel::basic_cancel`; the channel is confirmed alive when it comes back.
     ///
     /// # Errors
     ///
@@ -344,10 +348,13 @@ impl AmqpChannel {
         consumer_tag: ShortString,
         options: BasicCancelOptions,
     ) -> lapin::Result<()> {
+        self.note(Left::UNCONFIRMED);
         self.channel.basic_cancel(consumer_tag, options).await
     }
 
-    /// `Channel::tx_commit` (in transactional mode, which has the channel replaced).
+    /// `Channel::tx_commit` (in transactional mode, which has the channel replaced); the
+    /// channel is confirmed alive when it comes back (outside transactional mode the broker
+    /// refuses it by closing the channel — after its return, if the call was dropped).
     ///
     /// # Errors
     ///
@@ -357,10 +364,12 @@ impl AmqpChannel {
     ///
     /// As lapin's.
     pub async fn tx_commit(&self) -> lapin::Result<()> {
+        self.note(Left::UNCONFIRMED);
         self.channel.tx_commit().await
     }
 
-    /// `Channel::tx_rollback` (in transactional mode, which has the channel replaced).
+    /// `Channel::tx_rollback` (in transactional mode, which has the channel replaced); the
+    /// channel is confirmed alive when it comes back, as after [`tx_commit`](Self::tx_commit).
     ///
     /// # Errors
     ///
@@ -370,6 +379,7 @@ impl AmqpChannel {
     ///
     /// As lapin's.
     pub async fn tx_rollback(&self) -> lapin::Result<()> {
+        self.note(Left::UNCONFIRMED);
         self.channel.tx_rollback().await
     }
 }

@@ -1,5 +1,7 @@
-//! The channel's methods that declare, bind and delete exchanges and queues: answered by the
-//! broker, and leaving nothing on the channel for its next user.
+//! The channel's methods that declare, bind and delete exchanges and queues. They leave
+//! nothing on the channel, but the broker may refuse one by closing the channel — after the
+//! user has given it back, when the call's future was dropped mid-way or sent `nowait` — so
+//! each has the channel confirmed alive when it comes back, as a publish does.
 
 use lapin::options::{
     ExchangeBindOptions, ExchangeDeclareOptions, ExchangeDeleteOptions, ExchangeUnbindOptions,
@@ -7,7 +9,7 @@ use lapin::options::{
 };
 use lapin::types::{FieldTable, ShortString};
 
-use super::AmqpChannel;
+use super::{AmqpChannel, Left};
 
 impl AmqpChannel {
     /// `Channel::exchange_declare`.
@@ -26,6 +28,7 @@ impl AmqpChannel {
         options: ExchangeDeclareOptions,
         arguments: FieldTable,
     ) -> lapin::Result<()> {
+        self.note(Left::UNCONFIRMED);
         self.channel
             .exchange_declare(exchange, kind, options, arguments)
             .await
@@ -45,6 +48,7 @@ impl AmqpChannel {
         exchange: ShortString,
         options: ExchangeDeleteOptions,
     ) -> lapin::Result<()> {
+        self.note(Left::UNCONFIRMED);
         self.channel.exchange_delete(exchange, options).await
     }
 
@@ -65,6 +69,7 @@ impl AmqpChannel {
         options: ExchangeBindOptions,
         arguments: FieldTable,
     ) -> lapin::Result<()> {
+        self.note(Left::UNCONFIRMED);
         self.channel
             .exchange_bind(destination, source, routing_key, options, arguments)
             .await
@@ -87,6 +92,7 @@ impl AmqpChannel {
         options: ExchangeUnbindOptions,
         arguments: FieldTable,
     ) -> lapin::Result<()> {
+        self.note(Left::UNCONFIRMED);
         self.channel
             .exchange_unbind(destination, source, routing_key, options, arguments)
             .await
@@ -107,6 +113,7 @@ impl AmqpChannel {
         options: QueueDeclareOptions,
         arguments: FieldTable,
     ) -> lapin::Result<lapin::Queue> {
+        self.note(Left::UNCONFIRMED);
         self.channel.queue_declare(queue, options, arguments).await
     }
 
@@ -127,6 +134,7 @@ impl AmqpChannel {
         options: QueueBindOptions,
         arguments: FieldTable,
     ) -> lapin::Result<()> {
+        self.note(Left::UNCONFIRMED);
         self.channel
             .queue_bind(queue, exchange, routing_key, options, arguments)
             .await
@@ -148,6 +156,7 @@ impl AmqpChannel {
         routing_key: ShortString,
         arguments: FieldTable,
     ) -> lapin::Result<()> {
+        self.note(Left::UNCONFIRMED);
         self.channel
             .queue_unbind(queue, exchange, routing_key, arguments)
             .await
@@ -167,6 +176,7 @@ impl AmqpChannel {
         queue: ShortString,
         options: QueuePurgeOptions,
     ) -> lapin::Result<u32> {
+        self.note(Left::UNCONFIRMED);
         self.channel.queue_purge(queue, options).await
     }
 
@@ -184,6 +194,7 @@ impl AmqpChannel {
         queue: ShortString,
         options: QueueDeleteOptions,
     ) -> lapin::Result<u32> {
+        self.note(Left::UNCONFIRMED);
         self.channel.queue_delete(queue, options).await
     }
 }
