@@ -356,6 +356,19 @@ impl Manager for AmqpManager {
     }
 
     async fn stop(&self, mut channel: AmqpChannel) {
+        // A method the user left may have the broker closing the channel already (a
+        // `tx_commit` outside a transaction, a declaration refused). Closing it from this side
+        // at the same moment makes lapin fail the connection's close too (it reads the
+        // broker's close-ok for a channel it counts closed), and a connection left open keeps
+        // its channels' unacked deliveries from their queues. So one answered method first:
+        // answered, nothing before it made the broker close the channel; refused, the broker
+        // closes it, and this side need not.
+        if channel.left.load(Ordering::Relaxed) != 0 && channel.status().connected() {
+            let _ = channel
+                .channel
+                .basic_qos(0, BasicQosOptions { global: false })
+                .await;
+        }
         if channel.status().connected() {
             let _ = channel.close(200, "retired by pooler".into()).await;
         }
@@ -365,7 +378,7 @@ impl Manager for AmqpManager {
                 .close(200, "pooler: no channel left".into())
                 .await
         {
-            tracing::debug!(error = %e, "closing the AMQP connection failed");
+            tracing::warn!(error = %e, "closing the AMQP connection failed: it may stay open");
         }
     }
 }
