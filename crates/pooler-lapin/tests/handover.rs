@@ -8,8 +8,9 @@ use std::time::Duration;
 
 use lapin::BasicProperties;
 use lapin::options::{
-    BasicAckOptions, BasicGetOptions, BasicPublishOptions, BasicQosOptions, ConfirmSelectOptions,
-    QueueDeclareOptions, QueueDeleteOptions, QueuePurgeOptions,
+    BasicAckOptions, BasicConsumeOptions, BasicGetOptions, BasicNackOptions, BasicPublishOptions,
+    BasicQosOptions, ConfirmSelectOptions, QueueDeclareOptions, QueueDeleteOptions,
+    QueuePurgeOptions,
 };
 use lapin::types::FieldTable;
 use pooler::{Manager as _, Member, Pool, PoolConfig, Shutdown};
@@ -333,4 +334,88 @@ async fn the_raw_channel_is_reached_only_untracked_and_replaced() {
     assert_ne!(Member::id(&channel), first, "replaced");
     drop(channel);
     pool.close(Shutdown::Graceful).await;
+}
+
+/// A channel the broker closes for a method its user left (a `tx_rollback` outside a
+/// transaction, polled once and dropped), replaced when it comes back: the stop must not
+/// close it from this side at the same moment — lapin then failed the connection's close,
+/// the connection stayed open and kept the channel's unacked delivery from its queue (8 of
+/// 200 rounds before the fix). Every round's message is in the queue for the next user.
+#[tokio::test]
+async fn a_channel_the_broker_is_closing_is_not_closed_over_it() {
+    let Some(url) = url().await else { return };
+    let pool = one_of_one(&url, "amqp-closing").await;
+    let name = format!("pooler-closing-{}", std::process::id());
+    queue(&*take(&pool).await, &name).await;
+    for round in 0..100 {
+        let channel = take(&pool).await;
+        let body = format!("round {round}");
+        // Replaced on return: a consumer (cancelled at once) is a mode no method undoes.
+        drop(
+            channel
+                .basic_consume(
+                    name.as_str().into(),
+                    "".into(),
+                    BasicConsumeOptions::default(),
+                    FieldTable::default(),
+                )
+                .await,
+        );
+        channel
+            .basic_qos(1, BasicQosOptions { global: true })
+            .await
+            .unwrap();
+        channel
+            .basic_publish(
+                "".into(),
+                name.as_str().into(),
+                BasicPublishOptions::default(),
+                body.as_bytes(),
+                BasicProperties::default(),
+            )
+            .await
+            .unwrap();
+        if let Some(got) = channel
+            .basic_get(name.as_str().into(), BasicGetOptions::default())
+            .await
+            .unwrap()
+        {
+            let requeue = BasicNackOptions {
+                multiple: false,
+                requeue: true,
+            };
+            channel
+                .basic_nack(got.delivery.delivery_tag, requeue)
+                .await
+                .unwrap();
+        }
+        // Polled once and dropped: a get that may leave a delivery unacked, and a rollback
+        // outside a transaction, which the broker refuses by closing the channel.
+        once(channel.basic_get(name.as_str().into(), BasicGetOptions::default())).await;
+        once(channel.tx_rollback()).await;
+        drop(channel);
+        let channel = take(&pool).await;
+        assert_eq!(
+            eventually_get(&channel, &name).await,
+            body.as_bytes(),
+            "round {round}: the message left unacked is back in its queue"
+        );
+    }
+    let channel = take(&pool).await;
+    channel
+        .queue_delete(name.as_str().into(), QueueDeleteOptions::default())
+        .await
+        .unwrap();
+    drop(channel);
+    pool.close(Shutdown::Graceful).await;
+}
+
+/// Polls `call` once and drops it.
+async fn once<F: std::future::Future>(call: F) {
+    let mut call = std::pin::pin!(call);
+    std::future::poll_fn(|cx| {
+        let _ = call.as_mut().poll(cx);
+        std::task::Poll::Ready(())
+    })
+    .await;
 }
