@@ -67,10 +67,13 @@ impl PooledConnection for diesel_async::AsyncPgConnection {
     const CANCEL_LEAVES_ANSWER: bool = false;
     /// What `DISCARD ALL` does, but keeping the statements diesel-async prepared (it caches
     /// them per connection): settings and role, cursors, `LISTEN`, session advisory locks,
-    /// temporary tables, sequence state.
+    /// temporary tables, sequence state, and the statements a user prepared with SQL's
+    /// `PREPARE` (`from_sql` in `pg_prepared_statements`; diesel-async's are the protocol's).
     const RESET: &'static str = "ROLLBACK; CLOSE ALL; SET SESSION AUTHORIZATION DEFAULT; \
         RESET ALL; UNLISTEN *; SELECT pg_advisory_unlock_all(); DISCARD TEMP; \
-        DISCARD SEQUENCES";
+        DISCARD SEQUENCES; DO $$DECLARE s text; BEGIN FOR s IN SELECT name FROM \
+        pg_prepared_statements WHERE from_sql LOOP EXECUTE format('DEALLOCATE %I', s); \
+        END LOOP; END$$";
 }
 
 /// mysql_async reads a cancelled command's answer as the next command's (it marks such a
