@@ -1,0 +1,90 @@
+//! A dead link, for real: MariaDB reached through a network namespace whose link the test
+//! takes down, so packets vanish with no FIN and no RST (`pooler_testkit::blackhole`).
+//! mysql_async opens its own sockets and offers only the keepalive's idle time, so no socket
+//! option bounds a dead link here the way `TCP_USER_TIMEOUT` does for PostgreSQL and Redis
+//! (docs/faults.md): the check before a take (`idle_check_threshold`), bounded by
+//! `member_start_timeout`, is what keeps a member on a dead link from being handed out. A few
+//! seconds of real time.
+#![allow(clippy::disallowed_methods)] // tests spawn their own consumers
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use mysql_async::prelude::Queryable;
+use pooler::{Member, Pool, PoolConfig, Shutdown};
+use pooler_mysql::MysqlManager;
+use pooler_testkit::blackhole::Blackhole;
+
+/// With a check before each take, a member idle on a link that died is checked — the check
+/// times out at `member_start_timeout` — and replaced, never handed out: the take ends at its
+/// deadline with no member; once the link is back the pool serves again. A close while the
+/// server is unreachable does not wait on it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_member_on_a_dead_link_is_checked_and_never_handed_out() {
+    let Some(url) = common::url().await else {
+        return;
+    };
+    let Some(hole) = Blackhole::in_front_of(&url) else {
+        return;
+    };
+    // Not over the Unix socket mysql_async moves to when the server is on this host: that
+    // would bypass the link.
+    let via = format!("mysql://root@{}/test?prefer_socket=false", hole.addr());
+    let config = PoolConfig::builder("mysql-dead")
+        .init_count(1)
+        .max_count(1)
+        .idle_check_threshold(Duration::ZERO)
+        .member_start_timeout(Duration::from_secs(2))
+        .build()
+        .unwrap();
+    let pool = Pool::start(config, MysqlManager::new(&via).unwrap())
+        .await
+        .unwrap();
+    let first = {
+        let mut conn = pool.take_member(Duration::from_secs(5)).await.unwrap();
+        let one: Option<i64> = conn.query_first("SELECT 1").await.unwrap();
+        assert_eq!(one, Some(1));
+        Member::id(&conn)
+    };
+    hole.set_down(true);
+    let began = Instant::now();
+    let taken = pool.take_member(Duration::from_secs(5)).await;
+    let took = began.elapsed();
+    eprintln!("a take over a dead link ended after {took:?}");
+    match taken {
+        Ok(conn) => {
+            assert_ne!(Member::id(&conn), first, "the dead member was handed out");
+            panic!("a member was handed out while the link is down");
+        }
+        Err(e) => assert!(
+            matches!(e.reason(), "timeout" | "unavailable" | "all_in_use"),
+            "{e}"
+        ),
+    }
+    assert!(took < Duration::from_secs(7), "{took:?}");
+    hole.set_down(false);
+    let back = Instant::now();
+    let mut conn = pool
+        .take_member(Duration::from_secs(30))
+        .await
+        .expect("a member once the link is back");
+    assert_ne!(Member::id(&conn), first);
+    let one: Option<i64> = conn.query_first("SELECT 1").await.unwrap();
+    assert_eq!(one, Some(1));
+    eprintln!(
+        "serving again {:?} after the link came back",
+        back.elapsed()
+    );
+    drop(conn);
+    hole.set_down(true);
+    let began = Instant::now();
+    pool.close(Shutdown::Graceful).await;
+    assert!(
+        began.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        began.elapsed()
+    );
+    assert_eq!(pool.live_tasks(), 0);
+    hole.set_down(false);
+}
