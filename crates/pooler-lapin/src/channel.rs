@@ -25,10 +25,11 @@ mod topology;
 /// `basic_reject`, `basic_recover_async`) — and every other method that sends the broker
 /// something it may refuse (declarations, bindings, `tx_commit`, `basic_cancel`, …), whose
 /// refusal also comes later when its call is dropped mid-way — have the channel confirmed
-/// alive by one round trip when it comes back, and messages the broker returned (`mandatory`) are dropped then; a
-/// delivery got with `basic_get` and not acked goes back to its queue (`basic.recover` with
-/// requeue, the same one round trip); a `basic_qos` is reset; modes no method undoes
-/// (`tx_select`, `confirm_select`, `basic_consume`, `channel_flow`) have the channel replaced.
+/// alive by one round trip when it comes back, and messages the broker returned
+/// (`mandatory`) are dropped then; a delivery got with `basic_get` and not acked goes back
+/// to its queue (`basic.recover` with requeue, the same one round trip); a `basic_qos` is
+/// reset; modes no method undoes (`tx_select`, `confirm_select`, `basic_consume`,
+/// `channel_flow`, a `close`) have the channel replaced.
 pub struct AmqpChannel {
     pub(crate) channel: Channel,
     pub(crate) slot: Slot,

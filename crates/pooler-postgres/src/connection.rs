@@ -199,7 +199,8 @@ impl PgConnection {
     /// neither the query nor its cancel was answered within [`CANCEL_GRACE`] past the
     /// deadline (a frozen server, a dead link, a cancel request that cannot be sent): the
     /// request is abandoned then, so `until` returns by `deadline + CANCEL_GRACE` whatever
-    /// the server does; the request may have reached it.
+    /// the server does; the request may have reached it. A deadline more than
+    /// [`MAX_TIME`](pooler::time::MAX_TIME) away is none.
     ///
     /// # Cancel safety
     ///
@@ -210,6 +211,12 @@ impl PgConnection {
         F: Future<Output = Result<T, tokio_postgres::Error>>,
     {
         let mut query = std::pin::pin!(query);
+        // A deadline further than any time key accepts is none, as for a take: one near the
+        // end of `Instant`'s range would overflow the timer.
+        let now = tokio::time::Instant::now();
+        if deadline.saturating_duration_since(now) > pooler::time::MAX_TIME {
+            return query.await.map_err(PgError::Postgres);
+        }
         if let Ok(done) = tokio::time::timeout_at(deadline, query.as_mut()).await {
             return done.map_err(PgError::Postgres);
         }

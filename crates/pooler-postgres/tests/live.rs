@@ -640,6 +640,35 @@ async fn a_deadline_handed_to_the_server_cancels_the_statement() {
     pool.close(Shutdown::Graceful).await;
 }
 
+/// A deadline as far as an `Instant` goes is accepted as "no deadline", not an overflow:
+/// the request runs to its end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deadline_at_the_end_of_time_is_no_deadline() {
+    let Some(url) = url().await else { return };
+    let pool = Pool::start(
+        PoolConfig::new("pg-until-far", 1, 1),
+        PgManager::new(&url).unwrap(),
+    )
+    .await
+    .unwrap();
+    let conn = pool.take_member(Duration::from_secs(5)).await.unwrap();
+    let mut far = tokio::time::Instant::now();
+    let mut step = Duration::from_secs(1 << 62);
+    while !step.is_zero() {
+        if let Some(later) = far.checked_add(step) {
+            far = later;
+        }
+        step /= 2;
+    }
+    let rows = conn
+        .until(far, conn.simple_query("SELECT 1"))
+        .await
+        .unwrap();
+    assert_eq!(rows.len(), 3);
+    drop(conn);
+    pool.close(Shutdown::Graceful).await;
+}
+
 /// A request that ends otherwise once `until` has sent its cancel (in time after all) leaves
 /// a cancel that may still land: the connection is replaced, never handed to the next user,
 /// whose statement it could cancel. One whose cancel landed is kept.
