@@ -4,7 +4,8 @@
 //! an idle member on it is found dead by the keepalives and never handed out after (about
 //! half a minute of real time: the bound itself). A frozen server of the test's own
 //! (SIGSTOP) costs each command the response timeout, and a connection whose answer is
-//! owed serves nobody (about a second).
+//! owed serves nobody, and one restarted on the same port is served again once it listens
+//! (about a second each).
 #![allow(clippy::disallowed_methods)] // tests spawn their own consumers
 
 mod common;
@@ -129,6 +130,7 @@ impl Drop for Server {
 }
 
 impl Server {
+    /// A server on a free port; `None` (skip) without `redis-server`.
     async fn start() -> Option<(Server, u16)> {
         if !pooler_testkit::tls::tool("redis-server") {
             return None;
@@ -138,6 +140,11 @@ impl Server {
             .local_addr()
             .unwrap()
             .port();
+        Some((Server::on(port).await, port))
+    }
+
+    /// A server on `port`, once it listens.
+    async fn on(port: u16) -> Server {
         let child = std::process::Command::new("redis-server")
             .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
             .args(["--save", "", "--appendonly", "no"])
@@ -151,7 +158,7 @@ impl Server {
                 .await
                 .is_ok()
             {
-                return Some((server, port));
+                return server;
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
@@ -226,4 +233,72 @@ async fn a_command_to_a_frozen_server_fails_at_the_response_timeout() {
     );
     assert_eq!(pool.live_tasks(), 0);
     server.signal("-CONT");
+}
+
+/// A server restarted on the same port (killed, so no connection is closed politely; then
+/// started again): a free member leaves the pool as its connection's driver ends with the
+/// socket, and is never handed out after; a member in use fails its next command and is replaced on return; takes while
+/// the server is down end by their deadline; once it is back, the pool serves again without
+/// anyone's help.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_restarted_on_the_same_port_is_served_again() {
+    let Some((server, port)) = Server::start().await else {
+        return;
+    };
+    let url = format!("redis://127.0.0.1:{port}");
+    let pool = Pool::start(
+        PoolConfig::new("redis-restart", 2, 2),
+        RedisManager::new(url.as_str()).unwrap(),
+    )
+    .await
+    .unwrap();
+    let mut held = pool.take_member(Duration::from_secs(5)).await.unwrap();
+    let _: String = redis::cmd("PING").query_async(&mut *held).await.unwrap();
+    let before = [Member::id(&held), {
+        let idle = pool.take_member(Duration::from_secs(5)).await.unwrap();
+        Member::id(&idle)
+    }];
+    drop(server);
+    let began = Instant::now();
+    let failed = redis::cmd("PING").query_async::<String>(&mut *held).await;
+    assert!(failed.is_err(), "a command to a killed server");
+    drop(held);
+    // The free member's driver ends as its socket closes: it leaves the pool.
+    while pool.utilization().free_count > 0 {
+        assert!(began.elapsed() < Duration::from_secs(2), "still free");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // Down: no member of the old server is handed out, and a take ends by its deadline.
+    match pool.take_member(Duration::from_millis(500)).await {
+        Ok(conn) => panic!("handed out while the server is down: {}", Member::id(&conn)),
+        Err(e) => assert!(
+            matches!(e.reason(), "timeout" | "unavailable" | "all_in_use"),
+            "{e}"
+        ),
+    }
+    assert!(
+        began.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        began.elapsed()
+    );
+    let server = Server::on(port).await;
+    let back = Instant::now();
+    let mut conns = Vec::new();
+    for _ in 0..2 {
+        let mut conn = pool
+            .take_member(Duration::from_secs(30))
+            .await
+            .expect("served again");
+        assert!(
+            !before.contains(&Member::id(&conn)),
+            "an old member handed out"
+        );
+        let _: String = redis::cmd("PING").query_async(&mut *conn).await.unwrap();
+        conns.push(conn);
+    }
+    eprintln!("served again {:?} after the restart", back.elapsed());
+    drop(conns);
+    pool.close(Shutdown::Graceful).await;
+    assert_eq!(pool.live_tasks(), 0);
+    drop(server);
 }
