@@ -59,6 +59,49 @@ pub trait PooledConnection: PoolableConnection + 'static {
     /// `sql_query("BEGIN")`, is still the server's) and the session state a user may leave
     /// put back as far as a statement can (docs/design.md, "diesel-async").
     const RESET: &'static str;
+
+    /// The URL [`DieselManager::new`]'s own way of connecting opens: `url` with the
+    /// dead-link bounds added where it sets none (PostgreSQL; docs/faults.md). Default: `url`
+    /// as it is.
+    #[must_use]
+    fn live_url(url: &str) -> String {
+        url.to_owned()
+    }
+}
+
+/// The dead-link bounds a PostgreSQL URL gets where it names none, as pooler-postgres sets
+/// them on its sockets: unacknowledged data for 30 s ends the connection, and an idle one
+/// is probed after 10 s, every 5 s, 4 lost (so a connection on a link that died without a
+/// word is found within about 30 s, not the kernel's ~15 minutes, or never when idle).
+#[cfg(feature = "postgres")]
+const PG_LIVENESS: [(&str, &str); 4] = [
+    ("tcp_user_timeout", "30"),
+    ("keepalives_idle", "10"),
+    ("keepalives_interval", "5"),
+    ("keepalives_retries", "4"),
+];
+
+/// `url` (a `postgres://` URL or a `key=value` string) with each of [`PG_LIVENESS`] it does
+/// not name.
+#[cfg(feature = "postgres")]
+fn with_pg_liveness(url: &str) -> String {
+    let is_url = url.starts_with("postgres://") || url.starts_with("postgresql://");
+    let mut out = url.to_owned();
+    for (key, value) in PG_LIVENESS {
+        if url.contains(key) {
+            continue;
+        }
+        let sep = match (is_url, out.contains('?')) {
+            (false, _) => " ",
+            (true, true) => "&",
+            (true, false) => "?",
+        };
+        out.push_str(sep);
+        out.push_str(key);
+        out.push('=');
+        out.push_str(value);
+    }
+    out
 }
 
 /// tokio-postgres matches each answer to its request and drops those of requests given up.
@@ -74,6 +117,10 @@ impl PooledConnection for diesel_async::AsyncPgConnection {
         DISCARD SEQUENCES; DO $$DECLARE s text; BEGIN FOR s IN SELECT name FROM \
         pg_prepared_statements WHERE from_sql LOOP EXECUTE format('DEALLOCATE %I', s); \
         END LOOP; END$$";
+
+    fn live_url(url: &str) -> String {
+        with_pg_liveness(url)
+    }
 }
 
 /// mysql_async reads a cancelled command's answer as the next command's (it marks such a
@@ -148,12 +195,15 @@ impl<C> std::fmt::Debug for DieselManager<C> {
 }
 
 impl<C: PooledConnection> DieselManager<C> {
-    /// A manager opening connections to `url` with `C::establish`.
+    /// A manager opening connections to `url` with `C::establish` — for PostgreSQL, with
+    /// the dead-link bounds ([`PooledConnection::live_url`]) added where `url` sets none.
     #[must_use]
     pub fn new(url: impl Into<String>) -> Self {
         DieselManager {
             url: url.into(),
-            establish: Arc::new(|url: String| Box::pin(async move { C::establish(&url).await })),
+            establish: Arc::new(|url: String| {
+                Box::pin(async move { C::establish(&C::live_url(&url)).await })
+            }),
             on_return: None,
             hooks: Hooks::default(),
             nonce: Arc::default(),
@@ -294,5 +344,33 @@ where
             .run_after_return(conn)
             .await
             .map_err(DieselError::Hook)
+    }
+}
+
+#[cfg(all(test, feature = "postgres"))]
+mod liveness_tests {
+    use super::*;
+
+    /// Each bound is added in the URL's own form where it names none; one it names is kept.
+    #[test]
+    fn a_postgres_url_gets_the_dead_link_bounds_it_does_not_name() {
+        assert_eq!(
+            with_pg_liveness("postgres://u@h/db"),
+            "postgres://u@h/db?tcp_user_timeout=30&keepalives_idle=10&keepalives_interval=5\
+             &keepalives_retries=4"
+        );
+        assert_eq!(
+            with_pg_liveness("postgresql://u@h/db?sslmode=disable&keepalives_idle=60"),
+            "postgresql://u@h/db?sslmode=disable&keepalives_idle=60&tcp_user_timeout=30\
+             &keepalives_interval=5&keepalives_retries=4"
+        );
+        assert_eq!(
+            with_pg_liveness("host=h tcp_user_timeout=5"),
+            "host=h tcp_user_timeout=5 keepalives_idle=10 keepalives_interval=5 \
+             keepalives_retries=4"
+        );
+        let all = "postgres://u@h/db?tcp_user_timeout=30&keepalives_idle=10\
+                   &keepalives_interval=5&keepalives_retries=4";
+        assert_eq!(with_pg_liveness(all), all);
     }
 }
