@@ -10,6 +10,7 @@
 //!   connections) and cuts (dropping live ones), to stage outages.
 //! - [`blackhole`]: a server reached through a network namespace whose link a test takes
 //!   down silently (no FIN, no RST).
+//! - [`pgbouncer`]: a PgBouncer of the test's own in front of a PostgreSQL server.
 #![allow(clippy::disallowed_methods)] // test support spawns its own tasks
 
 use std::net::SocketAddr;
@@ -21,6 +22,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinHandle;
 
 pub mod blackhole;
+pub mod pgbouncer;
 pub mod scenarios;
 pub mod tls;
 
