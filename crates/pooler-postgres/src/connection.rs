@@ -18,7 +18,10 @@ use crate::watch::{self, TxStatus};
 /// server or a dead link answers neither, and this bounds what the caller waits.
 pub const CANCEL_GRACE: std::time::Duration = std::time::Duration::from_secs(1);
 
-/// A pooled connection: dereferences to [`Client`].
+/// A pooled connection: dereferences to [`Client`]. Its own `query`, `query_one`,
+/// `query_opt`, `query_raw`, `execute` and `execute_raw` stand in for the client's (same
+/// names and signatures), so that they can run on the unnamed statement behind a
+/// transaction pooler.
 #[derive(Debug)]
 pub struct PgConnection {
     /// Boxed: the pool moves a member by value on every take and return, and a pointer moves
@@ -74,7 +77,10 @@ impl PgConnection {
 
     /// Prepares `query`, or returns the statement this connection prepared for it before.
     /// The cache is bounded (the statement used least recently makes room) and belongs to the
-    /// connection: a replaced connection starts with an empty one.
+    /// connection: a replaced connection starts with an empty one. Behind a transaction
+    /// pooler ([`PgManager::transaction_pooling`](crate::PgManager::transaction_pooling)) it
+    /// keeps nothing and prepares each time: the statement lasts only as long as the
+    /// transaction under way.
     ///
     /// # Errors
     ///

@@ -4,6 +4,7 @@
 mod connect;
 mod connection;
 mod hosts;
+mod queries;
 mod recycle;
 mod role;
 mod session;
@@ -23,6 +24,7 @@ pub use crate::connect::{PgError, PgSocket, WatchTls, WatchedSocket};
 use crate::connection::Parts;
 pub use crate::connection::{CANCEL_GRACE, PgCancelToken, PgConnection, PgTransaction};
 pub use crate::hosts::{HOST_RECHECK, SessionTarget};
+pub use crate::queries::Query;
 pub use crate::recycle::{Recycle, ResetQuery};
 use crate::recycle::{SETTLE, clean, define};
 #[cfg(feature = "serde")]
@@ -54,6 +56,8 @@ pub struct PgManager<T = NoTls> {
     tls: T,
     recycle: Recycle,
     statement_cache: usize,
+    /// Behind a transaction pooler (`transaction_pooling`).
+    transaction_pooling: bool,
     hooks: Hooks<PgConnection>,
     /// Custom settings and neutral functions (`custom_settings`, `neutral_functions`).
     declared: Arc<session::Declared>,
@@ -120,6 +124,7 @@ impl PgManager<NoTls> {
             tls: NoTls,
             recycle: Recycle::default(),
             statement_cache: STATEMENT_CACHE,
+            transaction_pooling: false,
             hooks: Hooks::default(),
             declared: Arc::default(),
         }
@@ -137,6 +142,7 @@ impl<T> PgManager<T> {
             tls,
             recycle: self.recycle,
             statement_cache: self.statement_cache,
+            transaction_pooling: self.transaction_pooling,
             hooks: self.hooks,
             declared: self.declared,
         }
@@ -232,6 +238,36 @@ impl<T> PgManager<T> {
         self
     }
 
+    /// Whether the connections reach the server through a pooler that lends a server
+    /// connection for one transaction at a time — PgBouncer's `pool_mode = transaction`,
+    /// pgcat's and Supavisor's transaction mode (default `false`). There a statement
+    /// prepared on the server lasts only until its transaction ends; the next statement may
+    /// run on another server connection, where it does not exist ("prepared statement
+    /// \"s3\" does not exist"), or where another client's of the same name does ("already
+    /// exists"). Turned on:
+    ///
+    /// - A query *string* given to [`PgConnection`]'s `query`, `query_one`, `query_opt`,
+    ///   `query_raw`, `execute` or `execute_raw` outside a transaction runs on the unnamed
+    ///   statement, parsed, bound and executed in one round trip; its parameters' types are
+    ///   described once (in a transaction of its own, so nothing is left on the server) and
+    ///   kept in the statement cache, which holds those descriptions instead of statements.
+    ///   Inside a transaction the server connection stays the same, and statements run as
+    ///   tokio-postgres runs them.
+    /// - [`PgConnection::prepare_cached`] keeps nothing: it prepares a statement for use in
+    ///   the transaction under way (use [`PgTransaction::prepare_cached`]).
+    /// - Session state (`SET` without `LOCAL`, `LISTEN`, advisory locks, temporary tables)
+    ///   reaches a server connection other clients share once its transaction ends, and no
+    ///   reset on return can reach it for sure: the return still resets, and logs a warning.
+    ///   Use `SET LOCAL` / `set_config(…, true)` inside a transaction, and let PgBouncer reset
+    ///   its server connections (`server_reset_query_always = 1`).
+    ///
+    /// See docs/design.md, "Behind PgBouncer". In session mode, leave it off.
+    #[must_use]
+    pub fn transaction_pooling(mut self, on: bool) -> Self {
+        self.transaction_pooling = on;
+        self
+    }
+
     /// Runs `hooks` on every connection: `after_connect` once it is open, `after_return`
     /// once a returned connection is clean (see [`Hooks`]). Add per-connection setup here
     /// rather than by wrapping the manager: a wrapper must forward every hook of
@@ -281,7 +317,10 @@ where
             parts: Box::new(Parts {
                 client,
                 seen,
-                statements: statements::Statements::new(self.statement_cache),
+                statements: statements::Statements::new(
+                    self.statement_cache,
+                    !self.transaction_pooling,
+                ),
                 ended,
                 cancel,
                 stray_cancel: std::sync::atomic::AtomicBool::new(false),
@@ -400,6 +439,13 @@ where
 impl<T> PgManager<T> {
     /// [`Manager::recycle`]'s work: the session cleaned as `recycle` says, and the hooks run.
     async fn reset(&self, conn: &mut PgConnection) -> Result<(), PgError> {
+        let dirt = conn.parts.seen.dirt();
+        if self.transaction_pooling && !dirt.is_clean() {
+            tracing::warn!(
+                state = %dirt,
+                "a statement may have left session state on a server connection the transaction pooler shares with other clients; the reset on return may not reach it (docs/design.md, \"Behind PgBouncer\")"
+            );
+        }
         let reset = clean(&self.recycle, conn).await?;
         let hooked = (reset && self.hooks.has_after_connect()) || self.hooks.has_after_return();
         if !hooked {

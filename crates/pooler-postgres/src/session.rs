@@ -60,6 +60,36 @@ impl Dirt {
     }
 }
 
+/// The kinds, as the statements that leave them: `SET, LISTEN` (`clean` for none).
+impl std::fmt::Display for Dirt {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.is_clean() {
+            return f.write_str("clean");
+        }
+        let kinds = [
+            (Self::SETTING, "SET"),
+            (Self::PREPARED, "PREPARE"),
+            (Self::LISTEN, "LISTEN"),
+            (Self::TEMP, "TEMP"),
+            (Self::HOLD, "WITH HOLD"),
+            (Self::ADVISORY, "advisory lock"),
+            (Self::LASTING, "LOAD or DISCARD"),
+            (Self::CUSTOM, "custom setting"),
+        ];
+        let mut first = true;
+        for (bit, name) in kinds {
+            if self.has(bit) {
+                if !first {
+                    f.write_str(", ")?;
+                }
+                f.write_str(name)?;
+                first = false;
+            }
+        }
+        Ok(())
+    }
+}
+
 mod custom;
 mod lexer;
 mod rules;

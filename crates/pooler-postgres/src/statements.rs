@@ -2,12 +2,19 @@
 //! replaced connection takes its cache with it. When full, the statement used least recently
 //! makes room.
 //!
+//! Behind a transaction pooler (`PgManager::transaction_pooling`) a statement prepared on the
+//! server lasts only as long as the transaction it was prepared in, so none is kept: the cache
+//! keeps each query's parameter types instead, described once, and the query runs on the
+//! unnamed statement (docs/design.md, "Behind PgBouncer").
+//!
 //! # Invariants
 //!
-//! 1. `map.len() ≤ capacity`, and every entry's `used` is a distinct tick below `tick`.
+//! 1. The maps' lengths sum to at most `capacity`, and every entry's `used` is a distinct tick
+//!    below `tick`.
+//! 2. When statements are not kept, `plain` and `typed` are empty.
 
 use std::collections::HashMap;
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use tokio_postgres::types::Type;
 use tokio_postgres::{Client, Statement};
@@ -34,17 +41,26 @@ struct Key {
 }
 
 #[derive(Debug)]
-struct Entry {
-    statement: Statement,
+struct Entry<V> {
+    value: V,
     used: u64,
+}
+
+/// The key of the entry used least recently in `map`, with its tick.
+fn oldest<K: Clone, V>(map: &HashMap<K, Entry<V>>) -> Option<(u64, K)> {
+    map.iter()
+        .min_by_key(|(_, e)| e.used)
+        .map(|(k, e)| (e.used, k.clone()))
 }
 
 #[derive(Debug, Default)]
 struct Cache {
     /// Untyped statements by query (looked up without building a key).
-    plain: HashMap<String, Entry>,
+    plain: HashMap<String, Entry<Statement>>,
     /// Statements prepared with parameter types.
-    typed: HashMap<Key, Entry>,
+    typed: HashMap<Key, Entry<Statement>>,
+    /// Parameter types by query, when statements are not kept.
+    described: HashMap<String, Entry<Arc<[Type]>>>,
     tick: u64,
     hits: u64,
     misses: u64,
@@ -52,35 +68,39 @@ struct Cache {
 
 impl Cache {
     fn len(&self) -> usize {
-        self.plain.len() + self.typed.len()
+        self.plain.len() + self.typed.len() + self.described.len()
     }
 
-    fn holds(&self, capacity: usize) -> bool {
+    fn holds(&self, capacity: usize, kept: bool) -> bool {
         self.len() <= capacity
+            && (kept || self.plain.is_empty() && self.typed.is_empty())
             && self
                 .plain
                 .values()
-                .chain(self.typed.values())
-                .all(|e| e.used < self.tick)
+                .map(|e| e.used)
+                .chain(self.typed.values().map(|e| e.used))
+                .chain(self.described.values().map(|e| e.used))
+                .all(|used| used < self.tick)
     }
 
-    /// Drops the statement used least recently (a scan: only on a miss with the cache full).
+    /// Drops the entry used least recently (a scan: only on a miss with the cache full).
     fn evict(&mut self) {
-        let plain = self
-            .plain
-            .iter()
-            .min_by_key(|(_, e)| e.used)
-            .map(|(k, e)| (e.used, k.clone()));
-        let typed = self
-            .typed
-            .iter()
-            .min_by_key(|(_, e)| e.used)
-            .map(|(k, e)| (e.used, k.clone()));
-        match (plain, typed) {
-            (Some((p, query)), Some((t, _))) if p <= t => drop(self.plain.remove(&query)),
-            (Some((_, query)), None) => drop(self.plain.remove(&query)),
-            (_, Some((_, key))) => drop(self.typed.remove(&key)),
-            (None, None) => {}
+        let plain = oldest(&self.plain).map(|(t, _)| t);
+        let typed = oldest(&self.typed).map(|(t, _)| t);
+        let described = oldest(&self.described).map(|(t, _)| t);
+        let least = [plain, typed, described].into_iter().flatten().min();
+        if least.is_none() {
+            return;
+        }
+        if plain == least {
+            let (_, query) = oldest(&self.plain).expect("found above");
+            self.plain.remove(&query);
+        } else if typed == least {
+            let (_, key) = oldest(&self.typed).expect("found above");
+            self.typed.remove(&key);
+        } else {
+            let (_, query) = oldest(&self.described).expect("found above");
+            self.described.remove(&query);
         }
     }
 
@@ -95,15 +115,25 @@ impl Cache {
 #[derive(Debug)]
 pub(crate) struct Statements {
     capacity: usize,
+    /// Statements prepared on the server are kept (not behind a transaction pooler).
+    kept: bool,
     cache: Mutex<Cache>,
 }
 
 impl Statements {
-    pub(crate) fn new(capacity: usize) -> Self {
+    /// A cache of `capacity` entries: statements when `kept`, else parameter types.
+    pub(crate) fn new(capacity: usize, kept: bool) -> Self {
         Statements {
             capacity,
+            kept,
             cache: Mutex::default(),
         }
+    }
+
+    /// Whether statements prepared on the server are kept (none is behind a transaction
+    /// pooler).
+    pub(crate) fn kept(&self) -> bool {
+        self.kept
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Cache> {
@@ -131,14 +161,14 @@ impl Statements {
             };
             if let Some(entry) = found {
                 entry.used = tick;
-                let statement = entry.statement.clone();
+                let statement = entry.value.clone();
                 cache.hits += 1;
                 return Ok(statement);
             }
             cache.misses += 1;
         }
         let statement = client.prepare_typed(query, types).await?;
-        if self.capacity > 0 {
+        if self.capacity > 0 && self.kept {
             let mut cache = self.lock();
             let present = if types.is_empty() {
                 cache.plain.contains_key(query)
@@ -153,7 +183,7 @@ impl Statements {
                     cache.evict();
                 }
                 let entry = Entry {
-                    statement: statement.clone(),
+                    value: statement.clone(),
                     used: cache.next_tick(),
                 };
                 if types.is_empty() {
@@ -166,9 +196,48 @@ impl Statements {
                     cache.typed.insert(key, entry);
                 }
             }
-            debug_assert!(cache.holds(self.capacity));
+            debug_assert!(cache.holds(self.capacity, self.kept));
         }
         Ok(statement)
+    }
+
+    /// The parameter types of `query` described before, counted as a hit; `None`, counted as
+    /// a miss, when the query must be described ([`Statements::described`]).
+    pub(crate) fn description(&self, query: &str) -> Option<Arc<[Type]>> {
+        let mut cache = self.lock();
+        let tick = cache.next_tick();
+        if let Some(entry) = cache.described.get_mut(query) {
+            entry.used = tick;
+            let types = entry.value.clone();
+            cache.hits += 1;
+            return Some(types);
+        }
+        cache.misses += 1;
+        None
+    }
+
+    /// Keeps the parameter types `types` of `query`, described on the server.
+    pub(crate) fn described(&self, query: &str, types: Arc<[Type]>) {
+        if self.capacity == 0 {
+            return;
+        }
+        let mut cache = self.lock();
+        if !cache.described.contains_key(query) {
+            if cache.len() >= self.capacity {
+                cache.evict();
+            }
+            let used = cache.next_tick();
+            cache
+                .described
+                .insert(query.to_owned(), Entry { value: types, used });
+        }
+        debug_assert!(cache.holds(self.capacity, self.kept));
+    }
+
+    /// Forgets the parameter types of `query` (the server refused it as described: the schema
+    /// may have changed).
+    pub(crate) fn forget(&self, query: &str) {
+        self.lock().described.remove(query);
     }
 
     pub(crate) fn stats(&self) -> CacheStats {
@@ -185,6 +254,7 @@ impl Statements {
         let mut cache = self.lock();
         cache.plain.clear();
         cache.typed.clear();
+        cache.described.clear();
     }
 }
 

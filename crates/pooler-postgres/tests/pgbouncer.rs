@@ -1,0 +1,295 @@
+//! Live tests behind a PgBouncer of the test's own (Debian's `pgbouncer`, in front of
+//! `POOLER_POSTGRES_URL`), in transaction and session mode. Without `pgbouncer` installed they
+//! skip with a notice, or fail under `POOLER_REQUIRE_SERVICES=1`.
+#![allow(clippy::disallowed_methods)] // tests spawn their own consumers
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use common::url;
+use pooler::{Pool, PoolConfig};
+use pooler_postgres::{PgManager, TxStatus};
+use pooler_testkit::pgbouncer::{Mode, PgBouncer};
+
+/// PgBouncer in `mode` in front of the test server, with fewer server connections (4) than
+/// the pools below have clients, so that a client's transactions move between them.
+async fn bouncer(mode: Mode, settings: &[&str]) -> Option<PgBouncer> {
+    let url = url().await?;
+    let upstream = pooler_testkit::host_port(&url)
+        .parse()
+        .expect("the server's address is an IP and a port");
+    let mut all = vec!["default_pool_size = 4"];
+    all.extend_from_slice(settings);
+    PgBouncer::start(upstream, mode, &all)
+}
+
+/// 16 tasks over a pool of 8, each running 50 rounds of parameterised statements (a query
+/// with one row, one with an optional row, a command, rows through `query_raw`) and a
+/// transaction with a cached statement; the failures, with the first one's text.
+async fn workload(pool: &pooler_postgres::Pool) -> (usize, Option<String>) {
+    let failures = Arc::new(AtomicUsize::new(0));
+    let first = Arc::new(std::sync::Mutex::new(None::<String>));
+    let mut tasks = Vec::new();
+    for t in 0..16_i32 {
+        let pool = pool.clone();
+        let failures = failures.clone();
+        let first = first.clone();
+        tasks.push(tokio::spawn(async move {
+            let fail = |e: String| {
+                failures.fetch_add(1, Ordering::Relaxed);
+                first.lock().unwrap().get_or_insert(e);
+            };
+            for i in 0..50_i32 {
+                let mut conn = pool.take().await.expect("a member");
+                let n = t * 1000 + i;
+                match conn.query_one("SELECT $1::int4 + 1", &[&n]).await {
+                    Ok(row) => assert_eq!(row.get::<_, i32>(0), n + 1),
+                    Err(e) => fail(format!("query_one: {e:?}")),
+                }
+                match conn
+                    .query_opt("SELECT $1::text WHERE $2::bool", &[&"x", &false])
+                    .await
+                {
+                    Ok(row) => assert!(row.is_none()),
+                    Err(e) => fail(format!("query_opt: {e:?}")),
+                }
+                if let Err(e) = conn.execute("SELECT $1::int8", &[&i64::from(n)]).await {
+                    fail(format!("execute: {e:?}"));
+                }
+                let params: [&(dyn tokio_postgres::types::ToSql + Sync); 1] = [&n];
+                match conn
+                    .query_raw("SELECT generate_series(1, $1 % 3 + 1)", params)
+                    .await
+                {
+                    Ok(rows) => {
+                        let rows: Vec<_> =
+                            futures_util::TryStreamExt::try_collect(rows).await.unwrap();
+                        assert_eq!(rows.len(), usize::try_from(n % 3 + 1).unwrap());
+                    }
+                    Err(e) => fail(format!("query_raw: {e:?}")),
+                }
+                match conn.transaction().await {
+                    Ok(tx) => {
+                        let done = async {
+                            let st = tx.prepare_cached("SELECT $1::int4 * 2").await?;
+                            let row = tx.query_one(&st, &[&n]).await?;
+                            assert_eq!(row.get::<_, i32>(0), n * 2);
+                            tx.commit().await
+                        };
+                        if let Err(e) = done.await {
+                            fail(format!("transaction: {e:?}"));
+                        }
+                    }
+                    Err(e) => fail(format!("begin: {e:?}")),
+                }
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.expect("a task of the workload");
+    }
+    let first = first.lock().unwrap().take();
+    (failures.load(Ordering::Relaxed), first)
+}
+
+fn pool_config(name: &str) -> PoolConfig {
+    PoolConfig::new(name, 8, 8)
+        .to_builder()
+        .queue_max(16)
+        .build()
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn behind_transaction_pooling_parameterised_and_cached_statements_never_fail() {
+    let Some(bouncer) = bouncer(Mode::Transaction, &[]).await else {
+        return;
+    };
+    let manager = PgManager::new(&bouncer.url("postgres"))
+        .unwrap()
+        .transaction_pooling(true);
+    let pool = Pool::start(pool_config("pgb-tx"), manager).await.unwrap();
+    let (failed, first) = workload(&pool).await;
+    assert_eq!(failed, 0, "of 4 000 statements; the first: {first:?}");
+    pool.close(pooler::Shutdown::Graceful).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn behind_session_pooling_the_defaults_serve_unchanged() {
+    let Some(bouncer) = bouncer(Mode::Session, &[]).await else {
+        return;
+    };
+    // Session mode: a client keeps its server connection, so more clients than the 4 server
+    // connections would wait on PgBouncer; 4 clients here.
+    let manager = PgManager::new(&bouncer.url("postgres")).unwrap();
+    let config = PoolConfig::new("pgb-session", 4, 4)
+        .to_builder()
+        .queue_max(16)
+        .build()
+        .unwrap();
+    let pool = Pool::start(config, manager).await.unwrap();
+    let (failed, first) = workload(&pool).await;
+    assert_eq!(failed, 0, "of 4 000 statements; the first: {first:?}");
+    let conn = pool.take().await.unwrap();
+    conn.prepare_cached("SELECT 1").await.unwrap();
+    assert!(
+        conn.statement_cache().hits > 0,
+        "the statement cache serves as without PgBouncer"
+    );
+    drop(conn);
+    pool.close(pooler::Shutdown::Graceful).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn behind_transaction_pooling_a_transaction_left_open_is_rolled_back() {
+    let Some(bouncer) = bouncer(Mode::Transaction, &[]).await else {
+        return;
+    };
+    let manager = PgManager::new(&bouncer.url("postgres"))
+        .unwrap()
+        .transaction_pooling(true);
+    let pool = Pool::start(PoolConfig::new("pgb-open", 1, 1), manager)
+        .await
+        .unwrap();
+    let conn = pool.take().await.unwrap();
+    conn.batch_execute("BEGIN; CREATE TEMP TABLE left_open (n int)")
+        .await
+        .unwrap();
+    drop(conn);
+    // The same client: its transaction was rolled back on return, so it is idle, and the
+    // server connection it held went back to PgBouncer with the table gone.
+    let conn = pool.take().await.unwrap();
+    assert_eq!(
+        tokio::time::timeout(Duration::from_secs(5), conn.settled())
+            .await
+            .unwrap(),
+        TxStatus::Idle
+    );
+    let left: i64 = conn
+        .query_one(
+            "SELECT count(*) FROM pg_class WHERE relname = 'left_open' AND relpersistence = 't'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(left, 0);
+    drop(conn);
+    pool.close(pooler::Shutdown::Graceful).await;
+}
+
+/// A pool of `size` behind transaction pooling.
+async fn transaction_pool(bouncer: &PgBouncer, name: &str, size: usize) -> pooler_postgres::Pool {
+    let manager = PgManager::new(&bouncer.url("postgres"))
+        .unwrap()
+        .transaction_pooling(true);
+    let config = PoolConfig::new(name, size, size)
+        .to_builder()
+        .queue_max(16)
+        .build()
+        .unwrap();
+    Pool::start(config, manager).await.unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_pgbouncer_resetting_each_server_connection_no_setting_reaches_another_client() {
+    // The decision (docs/design.md, "Behind PgBouncer"): the pool cannot reach the server
+    // connection a `SET` ran on once its transaction is over; PgBouncer can, and
+    // `server_reset_query_always` makes it. Unnamed statements keep working under it (it
+    // deallocates every named statement after each transaction).
+    let Some(bouncer) = bouncer(
+        Mode::Transaction,
+        &[
+            "server_reset_query = DISCARD ALL",
+            "server_reset_query_always = 1",
+        ],
+    )
+    .await
+    else {
+        return;
+    };
+    let pool = transaction_pool(&bouncer, "pgb-reset", 8).await;
+    let (failed, first) = workload(&pool).await;
+    assert_eq!(failed, 0, "of 4 000 statements; the first: {first:?}");
+    let setter = pool.take().await.unwrap();
+    setter
+        .execute("SET statement_timeout = '1234s'", &[])
+        .await
+        .unwrap();
+    drop(setter);
+    for _ in 0..40 {
+        let conn = pool.take().await.unwrap();
+        let timeout: String = conn
+            .query_one("SELECT current_setting('statement_timeout')", &[])
+            .await
+            .unwrap()
+            .get(0);
+        assert_ne!(timeout, "1234s", "a setting reached another client");
+    }
+    pool.close(pooler::Shutdown::Graceful).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn behind_transaction_pooling_the_cache_keeps_descriptions_and_forgets_a_stale_one() {
+    let Some(bouncer) = bouncer(Mode::Transaction, &[]).await else {
+        return;
+    };
+    let pool = transaction_pool(&bouncer, "pgb-describe", 1).await;
+    let conn = pool.take().await.unwrap();
+    let table = format!("pgb_stale_{}", std::process::id());
+    conn.batch_execute(&format!(
+        "DROP TABLE IF EXISTS {table}; CREATE TABLE {table} (a int4)"
+    ))
+    .await
+    .unwrap();
+    let insert = format!("INSERT INTO {table} (a) VALUES ($1)");
+    for n in 0..3_i32 {
+        assert_eq!(conn.execute(&insert, &[&n]).await.unwrap(), 1);
+    }
+    let stats = conn.statement_cache();
+    assert_eq!(
+        (stats.size, stats.misses, stats.hits),
+        (1, 1, 2),
+        "{stats:?}"
+    );
+
+    // A wrong number of parameters: tokio-postgres's own error, before anything runs.
+    let e = conn.execute(&insert, &[&1_i32, &2_i32]).await.unwrap_err();
+    assert!(e.to_string().contains("parameters"), "{e}");
+
+    // The column's type changes under the description, and the application with it: the
+    // first run fails (the parameter does not fit the type described), the description is
+    // forgotten, and the next run is described anew.
+    conn.batch_execute(&format!(
+        "ALTER TABLE {table} ALTER a TYPE bool USING a <> 0"
+    ))
+    .await
+    .unwrap();
+    assert!(conn.execute(&insert, &[&true]).await.is_err());
+    assert_eq!(conn.execute(&insert, &[&true]).await.unwrap(), 1);
+    // The server's refusal forgets it the same way.
+    assert!(conn.execute(&insert, &[&7_i32]).await.is_err());
+    assert_eq!(conn.execute(&insert, &[&false]).await.unwrap(), 1);
+
+    // A statement the server cannot parse: its error, and the connection idle after it.
+    let e = conn.query("SELEKT $1::int4", &[&1_i32]).await.unwrap_err();
+    assert_eq!(
+        e.code(),
+        Some(&tokio_postgres::error::SqlState::SYNTAX_ERROR),
+        "{e}"
+    );
+    assert_eq!(
+        tokio::time::timeout(Duration::from_secs(5), conn.settled())
+            .await
+            .unwrap(),
+        TxStatus::Idle
+    );
+    conn.batch_execute(&format!("DROP TABLE {table}"))
+        .await
+        .unwrap();
+    drop(conn);
+    pool.close(pooler::Shutdown::Graceful).await;
+}
