@@ -167,8 +167,13 @@ fn pooler_pg(recycle: pooler_postgres::Recycle) -> pooler_postgres::PgManager {
 
 /// deadpool-postgres's pool of `size`, in its default mode (connections open on first use).
 fn deadpool_pg(size: usize) -> deadpool_postgres::Pool {
+    deadpool_pg_at(&postgres_url(), size)
+}
+
+/// deadpool-postgres's pool of `size` for `url`, in its default mode.
+fn deadpool_pg_at(url: &str, size: usize) -> deadpool_postgres::Pool {
     let mut cfg = deadpool_postgres::Config::new();
-    cfg.url = Some(postgres_url());
+    cfg.url = Some(url.to_owned());
     cfg.pool = Some(deadpool_postgres::PoolConfig::new(size));
     cfg.create_pool(
         Some(deadpool_postgres::Runtime::Tokio1),
@@ -491,13 +496,40 @@ pub(crate) async fn fixed_postgres(who: &str, n: u32) {
 /// deadpool first in even ones), `pairs` times per pool size. Each pair's ratio compares two
 /// runs a few seconds apart, so slow drifts of the machine (the server shares its cores)
 /// cancel out of it. Prints each size's ratios: median, quartiles, lowest and highest.
-pub(crate) async fn paired_postgres(pairs: usize, secs: f64) {
+///
+/// With `bouncer`, both reach the server through a PgBouncer of the run's own in transaction
+/// mode with as many server connections as the pools have clients (pooler-postgres with
+/// `transaction_pooling` on; `SELECT 1` over the simple protocol, which both can run there),
+/// and pooler's rate for a parameterised `SELECT $1::int4` is printed too (tokio-postgres's
+/// named statements, which deadpool-postgres runs, fail there).
+pub(crate) async fn paired_postgres(pairs: usize, secs: f64, bouncer: bool) {
     for size in SIZES {
-        let ours =
-            pooler::Pool::start(config(size), pooler_pg(pooler_postgres::Recycle::default()))
-                .await
-                .expect("a pool");
-        let theirs = deadpool_pg(size);
+        let pgbouncer = bouncer.then(|| {
+            let upstream = postgres_url();
+            let upstream = upstream
+                .split('@')
+                .nth(1)
+                .and_then(|rest| rest.split('/').next())
+                .and_then(|hp| hp.parse().ok())
+                .expect("the server's URL names an IP and a port");
+            let pool_size = format!("default_pool_size = {size}");
+            pooler_testkit::pgbouncer::PgBouncer::start(
+                upstream,
+                pooler_testkit::pgbouncer::Mode::Transaction,
+                &[&pool_size],
+            )
+            .expect("pgbouncer is installed")
+        });
+        let url = pgbouncer
+            .as_ref()
+            .map_or_else(postgres_url, |b| b.url("postgres"));
+        let manager = pooler_postgres::PgManager::new(&url)
+            .expect("a URL")
+            .transaction_pooling(bouncer);
+        let ours = pooler::Pool::start(config(size), manager)
+            .await
+            .expect("a pool");
+        let theirs = deadpool_pg_at(&url, size);
         let run_ours =
             |secs| pooler_load(&ours, secs, |conn| async move { select_one(&conn).await });
         let run_theirs = |secs| deadpool_pg_load(&theirs, secs);
@@ -520,8 +552,31 @@ pub(crate) async fn paired_postgres(pairs: usize, secs: f64) {
             );
             ratios.push(a / b);
         }
+        if bouncer {
+            let mut rates: Vec<f64> = Vec::with_capacity(pairs);
+            for _ in 0..pairs {
+                rates.push(
+                    pooler_load(&ours, secs, |conn| async move {
+                        let row = conn
+                            .query_one("SELECT $1::int4", &[&1_i32])
+                            .await
+                            .expect("an answer");
+                        assert_eq!(row.get::<_, i32>(0), 1);
+                    })
+                    .await,
+                );
+            }
+            rates.sort_by(f64::total_cmp);
+            println!(
+                "pool of {size}: pooler-postgres, `SELECT $1::int4` through PgBouncer: median {:.0}/s, range {:.0}–{:.0}",
+                rates[rates.len() / 2],
+                rates[0],
+                rates[rates.len() - 1]
+            );
+        }
         ours.close(pooler::Shutdown::Graceful).await;
         theirs.close();
+        drop(pgbouncer);
         ratios.sort_by(f64::total_cmp);
         // Quantiles by linear interpolation between the nearest ranks.
         let q = |f: f64| {
@@ -531,8 +586,9 @@ pub(crate) async fn paired_postgres(pairs: usize, secs: f64) {
         };
         let faster = ratios.iter().filter(|&&r| r > 1.0).count();
         println!(
-            "pool of {size}: pooler-postgres default ÷ deadpool-postgres default, pairs of {secs} s: {pairs}; \
+            "pool of {size}{}: pooler-postgres ÷ deadpool-postgres, `SELECT 1`, pairs of {secs} s: {pairs}; \
              median {:.3}, quartiles {:.3}–{:.3}, range {:.3}–{:.3}; pooler faster in {faster}",
+            if bouncer { " through PgBouncer" } else { "" },
             q(0.5),
             q(0.25),
             q(0.75),

@@ -12,7 +12,8 @@
 //! `--only postgresql|redis|mariadb` runs one backend and prints its table instead.
 //! `postgres-paired [--pairs N]` opens pooler-postgres's and deadpool-postgres's default pools
 //! side by side and measures them in alternating 1 s runs, N pairs (20) per pool size, and
-//! prints the spread of the pairs' ratios (`--smoke`: one short pair).
+//! prints the spread of the pairs' ratios (`--smoke`: one short pair). `pgbouncer-paired`
+//! does the same through a PgBouncer of its own in transaction mode (Debian's `pgbouncer`).
 //! `driver-cost` compares a supervised member driver with a plain spawn; `driver-fixed
 //! plain|supervised` and `postgres-fixed pooler|pooler-nothing|deadpool` do a fixed amount of
 //! work for counting instructions under callgrind.
@@ -593,14 +594,15 @@ fn main() {
                 let only = value_of("--only").unwrap_or_default();
                 backends::main(&out, smoke, rounds, &only).await;
             }
-            "postgres-paired" => {
+            "postgres-paired" | "pgbouncer-paired" => {
                 let pairs = value_of("--pairs")
                     .and_then(|r| r.parse().ok())
                     .unwrap_or(20);
+                let bouncer = mode == "pgbouncer-paired";
                 if smoke {
-                    backends::paired_postgres(1, 0.2).await;
+                    backends::paired_postgres(1, 0.2, bouncer).await;
                 } else {
-                    backends::paired_postgres(pairs, 1.0).await;
+                    backends::paired_postgres(pairs, 1.0, bouncer).await;
                 }
             }
             "metrics-share" => println!("{:?}", metrics_share()),
@@ -636,7 +638,7 @@ fn main() {
             }
             other => {
                 eprintln!(
-                    "unknown mode `{other}`: run with no mode (or --smoke), or backends [--smoke] [--rounds N] [--only BACKEND], postgres-paired [--pairs N], overload-live, driver-cost, driver-fixed, postgres-fixed, lifetime, fairness, \
+                    "unknown mode `{other}`: run with no mode (or --smoke), or backends [--smoke] [--rounds N] [--only BACKEND], postgres-paired [--pairs N], pgbouncer-paired [--pairs N], overload-live, driver-cost, driver-fixed, postgres-fixed, lifetime, fairness, \
                      grid-sample, uncontended, metrics, metrics-share, mass-timeout, churn-memory [--replacements=N], instructions, \
                      count WHO OP N, fixed-plain, fixed-lifetime"
                 );

@@ -293,3 +293,33 @@ async fn behind_transaction_pooling_the_cache_keeps_descriptions_and_forgets_a_s
     drop(conn);
     pool.close(pooler::Shutdown::Graceful).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn behind_transaction_pooling_a_statement_dropped_while_described_leaves_no_transaction() {
+    let Some(bouncer) = bouncer(Mode::Transaction, &[]).await else {
+        return;
+    };
+    let pool = transaction_pool(&bouncer, "pgb-dropped", 1).await;
+    for round in 0..3_i32 {
+        let conn = pool.take().await.unwrap();
+        // Polled once: its describing `BEGIN` and Parse are sent, then it is dropped.
+        let query = format!("SELECT $1::int4 + {round}");
+        let polled = futures_util::FutureExt::now_or_never(conn.query_one(&query, &[&1_i32]));
+        assert!(
+            polled.is_none(),
+            "a round trip cannot be over at the first poll"
+        );
+        drop(conn);
+        let conn = pool.take().await.unwrap();
+        assert_eq!(
+            tokio::time::timeout(Duration::from_secs(5), conn.settled())
+                .await
+                .unwrap(),
+            TxStatus::Idle,
+            "round {round}"
+        );
+        let row = conn.query_one(&query, &[&1_i32]).await.unwrap();
+        assert_eq!(row.get::<_, i32>(0), 1 + round);
+    }
+    pool.close(pooler::Shutdown::Graceful).await;
+}
