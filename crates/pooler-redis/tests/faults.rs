@@ -16,6 +16,7 @@ use pooler::{Member, Pool, PoolConfig, Shutdown};
 use pooler_redis::RedisManager;
 use pooler_redis::redis;
 use pooler_testkit::blackhole::Blackhole;
+use pooler_testkit::redis::{self as redis_server, RedisServer};
 
 /// The bound, with a margin for the kernel's timer granularity.
 const BOUND: Duration = Duration::from_secs(40);
@@ -119,71 +120,17 @@ async fn a_close_with_the_server_unreachable_ends_at_once_and_leaves_no_task() {
     }
 }
 
-/// A `redis-server` of the test's own on a free port, killed when dropped.
-struct Server(std::process::Child);
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-impl Server {
-    /// A server on a free port; `None` (skip) without `redis-server`.
-    async fn start() -> Option<(Server, u16)> {
-        if !pooler_testkit::tls::tool("redis-server") {
-            return None;
-        }
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        Some((Server::on(port).await, port))
-    }
-
-    /// A server on `port`, once it listens.
-    async fn on(port: u16) -> Server {
-        let child = std::process::Command::new("redis-server")
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-            .args(["--save", "", "--appendonly", "no"])
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .expect("redis-server starts");
-        let server = Server(child);
-        for _ in 0..100 {
-            if tokio::net::TcpStream::connect(("127.0.0.1", port))
-                .await
-                .is_ok()
-            {
-                return server;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        panic!("redis-server never listened on {port}");
-    }
-
-    /// SIGSTOP (`-STOP`) or SIGCONT (`-CONT`).
-    fn signal(&self, which: &str) {
-        let sent = std::process::Command::new("kill")
-            .args([which, &self.0.id().to_string()])
-            .status()
-            .expect("kill runs");
-        assert!(sent.success(), "kill {which}");
-    }
-}
-
 /// A frozen server (stopped by SIGSTOP: its kernel still acknowledges, so no TCP timeout
 /// fires): each command fails at redis-rs's response timeout, its connection (an answer
 /// outstanding) is replaced, a close does not wait on the server, and once it thaws the
 /// pool serves again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_command_to_a_frozen_server_fails_at_the_response_timeout() {
-    let Some((server, port)) = Server::start().await else {
+    if !redis_server::available() {
         return;
-    };
+    }
+    let server = RedisServer::start(&[]);
+    let port = server.port();
     let url = format!("redis://127.0.0.1:{port}");
     let pool = Pool::start(
         PoolConfig::new("redis-frozen", 2, 2),
@@ -242,9 +189,11 @@ async fn a_command_to_a_frozen_server_fails_at_the_response_timeout() {
 /// anyone's help.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_restarted_on_the_same_port_is_served_again() {
-    let Some((server, port)) = Server::start().await else {
+    if !redis_server::available() {
         return;
-    };
+    }
+    let server = RedisServer::start(&[]);
+    let port = server.port();
     let url = format!("redis://127.0.0.1:{port}");
     let pool = Pool::start(
         PoolConfig::new("redis-restart", 2, 2),
@@ -281,7 +230,7 @@ async fn a_server_restarted_on_the_same_port_is_served_again() {
         "{:?}",
         began.elapsed()
     );
-    let server = Server::on(port).await;
+    let server = RedisServer::on(port, &[]);
     let back = Instant::now();
     let mut conns = Vec::new();
     for _ in 0..2 {

@@ -11,6 +11,7 @@
 //! - [`blackhole`]: a server reached through a network namespace whose link a test takes
 //!   down silently (no FIN, no RST).
 //! - [`pgbouncer`]: a PgBouncer of the test's own in front of a PostgreSQL server.
+//! - [`redis`]: `redis-server`s of the test's own: a server, a replica, a Sentinel.
 #![allow(clippy::disallowed_methods)] // test support spawns its own tasks
 
 use std::net::SocketAddr;
@@ -23,6 +24,7 @@ use tokio::task::JoinHandle;
 
 pub mod blackhole;
 pub mod pgbouncer;
+pub mod redis;
 pub mod scenarios;
 pub mod tls;
 
