@@ -19,9 +19,11 @@ pub use redis;
 #[cfg_attr(docsrs, doc(cfg(feature = "rustls")))]
 pub use rustls;
 
+mod sentinel;
 #[cfg(feature = "serde")]
 mod settings;
 mod track;
+pub use sentinel::{SENTINEL_WATCH, SentinelRole};
 #[cfg(feature = "serde")]
 #[cfg_attr(docsrs, doc(cfg(feature = "serde")))]
 pub use settings::{ProtocolName, RedisSettings};
@@ -36,6 +38,8 @@ pub type Member = pooler::Member<RedisManager>;
 #[derive(Debug, Clone)]
 pub struct RedisManager {
     info: ConnectionInfo,
+    /// Where the server is asked for, when the Sentinels say (`via_sentinels`).
+    sentinels: Option<Arc<sentinel::Sentinels>>,
     client_name: Option<String>,
     hooks: Hooks<RedisConnection>,
     #[cfg(feature = "rustls")]
@@ -67,6 +71,7 @@ impl RedisManager {
         }
         Ok(RedisManager {
             info,
+            sentinels: None,
             client_name: None,
             hooks: Hooks::default(),
             #[cfg(feature = "rustls")]
@@ -111,6 +116,7 @@ impl RedisManager {
         });
         Ok(RedisManager {
             info,
+            sentinels: None,
             client_name: None,
             hooks: Hooks::default(),
             tls: Some(std::sync::Arc::new(config)),
@@ -130,6 +136,57 @@ impl RedisManager {
             Some(name) => manager.client_name(name.clone()),
             None => manager,
         })
+    }
+
+    /// The same manager, connecting to the server the Sentinels name for `service`: its
+    /// master, or its replicas in turn ([`SentinelRole`]). The manager's address gives the
+    /// database, user, password and protocol; its host and port are not used. Each start asks
+    /// the Sentinels (the one that answered last first) and checks with `ROLE` that the
+    /// server has the role; a connection whose server answers `READONLY` (a master demoted
+    /// by a failover) is replaced when given back, and a health check
+    /// (`idle_check_threshold`) asks `ROLE` instead of `PING`. docs/design.md,
+    /// "Redis Sentinel".
+    ///
+    /// # Errors
+    ///
+    /// When a Sentinel's address cannot be parsed or is not TCP, when none is given, and for
+    /// a TLS or Unix-socket manager.
+    pub fn via_sentinels<I, A>(
+        mut self,
+        sentinels: I,
+        service: impl Into<String>,
+        role: SentinelRole,
+    ) -> RedisResult<Self>
+    where
+        I: IntoIterator<Item = A>,
+        A: IntoConnectionInfo,
+    {
+        if !matches!(self.info.addr(), ConnectionAddr::Tcp(..)) {
+            return Err(RedisError::from((
+                ErrorKind::InvalidClientConfig,
+                "RedisManager::via_sentinels connects over plain TCP (redis://)",
+            )));
+        }
+        let mut addrs = Vec::new();
+        for sentinel in sentinels {
+            let info = sentinel.into_connection_info()?;
+            match info.addr() {
+                ConnectionAddr::Tcp(host, port) => addrs.push((host.clone(), *port)),
+                other => {
+                    return Err(RedisError::from((
+                        ErrorKind::InvalidClientConfig,
+                        "a Sentinel is reached over plain TCP (redis://host:port)",
+                        format!("{other:?}"),
+                    )));
+                }
+            }
+        }
+        self.sentinels = Some(Arc::new(sentinel::Sentinels::new(
+            addrs,
+            service.into(),
+            role,
+        )?));
+        Ok(self)
     }
 
     /// Names every connection with `CLIENT SETNAME` (it shows in `CLIENT LIST`).
@@ -189,6 +246,8 @@ pub struct RedisConnection {
     conn: MultiplexedConnection,
     ended: Arc<AtomicBool>,
     track: Track,
+    /// The server the Sentinels named, when they did.
+    placed: Option<sentinel::Placed>,
 }
 
 impl std::fmt::Debug for RedisConnection {
@@ -228,6 +287,7 @@ impl redis::aio::ConnectionLike for RedisConnection {
             // The inherent method: one boxed future per command (this one), not two.
             let answer = conn.send_packed_command(cmd).await;
             track.answered(issued, track::read(&answer));
+            track.demoted |= track::demoted(&answer);
             answer
         })
     }
@@ -246,6 +306,7 @@ impl redis::aio::ConnectionLike for RedisConnection {
             for issued in issued {
                 track.answered(issued, read);
             }
+            track.demoted |= track::demoted(&answers);
             answers
         })
     }
@@ -289,18 +350,26 @@ impl Manager for RedisManager {
     async fn start(&self, ctx: &MemberContext) -> Result<RedisConnection, RedisError> {
         let settings = self.info.redis_settings();
         let ended = Arc::new(AtomicBool::new(false));
-        let (conn, driver) = match self.info.addr() {
-            ConnectionAddr::Tcp(host, port) => {
+        let mut placed = None;
+        let (conn, driver) = match (&self.sentinels, self.info.addr()) {
+            (Some(sentinels), _) => {
+                let (host, port) = sentinels.find().await?;
+                let socket = tokio::net::TcpStream::connect((host.as_str(), port)).await?;
+                live(&socket)?;
+                placed = Some(sentinels.placed((host, port)));
+                over(settings, socket).await?
+            }
+            (None, ConnectionAddr::Tcp(host, port)) => {
                 let socket = tokio::net::TcpStream::connect((host.as_str(), *port)).await?;
                 live(&socket)?;
                 over(settings, socket).await?
             }
             #[cfg(unix)]
-            ConnectionAddr::Unix(path) => {
+            (None, ConnectionAddr::Unix(path)) => {
                 over(settings, tokio::net::UnixStream::connect(path).await?).await?
             }
             #[cfg(feature = "rustls")]
-            ConnectionAddr::TcpTls { host, port, .. } if self.tls.is_some() => {
+            (None, ConnectionAddr::TcpTls { host, port, .. }) if self.tls.is_some() => {
                 let socket = tokio::net::TcpStream::connect((host.as_str(), *port)).await?;
                 live(&socket)?;
                 let name = rustls::pki_types::ServerName::try_from(host.clone()).map_err(|e| {
@@ -316,7 +385,7 @@ impl Manager for RedisManager {
                     .await?;
                 over(settings, stream).await?
             }
-            other => {
+            (None, other) => {
                 // `new` and `with_rustls` refuse every other address.
                 return Err(RedisError::from((
                     ErrorKind::InvalidClientConfig,
@@ -326,9 +395,23 @@ impl Manager for RedisManager {
             }
         };
         let flag = Ended(ended.clone());
+        let watch = self.sentinels.as_ref().and_then(sentinel::Sentinels::watch);
         ctx.spawn(async move {
             let _flag = flag;
-            driver.await;
+            match watch {
+                // The pool's Sentinel watch rides with this member's driver (it never ends
+                // by itself): the member's life is still its driver's.
+                Some(watch) => {
+                    let mut watch = std::pin::pin!(watch);
+                    let mut driver = driver;
+                    std::future::poll_fn(|cx| {
+                        let _ = watch.as_mut().poll(cx);
+                        driver.as_mut().poll(cx)
+                    })
+                    .await;
+                }
+                None => driver.await,
+            }
         });
         let db = settings.db();
         let mut conn = RedisConnection {
@@ -339,7 +422,17 @@ impl Manager for RedisManager {
                 base_db: db,
                 ..Track::default()
             },
+            placed,
         };
+        if let Some(sentinels) = &self.sentinels
+            && !sentinel::has_role(&mut conn.conn, sentinels.role()).await?
+        {
+            return Err(RedisError::from((
+                ErrorKind::Io,
+                "the server the Sentinel named does not have the role asked for (a failover under way)",
+                format!("{:?}", sentinels.role()),
+            )));
+        }
         if let Some(name) = &self.client_name {
             redis::cmd("CLIENT")
                 .arg("SETNAME")
@@ -361,12 +454,23 @@ impl Manager for RedisManager {
             db,
             base_db: db,
             lasting: conn.track.lasting,
+            demoted: conn.track.demoted,
             ..Track::default()
         };
         Ok(())
     }
 
     async fn check(&self, conn: &mut RedisConnection) -> Result<(), RedisError> {
+        if let Some(sentinels) = &self.sentinels {
+            return if sentinel::has_role(&mut conn.conn, sentinels.role()).await? {
+                Ok(())
+            } else {
+                Err(RedisError::from((
+                    ErrorKind::Io,
+                    "the server no longer has the role the Sentinels named it for (a failover)",
+                )))
+            };
+        }
         redis::cmd("PING")
             .query_async::<String>(&mut conn.conn)
             .await
@@ -374,7 +478,15 @@ impl Manager for RedisManager {
     }
 
     fn is_broken(&self, conn: &RedisConnection) -> bool {
-        conn.ended.load(Ordering::Acquire) || conn.track.blocking > 0 || conn.track.lasting
+        conn.ended.load(Ordering::Acquire)
+            || conn.track.blocking > 0
+            || conn.track.lasting
+            || conn.track.demoted
+            || conn
+                .placed
+                .as_ref()
+                .zip(self.sentinels.as_ref())
+                .is_some_and(|(placed, sentinels)| sentinels.left_behind(placed))
     }
 
     fn needs_recycle(&self, conn: &RedisConnection) -> bool {

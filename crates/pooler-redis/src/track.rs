@@ -36,6 +36,9 @@ pub(crate) struct Track {
     pub(crate) renamed: bool,
     /// A mode no command undoes was entered: the connection is replaced.
     pub(crate) lasting: bool,
+    /// The server answered `READONLY`: it is a replica now (a failover demoted it), and the
+    /// connection is replaced.
+    pub(crate) demoted: bool,
 }
 
 /// The first word of a command, and its arguments after it.
@@ -192,6 +195,33 @@ pub(crate) fn read<T>(answer: &redis::RedisResult<T>) -> bool {
     answer
         .as_ref()
         .map_or_else(|e| e.code().is_some(), |_| true)
+}
+
+/// Whether an answer says the server is a replica that refuses writes (`READONLY`), as a
+/// master demoted by a failover answers: the error itself, or one inside a pipeline's
+/// answers.
+pub(crate) fn demoted<T: Demoting>(answer: &redis::RedisResult<T>) -> bool {
+    match answer {
+        Err(e) => e.code() == Some("READONLY"),
+        Ok(value) => value.demoting(),
+    }
+}
+
+/// An answer that may hold a server's errors inside it.
+pub(crate) trait Demoting {
+    fn demoting(&self) -> bool;
+}
+
+impl Demoting for redis::Value {
+    fn demoting(&self) -> bool {
+        matches!(self, redis::Value::ServerError(e) if e.code() == "READONLY")
+    }
+}
+
+impl Demoting for Vec<redis::Value> {
+    fn demoting(&self) -> bool {
+        self.iter().any(Demoting::demoting)
+    }
 }
 
 /// What [`Track::issue`] decided of a command, carried to its answer.

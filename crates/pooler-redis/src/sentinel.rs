@@ -1,0 +1,341 @@
+//! Servers found through Redis Sentinel (docs/design.md, "Redis Sentinel"): each start asks
+//! the Sentinels, in turn, which server serves the service now — its master, or one of its
+//! replicas in rotation — and the connection made to it checks with `ROLE` that the server
+//! is what the Sentinel said (a demoted master may not know it yet).
+//!
+//! A Sentinel is asked over a connection of its own, opened for the question and closed
+//! after it, and driven inside the asking future: nothing of a lookup outlives it.
+//!
+//! A failover is followed while it happens, not only at the next start: one *watch* per
+//! pool asks the Sentinels every [`SENTINEL_WATCH`] which servers serve the role, and a member
+//! on a server no longer among them is broken (replaced when next given back or taken). A
+//! forced failover leaves the old master up and accepting writes until the Sentinel
+//! reconfigures it, up to ten seconds later; the watch moves the pool within half a second.
+//! The watch runs inside one member's supervised driver task (the first started, then the
+//! next when that one goes): closing the pool ends it with the members.
+//!
+//! # Invariants
+//!
+//! 1. `sentinels` is not empty.
+//! 2. `epoch` changes whenever `serving` does (a member that saw the same epoch at its start
+//!    is on a server that still serves).
+
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use redis::{ErrorKind, RedisError, RedisResult};
+
+/// Which server of a service the connections go to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum SentinelRole {
+    /// The master (writes and reads).
+    Master,
+    /// A replica, a different one for each connection in turn (reads only).
+    Replica,
+}
+
+/// The Sentinels of one service, and which of its servers to serve.
+#[derive(Debug)]
+pub(crate) struct Sentinels {
+    sentinels: Vec<(String, u16)>,
+    service: String,
+    role: SentinelRole,
+    /// The Sentinel that answered last (asked first next time).
+    answered: AtomicUsize,
+    /// The next replica in the rotation.
+    rotation: AtomicUsize,
+    /// The servers that serve the role, as the watch last heard (empty: not heard yet).
+    serving: Mutex<Vec<(String, u16)>>,
+    /// Bumped whenever `serving` changes (invariant 2).
+    epoch: AtomicU64,
+    /// A watch is running.
+    watching: AtomicBool,
+}
+
+/// How often the watch asks the Sentinels which servers serve the role.
+pub const SENTINEL_WATCH: std::time::Duration = std::time::Duration::from_millis(500);
+
+/// Where a member's connection went, and the watch's epoch then.
+#[derive(Debug, Clone)]
+pub(crate) struct Placed {
+    addr: (String, u16),
+    epoch: u64,
+}
+
+impl Sentinels {
+    pub(crate) fn new(
+        sentinels: Vec<(String, u16)>,
+        service: String,
+        role: SentinelRole,
+    ) -> RedisResult<Self> {
+        if sentinels.is_empty() {
+            return Err(RedisError::from((
+                ErrorKind::InvalidClientConfig,
+                "RedisManager::via_sentinels needs at least one Sentinel",
+            )));
+        }
+        Ok(Sentinels {
+            sentinels,
+            service,
+            role,
+            answered: AtomicUsize::new(0),
+            rotation: AtomicUsize::new(0),
+            serving: Mutex::default(),
+            epoch: AtomicU64::new(0),
+            watching: AtomicBool::new(false),
+        })
+    }
+
+    /// A member is connected to `addr`.
+    pub(crate) fn placed(&self, addr: (String, u16)) -> Placed {
+        Placed {
+            addr,
+            epoch: self.epoch.load(Ordering::Acquire),
+        }
+    }
+
+    /// Whether the server of a member placed at `placed` no longer serves the role, as the
+    /// watch heard it since.
+    pub(crate) fn left_behind(&self, placed: &Placed) -> bool {
+        if self.epoch.load(Ordering::Acquire) == placed.epoch {
+            return false;
+        }
+        let serving = self.serving.lock().unwrap_or_else(PoisonError::into_inner);
+        !serving.is_empty() && !serving.contains(&placed.addr)
+    }
+
+    /// The watch to run, if none is running: it runs until dropped.
+    pub(crate) fn watch(self: &Arc<Self>) -> Option<impl Future<Output = ()> + Send + 'static> {
+        if self.watching.swap(true, Ordering::AcqRel) {
+            return None;
+        }
+        let sentinels = self.clone();
+        Some(async move {
+            // Lets the next member's start take the watch over, however this one ends.
+            struct Release(Arc<Sentinels>);
+            impl Drop for Release {
+                fn drop(&mut self) {
+                    self.0.watching.store(false, Ordering::Release);
+                }
+            }
+            let release = Release(sentinels);
+            loop {
+                if let Ok(serving) = release.0.serving_now().await {
+                    release.0.heard(serving);
+                }
+                tokio::time::sleep(SENTINEL_WATCH).await;
+            }
+        })
+    }
+
+    /// Keeps what the watch heard; a change bumps the epoch.
+    fn heard(&self, mut now: Vec<(String, u16)>) {
+        now.sort();
+        let mut serving = self.serving.lock().unwrap_or_else(PoisonError::into_inner);
+        if *serving != now {
+            *serving = now;
+            self.epoch.fetch_add(1, Ordering::AcqRel);
+        }
+    }
+
+    /// Every server that serves the role now, as the first Sentinel that answers says.
+    async fn serving_now(&self) -> RedisResult<Vec<(String, u16)>> {
+        let mut last = None;
+        for sentinel in &self.sentinels {
+            match self.ask_all(sentinel).await {
+                Ok(serving) => return Ok(serving),
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(last.expect("at least one Sentinel was asked"))
+    }
+
+    pub(crate) fn role(&self) -> SentinelRole {
+        self.role
+    }
+
+    /// The address of the server to connect to now: the first Sentinel that answers says
+    /// (the master, or the next of the healthy replicas in turn).
+    pub(crate) async fn find(&self) -> RedisResult<(String, u16)> {
+        debug_assert!(!self.sentinels.is_empty(), "invariant 1");
+        let first = self.answered.load(Ordering::Relaxed);
+        let mut last = None;
+        for i in 0..self.sentinels.len() {
+            let at = (first + i) % self.sentinels.len();
+            match self.ask_all(&self.sentinels[at]).await {
+                Ok(serving) if !serving.is_empty() => {
+                    self.answered.store(at, Ordering::Relaxed);
+                    let turn = self.rotation.fetch_add(1, Ordering::Relaxed);
+                    return Ok(serving[turn % serving.len()].clone());
+                }
+                Ok(_) => {
+                    last = Some(RedisError::from((
+                        ErrorKind::Io,
+                        "the Sentinel knows no server of that role for the service",
+                        format!(
+                            "{} at {}:{}",
+                            self.service, self.sentinels[at].0, self.sentinels[at].1
+                        ),
+                    )));
+                }
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(last.expect("at least one Sentinel was asked"))
+    }
+
+    /// One Sentinel's answer: every server that serves the role (none when it knows none).
+    async fn ask_all(&self, (host, port): &(String, u16)) -> RedisResult<Vec<(String, u16)>> {
+        let socket = tokio::net::TcpStream::connect((host.as_str(), *port)).await?;
+        socket.set_nodelay(true)?;
+        let (mut conn, driver) =
+            crate::over(&redis::RedisConnectionInfo::default(), socket).await?;
+        let question = async {
+            match self.role {
+                SentinelRole::Master => redis::cmd("SENTINEL")
+                    .arg("GET-MASTER-ADDR-BY-NAME")
+                    .arg(&self.service)
+                    .query_async::<Option<(String, u16)>>(&mut conn)
+                    .await
+                    .map(|master| master.into_iter().collect()),
+                SentinelRole::Replica => {
+                    let replicas: Vec<std::collections::HashMap<String, String>> =
+                        redis::cmd("SENTINEL")
+                            .arg("REPLICAS")
+                            .arg(&self.service)
+                            .query_async(&mut conn)
+                            .await?;
+                    Ok(healthy(&replicas))
+                }
+            }
+        };
+        // The connection's driver runs here, beside the question, and ends with it.
+        let mut question = std::pin::pin!(question);
+        let mut driver = driver;
+        std::future::poll_fn(|cx| {
+            if let std::task::Poll::Ready(answer) = question.as_mut().poll(cx) {
+                return std::task::Poll::Ready(answer);
+            }
+            if driver.as_mut().poll(cx).is_ready() {
+                return std::task::Poll::Ready(Err(RedisError::from((
+                    ErrorKind::Io,
+                    "the connection to the Sentinel ended before its answer",
+                ))));
+            }
+            std::task::Poll::Pending
+        })
+        .await
+    }
+}
+
+/// The healthy replicas of those a Sentinel listed: not down, not disconnected, their link
+/// to the master up.
+fn healthy(replicas: &[std::collections::HashMap<String, String>]) -> Vec<(String, u16)> {
+    let mut healthy: Vec<(String, u16)> = replicas
+        .iter()
+        .filter(|r| {
+            r.get("flags").is_some_and(|flags| {
+                !flags
+                    .split(',')
+                    .any(|f| matches!(f, "s_down" | "o_down" | "disconnected"))
+            }) && r.get("master-link-status").is_none_or(|s| s == "ok")
+        })
+        .filter_map(|r| Some((r.get("ip")?.clone(), r.get("port")?.parse().ok()?)))
+        .collect();
+    healthy.sort();
+    healthy
+}
+
+/// Whether the server on `conn` has `role` now (`ROLE`'s first word: `master` or `slave`).
+pub(crate) async fn has_role(
+    conn: &mut redis::aio::MultiplexedConnection,
+    role: SentinelRole,
+) -> RedisResult<bool> {
+    let answer: redis::Value = redis::cmd("ROLE").query_async(conn).await?;
+    let first = match &answer {
+        redis::Value::Array(items) => items.first(),
+        _ => None,
+    };
+    let word = match first {
+        Some(redis::Value::BulkString(bytes)) => bytes.as_slice(),
+        Some(redis::Value::SimpleString(s)) => s.as_bytes(),
+        _ => b"",
+    };
+    Ok(match role {
+        SentinelRole::Master => word == b"master",
+        SentinelRole::Replica => word == b"slave",
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn replica(
+        ip: &str,
+        port: &str,
+        flags: &str,
+        link: &str,
+    ) -> std::collections::HashMap<String, String> {
+        [
+            ("ip", ip),
+            ("port", port),
+            ("flags", flags),
+            ("master-link-status", link),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect()
+    }
+
+    #[test]
+    fn only_replicas_up_and_in_sync_serve() {
+        let listed = [
+            replica("10.0.0.3", "6379", "slave", "ok"),
+            replica("10.0.0.1", "6379", "s_down,slave", "ok"),
+            replica("10.0.0.2", "6379", "slave,disconnected", "ok"),
+            replica("10.0.0.4", "6379", "slave", "err"),
+            replica("10.0.0.5", "not a port", "slave", "ok"),
+            replica("10.0.0.0", "6380", "slave", "ok"),
+        ];
+        assert_eq!(
+            healthy(&listed),
+            vec![("10.0.0.0".to_owned(), 6380), ("10.0.0.3".to_owned(), 6379)]
+        );
+    }
+
+    #[test]
+    fn a_member_is_left_behind_only_once_its_server_leaves_what_serves() {
+        let sentinels = Sentinels::new(
+            vec![("127.0.0.1".to_owned(), 26379)],
+            "s".to_owned(),
+            SentinelRole::Master,
+        )
+        .unwrap();
+        let a = ("10.0.0.1".to_owned(), 6379);
+        let placed = sentinels.placed(a.clone());
+        assert!(!sentinels.left_behind(&placed));
+        sentinels.heard(vec![a.clone()]);
+        assert!(
+            !sentinels.left_behind(&placed),
+            "the same server still serves"
+        );
+        sentinels.heard(vec![("10.0.0.2".to_owned(), 6379)]);
+        assert!(sentinels.left_behind(&placed), "the master moved");
+        assert!(
+            !sentinels.left_behind(&sentinels.placed(("10.0.0.2".to_owned(), 6379))),
+            "a member on the new master"
+        );
+        sentinels.heard(Vec::new());
+        assert!(
+            !sentinels.left_behind(&placed),
+            "nothing heard: nothing concluded"
+        );
+    }
+
+    #[test]
+    fn no_sentinel_is_refused() {
+        assert!(Sentinels::new(Vec::new(), "s".to_owned(), SentinelRole::Master).is_err());
+    }
+}
