@@ -37,9 +37,14 @@ impl RedisServer {
     /// When it does not start or listen within 5 s.
     #[must_use]
     pub fn on(port: u16, args: &[&str]) -> RedisServer {
+        // Its own directory: a replica writes the snapshot it syncs from there.
+        let dir = std::env::temp_dir().join(format!("pooler-redis-{}-{port}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("the server's directory");
         let child = Command::new("redis-server")
             .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
             .args(["--save", "", "--appendonly", "no"])
+            .arg("--dir")
+            .arg(&dir)
             .args(args)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -48,7 +53,7 @@ impl RedisServer {
         RedisServer {
             child,
             port,
-            dir: None,
+            dir: Some(dir),
         }
         .listening()
     }
