@@ -19,10 +19,15 @@ pub use redis;
 #[cfg_attr(docsrs, doc(cfg(feature = "rustls")))]
 pub use rustls;
 
+#[cfg(feature = "cluster")]
+mod cluster;
 mod sentinel;
 #[cfg(feature = "serde")]
 mod settings;
 mod track;
+#[cfg(feature = "cluster")]
+#[cfg_attr(docsrs, doc(cfg(feature = "cluster")))]
+pub use cluster::{ClusterManager, ClusterPool, RedisClusterConnection};
 pub use sentinel::{SENTINEL_WATCH, SentinelRole};
 #[cfg(feature = "serde")]
 #[cfg_attr(docsrs, doc(cfg(feature = "serde")))]
@@ -286,8 +291,7 @@ impl redis::aio::ConnectionLike for RedisConnection {
             let issued = track.issue(cmd);
             // The inherent method: one boxed future per command (this one), not two.
             let answer = conn.send_packed_command(cmd).await;
-            track.answered(issued, track::read(&answer));
-            track.demoted |= track::demoted(&answer);
+            track.seen(issued, &answer);
             answer
         })
     }
@@ -302,11 +306,7 @@ impl redis::aio::ConnectionLike for RedisConnection {
         Box::pin(async move {
             let issued: Vec<_> = pipeline.cmd_iter().map(|cmd| track.issue(cmd)).collect();
             let answers = conn.send_packed_commands(pipeline, offset, count).await;
-            let read = track::read(&answers);
-            for issued in issued {
-                track.answered(issued, read);
-            }
-            track.demoted |= track::demoted(&answers);
+            track.seen_all(issued, &answers);
             answers
         })
     }
@@ -544,12 +544,8 @@ impl Manager for RedisManager {
 /// about 30 s instead of the kernel's ~15 minutes or never.
 pub const TCP_USER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 
-/// Sets a new TCP connection's options: no Nagle delay, and the dead-link bounds above.
-fn live(socket: &tokio::net::TcpStream) -> std::io::Result<()> {
-    socket.set_nodelay(true)?;
-    let socket = socket2::SockRef::from(socket);
-    #[cfg(target_os = "linux")]
-    socket.set_tcp_user_timeout(Some(TCP_USER_TIMEOUT))?;
+/// The keepalives that find an idle dead link (with [`TCP_USER_TIMEOUT`]).
+fn keepalive() -> socket2::TcpKeepalive {
     let keepalive = socket2::TcpKeepalive::new().with_time(std::time::Duration::from_secs(10));
     #[cfg(not(any(
         target_os = "aix",
@@ -566,7 +562,27 @@ fn live(socket: &tokio::net::TcpStream) -> std::io::Result<()> {
         target_os = "windows"
     )))]
     let keepalive = keepalive.with_retries(4);
-    socket.set_tcp_keepalive(&keepalive)
+    keepalive
+}
+
+/// The same options for sockets redis-rs opens (a cluster's).
+#[cfg(feature = "cluster")]
+fn tcp_settings() -> redis::io::tcp::TcpSettings {
+    let settings = redis::io::tcp::TcpSettings::default()
+        .set_nodelay(true)
+        .set_keepalive(keepalive());
+    #[cfg(target_os = "linux")]
+    let settings = settings.set_user_timeout(TCP_USER_TIMEOUT);
+    settings
+}
+
+/// Sets a new TCP connection's options: no Nagle delay, and the dead-link bounds above.
+fn live(socket: &tokio::net::TcpStream) -> std::io::Result<()> {
+    socket.set_nodelay(true)?;
+    let socket = socket2::SockRef::from(socket);
+    #[cfg(target_os = "linux")]
+    socket.set_tcp_user_timeout(Some(TCP_USER_TIMEOUT))?;
+    socket.set_tcp_keepalive(&keepalive())
 }
 
 /// How long a returned connection waits for the answers its last user left on their way.

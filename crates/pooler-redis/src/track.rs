@@ -189,6 +189,28 @@ impl Track {
     }
 }
 
+impl Track {
+    /// A command's answer came (or its future ended without it): what it cleaned and what
+    /// it says of the server noted.
+    pub(crate) fn seen(&mut self, issued: Issued, answer: &redis::RedisResult<redis::Value>) {
+        self.answered(issued, read(answer));
+        self.demoted |= demoted(answer);
+    }
+
+    /// A pipeline's answers came (or its future ended without them).
+    pub(crate) fn seen_all(
+        &mut self,
+        issued: Vec<Issued>,
+        answers: &redis::RedisResult<Vec<redis::Value>>,
+    ) {
+        let read = read(answers);
+        for issued in issued {
+            self.answered(issued, read);
+        }
+        self.demoted |= demoted(answers);
+    }
+}
+
 /// Whether a command's answer was read: a value, or an error the server sent (it has a
 /// code). Any other error — I/O, a response timeout, one of redis-rs's own — leaves it owed.
 pub(crate) fn read<T>(answer: &redis::RedisResult<T>) -> bool {

@@ -1,6 +1,7 @@
 //! `redis-server`s of the test's own: a plain server, a replica of one, a Sentinel watching
-//! one — each on a port of its own, with nothing saved to disk, stopped when dropped — to
-//! freeze (SIGSTOP), kill and restart without touching the server other tests share.
+//! one, a cluster — each on a port of its own, with nothing saved to disk, stopped when
+//! dropped — to freeze (SIGSTOP), kill and restart without touching the server other tests
+//! share.
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -43,6 +44,9 @@ impl RedisServer {
         let child = Command::new("redis-server")
             .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
             .args(["--save", "", "--appendonly", "no"])
+            // A replica's first sync starts at once, not after the default 5 s wait for
+            // more replicas.
+            .args(["--repl-diskless-sync-delay", "0"])
             .arg("--dir")
             .arg(&dir)
             .args(args)
@@ -154,6 +158,126 @@ impl RedisServer {
     pub fn kill(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+}
+
+/// A Redis Cluster of `redis-server`s of the test's own, made by `redis-cli --cluster
+/// create`: masters, each with its replicas, nodes calling a peer failed after
+/// `node_timeout`.
+pub struct RedisCluster {
+    nodes: Vec<RedisServer>,
+}
+
+impl RedisCluster {
+    /// A cluster of `masters` masters with `replicas` replicas each, once every node says the
+    /// cluster is `ok` and knows every other, and every replica is in sync; `None` (the test skips) without `redis-cli`.
+    ///
+    /// # Panics
+    ///
+    /// When `redis-cli` is missing and `POOLER_REQUIRE_SERVICES=1`, or when the cluster does
+    /// not come up within 30 s.
+    #[must_use]
+    pub fn start(masters: usize, replicas: usize, node_timeout: Duration) -> Option<RedisCluster> {
+        if !available() || !crate::tls::tool("redis-cli") {
+            return None;
+        }
+        let timeout = node_timeout.as_millis().to_string();
+        let nodes: Vec<RedisServer> = (0..masters * (1 + replicas))
+            .map(|_| {
+                // The cluster bus port is chosen too: by default it is the port + 10 000,
+                // which may be taken or past the end.
+                let bus = free_port().to_string();
+                RedisServer::start(&[
+                    "--cluster-enabled",
+                    "yes",
+                    "--cluster-port",
+                    &bus,
+                    "--cluster-node-timeout",
+                    &timeout,
+                    "--cluster-require-full-coverage",
+                    "no",
+                ])
+            })
+            .collect();
+        let mut create = Command::new("redis-cli");
+        create.args(["--cluster", "create"]);
+        for node in &nodes {
+            create.arg(format!("127.0.0.1:{}", node.port()));
+        }
+        let created = create
+            .args(["--cluster-replicas", &replicas.to_string(), "--cluster-yes"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .expect("redis-cli runs");
+        assert!(created.success(), "redis-cli --cluster create failed");
+        let cluster = RedisCluster { nodes };
+        let began = std::time::Instant::now();
+        while !cluster.settled() {
+            assert!(
+                began.elapsed() < Duration::from_secs(30),
+                "the cluster did not settle within 30 s"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        Some(cluster)
+    }
+
+    /// Every node live says `cluster_state:ok` and knows every other node, and every
+    /// replica's link to its master is up.
+    fn settled(&self) -> bool {
+        let live: Vec<&RedisServer> = self.nodes.iter().filter(|n| n.alive()).collect();
+        live.iter().all(|node| {
+            let info = node.cli(&["CLUSTER", "INFO"]);
+            let known = info
+                .lines()
+                .find_map(|l| l.strip_prefix("cluster_known_nodes:"))
+                .and_then(|n| n.trim().parse::<usize>().ok());
+            let replication = node.cli(&["INFO", "replication"]);
+            let synced = !replication.contains("role:slave")
+                || replication.contains("master_link_status:up");
+            info.contains("cluster_state:ok") && known == Some(self.nodes.len()) && synced
+        })
+    }
+
+    /// The nodes, in the order they were started (the first `masters` started as masters).
+    #[must_use]
+    pub fn nodes(&self) -> &[RedisServer] {
+        &self.nodes
+    }
+
+    /// The node at `i`, to kill or freeze.
+    #[must_use]
+    pub fn node_mut(&mut self, i: usize) -> &mut RedisServer {
+        &mut self.nodes[i]
+    }
+
+    /// The URLs of every node.
+    #[must_use]
+    pub fn urls(&self) -> Vec<String> {
+        self.nodes.iter().map(RedisServer::url).collect()
+    }
+}
+
+impl RedisServer {
+    /// Whether its process is still running.
+    fn alive(&self) -> bool {
+        Command::new("kill")
+            .args(["-0", &self.child.id().to_string()])
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    }
+
+    /// What `redis-cli` prints for `args` sent to it (empty when it cannot connect).
+    #[must_use]
+    pub fn cli(&self, args: &[&str]) -> String {
+        Command::new("redis-cli")
+            .args(["-h", "127.0.0.1", "-p", &self.port.to_string()])
+            .args(args)
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+            .unwrap_or_default()
     }
 }
 
