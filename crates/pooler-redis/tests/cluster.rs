@@ -237,8 +237,14 @@ async fn a_slot_migrated_under_load_loses_nothing() {
     tokio::time::sleep(Duration::from_millis(300)).await;
     let (source, target) = (node_on(&cluster, from.port), node_on(&cluster, to.port));
     let slot_arg = slot.to_string();
-    ok(target, &["CLUSTER", "SETSLOT", &slot_arg, "IMPORTING", &from.id]);
-    ok(source, &["CLUSTER", "SETSLOT", &slot_arg, "MIGRATING", &to.id]);
+    ok(
+        target,
+        &["CLUSTER", "SETSLOT", &slot_arg, "IMPORTING", &from.id],
+    );
+    ok(
+        source,
+        &["CLUSTER", "SETSLOT", &slot_arg, "MIGRATING", &to.id],
+    );
     loop {
         let keys = source.cli(&["CLUSTER", "GETKEYSINSLOT", &slot_arg, "10"]);
         let keys: Vec<&str> = keys.lines().filter(|k| !k.is_empty()).collect();
