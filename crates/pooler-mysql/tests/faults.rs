@@ -15,6 +15,7 @@ use mysql_async::prelude::Queryable;
 use pooler::{Member, Pool, PoolConfig, Shutdown};
 use pooler_mysql::MysqlManager;
 use pooler_testkit::blackhole::Blackhole;
+use pooler_testkit::{Direction, Proxy, host_port};
 
 /// With a check before each take, a member idle on a link that died is checked — the check
 /// times out at `member_start_timeout` — and replaced, never handed out: the take ends at its
@@ -87,4 +88,77 @@ async fn an_idle_member_on_a_dead_link_is_checked_and_never_handed_out() {
     );
     assert_eq!(pool.live_tasks(), 0);
     hole.set_down(false);
+}
+
+/// A frozen server, seen from the wire (`Proxy::stall` in both directions: the proxy's
+/// kernel still acknowledges, so no TCP timeout fires): a query the caller gives up on
+/// leaves its connection replaced, never handed out again (its answer is unread); the idle
+/// member is checked, the check times out, and it is replaced too; takes end at their
+/// deadline; once the server thaws the pool serves again; a close does not wait on it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_server_holds_neither_a_take_nor_a_close() {
+    let Some(url) = common::url().await else {
+        return;
+    };
+    let proxy = Proxy::start(&host_port(&url)).await;
+    let via = format!("mysql://root@{}/test?prefer_socket=false", proxy.addr());
+    let config = PoolConfig::builder("mysql-frozen")
+        .init_count(2)
+        .max_count(2)
+        .idle_check_threshold(Duration::ZERO)
+        .member_start_timeout(Duration::from_secs(2))
+        .build()
+        .unwrap();
+    let pool = Pool::start(config, MysqlManager::new(&via).unwrap())
+        .await
+        .unwrap();
+    let mut conn = pool.take_member(Duration::from_secs(5)).await.unwrap();
+    let one: Option<i64> = conn.query_first("SELECT 1").await.unwrap();
+    assert_eq!(one, Some(1));
+    let cut = Member::id(&conn);
+    proxy.stall(Direction::ToServer, true);
+    proxy.stall(Direction::ToClient, true);
+    let given_up = tokio::time::timeout(
+        Duration::from_millis(500),
+        conn.query_first::<i64, _>("SELECT 1"),
+    )
+    .await;
+    assert!(given_up.is_err(), "a frozen server answered");
+    drop(conn);
+    let began = Instant::now();
+    match pool.take_member(Duration::from_secs(5)).await {
+        Ok(conn) => panic!(
+            "a member was handed out while the server is frozen: {} (the cut one: {cut})",
+            Member::id(&conn)
+        ),
+        Err(e) => assert!(
+            matches!(e.reason(), "timeout" | "unavailable" | "all_in_use"),
+            "{e}"
+        ),
+    }
+    let took = began.elapsed();
+    eprintln!("a take from a frozen server ended after {took:?}");
+    assert!(took < Duration::from_secs(7), "{took:?}");
+    proxy.stall(Direction::ToServer, false);
+    proxy.stall(Direction::ToClient, false);
+    let thawed = Instant::now();
+    let mut conn = pool
+        .take_member(Duration::from_secs(30))
+        .await
+        .expect("a member once the server thaws");
+    assert_ne!(Member::id(&conn), cut, "the cut member was handed out");
+    let one: Option<i64> = conn.query_first("SELECT 1").await.unwrap();
+    assert_eq!(one, Some(1));
+    eprintln!("serving again {:?} after the thaw", thawed.elapsed());
+    drop(conn);
+    proxy.stall(Direction::ToServer, true);
+    proxy.stall(Direction::ToClient, true);
+    let began = Instant::now();
+    pool.close(Shutdown::Graceful).await;
+    assert!(
+        began.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        began.elapsed()
+    );
+    assert_eq!(pool.live_tasks(), 0);
 }

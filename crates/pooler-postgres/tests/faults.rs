@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 use pooler::{Member, Pool, PoolConfig, Shutdown, TakeError};
 use pooler_postgres::PgManager;
 use pooler_testkit::blackhole::Blackhole;
+use pooler_testkit::{Direction, Proxy, host_port};
 
 /// The bound the defaults keep a dead link's detection under, with a margin for the
 /// kernel's timer granularity.
@@ -273,4 +274,79 @@ async fn ends_at_its_deadline(conn: &pooler_postgres::PgConnection) -> Duration 
         "{took:?}"
     );
     took
+}
+
+/// The answers stop on their way back (`Proxy::stall` towards the client: the server runs
+/// what it is sent, and nothing it says arrives): a write bounded by `until` ends by its
+/// deadline and the grace with `PgError::Deadline`, which says the request may have reached
+/// the server — and it did: the row is there. Retrying it blindly would write it twice. The
+/// connection is not handed out again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_whose_answer_is_lost_says_it_may_have_reached_the_server() {
+    let Some(url) = common::url().await else {
+        return;
+    };
+    let admin = common::admin(&url).await;
+    let table = format!("faults_lost_{}", std::process::id());
+    admin
+        .batch_execute(&format!(
+            "DROP TABLE IF EXISTS {table}; CREATE TABLE {table} (n int)"
+        ))
+        .await
+        .unwrap();
+    let proxy = Proxy::start(&host_port(&url)).await;
+    let via = format!("postgres://postgres@{}/test?sslmode=disable", proxy.addr());
+    let pool = Pool::start(
+        PoolConfig::new("pg-lost-answer", 1, 1),
+        PgManager::new(&via).unwrap(),
+    )
+    .await
+    .unwrap();
+    let conn = pool.take_member(Duration::from_secs(5)).await.unwrap();
+    let insert = format!("INSERT INTO {table} VALUES (1)");
+    conn.batch_execute(&insert).await.unwrap();
+    let id = Member::id(&conn);
+    proxy.stall(Direction::ToClient, true);
+    let began = tokio::time::Instant::now();
+    let answer = conn
+        .until(
+            began + Duration::from_millis(300),
+            conn.batch_execute(&insert),
+        )
+        .await;
+    let took = began.elapsed();
+    let e = answer.unwrap_err();
+    assert!(
+        matches!(e, pooler_postgres::PgError::Deadline { .. }),
+        "{e}"
+    );
+    assert!(e.to_string().contains("may have"), "{e}");
+    assert!(
+        took < Duration::from_millis(800) + pooler_postgres::CANCEL_GRACE,
+        "{took:?}"
+    );
+    let rows: i64 = admin
+        .query_one(&format!("SELECT count(*) FROM {table}"), &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(
+        rows, 2,
+        "the write the error said may have reached the server did"
+    );
+    drop(conn);
+    proxy.stall(Direction::ToClient, false);
+    let conn = pool.take_member(Duration::from_secs(5)).await.unwrap();
+    assert_ne!(
+        Member::id(&conn),
+        id,
+        "the connection whose answer was lost came back"
+    );
+    assert_eq!(conn.simple_query("SELECT 1").await.unwrap().len(), 3);
+    drop(conn);
+    pool.close(Shutdown::Graceful).await;
+    admin
+        .batch_execute(&format!("DROP TABLE {table}"))
+        .await
+        .unwrap();
 }

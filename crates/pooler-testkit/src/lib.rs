@@ -7,7 +7,8 @@
 //! - [`scenarios`]: live scenarios every backend crate runs the same way.
 //! - [`tls`]: a throwaway CA and server certificate for a live TLS test.
 //! - [`Proxy`]: a TCP proxy in front of a server, which a test opens, closes (refusing new
-//!   connections) and cuts (dropping live ones), to stage outages.
+//!   connections), cuts (dropping live ones), slows or stalls, to stage outages and frozen
+//!   or slow servers.
 //! - [`blackhole`]: a server reached through a network namespace whose link a test takes
 //!   down silently (no FIN, no RST).
 //! - [`pgbouncer`]: a PgBouncer of the test's own in front of a PostgreSQL server.
@@ -86,17 +87,80 @@ pub fn host_port(url: &str) -> String {
     rest.split(['/', '?']).next().unwrap_or(rest).to_owned()
 }
 
-/// A TCP proxy to one upstream address.
+/// A TCP proxy to one upstream address, with faults a test switches on: refuse new
+/// connections, cut the live ones, delay what goes by, or stall one direction or both.
 pub struct Proxy {
     addr: SocketAddr,
     open: Arc<AtomicBool>,
     attempts: Arc<AtomicUsize>,
+    faults: Arc<Faults>,
     links: Arc<Mutex<Vec<JoinHandle<()>>>>,
     listener: JoinHandle<()>,
 }
 
+/// A direction through a [`Proxy`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Direction {
+    /// From the client to the server.
+    ToServer,
+    /// From the server to the client.
+    ToClient,
+}
+
+/// The faults a proxy's links apply, read as they pump.
+#[derive(Debug, Default)]
+struct Faults {
+    /// Microseconds each chunk waits before it is passed on.
+    delay_us: std::sync::atomic::AtomicU64,
+    /// Nothing is read from the client (to the server) or the server (to the client): the
+    /// peer's kernel still acknowledges what fits in the buffers, so no TCP timeout fires —
+    /// a frozen process, seen from the wire.
+    stall_to_server: AtomicBool,
+    stall_to_client: AtomicBool,
+}
+
+impl Faults {
+    fn stalled(&self, direction: Direction) -> bool {
+        match direction {
+            Direction::ToServer => self.stall_to_server.load(Ordering::SeqCst),
+            Direction::ToClient => self.stall_to_client.load(Ordering::SeqCst),
+        }
+    }
+}
+
+/// Copies `from` to `to` as `faults` say, until either side ends.
+async fn pump(
+    mut from: tokio::net::tcp::OwnedReadHalf,
+    mut to: tokio::net::tcp::OwnedWriteHalf,
+    faults: Arc<Faults>,
+    direction: Direction,
+) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut buf = vec![0_u8; 16 * 1024];
+    loop {
+        while faults.stalled(direction) {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let n = match from.read(&mut buf).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => n,
+        };
+        let delay = faults.delay_us.load(Ordering::SeqCst);
+        if delay > 0 {
+            tokio::time::sleep(Duration::from_micros(delay)).await;
+        }
+        while faults.stalled(direction) {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        if to.write_all(&buf[..n]).await.is_err() {
+            break;
+        }
+    }
+    let _ = to.shutdown().await;
+}
+
 impl Proxy {
-    /// A proxy on a free local port, open.
+    /// A proxy on a free local port, open, with no fault.
     ///
     /// # Cancel safety
     ///
@@ -108,20 +172,39 @@ impl Proxy {
         let addr = listener.local_addr().expect("bound");
         let open = Arc::new(AtomicBool::new(true));
         let attempts = Arc::new(AtomicUsize::new(0));
+        let faults = Arc::new(Faults::default());
         let links: Arc<Mutex<Vec<JoinHandle<()>>>> = Arc::default();
         let upstream = upstream.to_owned();
-        let (o, a, l) = (open.clone(), attempts.clone(), links.clone());
+        let (o, a, f, l) = (
+            open.clone(),
+            attempts.clone(),
+            faults.clone(),
+            links.clone(),
+        );
         let listener = tokio::spawn(async move {
-            while let Ok((mut client, _)) = listener.accept().await {
+            while let Ok((client, _)) = listener.accept().await {
                 a.fetch_add(1, Ordering::SeqCst);
                 if !o.load(Ordering::SeqCst) {
                     drop(client); // refused: closed at once
                     continue;
                 }
                 let upstream = upstream.clone();
+                let faults = f.clone();
                 let link = tokio::spawn(async move {
-                    if let Ok(mut server) = TcpStream::connect(&upstream).await {
-                        let _ = tokio::io::copy_bidirectional(&mut client, &mut server).await;
+                    if let Ok(server) = TcpStream::connect(&upstream).await {
+                        let _ = client.set_nodelay(true);
+                        let _ = server.set_nodelay(true);
+                        let (client_read, client_write) = client.into_split();
+                        let (server_read, server_write) = server.into_split();
+                        tokio::join!(
+                            pump(
+                                client_read,
+                                server_write,
+                                faults.clone(),
+                                Direction::ToServer
+                            ),
+                            pump(server_read, client_write, faults, Direction::ToClient),
+                        );
                     }
                 });
                 l.lock().expect("links").push(link);
@@ -131,6 +214,7 @@ impl Proxy {
             addr,
             open,
             attempts,
+            faults,
             links,
             listener,
         }
@@ -152,6 +236,24 @@ impl Proxy {
         for link in self.links.lock().expect("links").drain(..) {
             link.abort();
         }
+    }
+
+    /// Makes every chunk wait `delay` in each direction before it is passed on (a slow
+    /// link; zero for none).
+    pub fn set_delay(&self, delay: Duration) {
+        let us = u64::try_from(delay.as_micros()).unwrap_or(u64::MAX);
+        self.faults.delay_us.store(us, Ordering::SeqCst);
+    }
+
+    /// Stalls (true) or resumes (false) `direction`: a stalled direction passes nothing on,
+    /// and the sender's kernel still acknowledges what fits in the buffers — a frozen peer,
+    /// seen from the wire (no TCP timeout fires).
+    pub fn stall(&self, direction: Direction, stalled: bool) {
+        let flag = match direction {
+            Direction::ToServer => &self.faults.stall_to_server,
+            Direction::ToClient => &self.faults.stall_to_client,
+        };
+        flag.store(stalled, Ordering::SeqCst);
     }
 
     /// Connections attempted so far (accepted or refused).
