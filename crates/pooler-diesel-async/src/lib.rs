@@ -61,8 +61,8 @@ pub trait PooledConnection: PoolableConnection + 'static {
     const RESET: &'static str;
 
     /// The URL [`DieselManager::new`]'s own way of connecting opens: `url` with the
-    /// dead-link bounds added where it sets none (PostgreSQL; docs/faults.md). Default: `url`
-    /// as it is.
+    /// dead-link bounds added where it sets none (PostgreSQL: a user timeout and keepalives;
+    /// MySQL: a keepalive; docs/faults.md). Default: `url` as it is.
     #[must_use]
     fn live_url(url: &str) -> String {
         url.to_owned()
@@ -86,8 +86,22 @@ const PG_LIVENESS: [(&str, &str); 4] = [
 #[cfg(feature = "postgres")]
 fn with_pg_liveness(url: &str) -> String {
     let is_url = url.starts_with("postgres://") || url.starts_with("postgresql://");
+    with_params(url, &PG_LIVENESS, is_url)
+}
+
+/// The dead-link bound a MySQL URL gets where it names none, as pooler-mysql sets it
+/// (`DEFAULT_TCP_KEEPALIVE`): keepalive probes after 10 s idle (mysql_async offers only the
+/// idle time; the kernel's interval and count follow), so an idle connection on a dead link
+/// is found in about 11 minutes on Linux instead of never (docs/faults.md).
+#[cfg(feature = "mysql")]
+const MYSQL_LIVENESS: [(&str, &str); 1] = [("tcp_keepalive", "10000")];
+
+/// `url` with each of `params` it does not name: as query parameters of a URL (`is_url`), or
+/// as `key=value` words.
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+fn with_params(url: &str, params: &[(&str, &str)], is_url: bool) -> String {
     let mut out = url.to_owned();
-    for (key, value) in PG_LIVENESS {
+    for (key, value) in params {
         if url.contains(key) {
             continue;
         }
@@ -133,6 +147,10 @@ impl PooledConnection for diesel_async::AsyncMysqlConnection {
     /// user's writes) and table locks are put back; user and session variables, temporary
     /// tables and named locks are not (`on_return` can add them, or use pooler-mysql).
     const RESET: &'static str = "ROLLBACK; SET SESSION autocommit = 1; UNLOCK TABLES";
+
+    fn live_url(url: &str) -> String {
+        with_params(url, &MYSQL_LIVENESS, true)
+    }
 }
 
 /// How a connection is opened: from the URL, to a connection or diesel's connection error.
@@ -195,8 +213,8 @@ impl<C> std::fmt::Debug for DieselManager<C> {
 }
 
 impl<C: PooledConnection> DieselManager<C> {
-    /// A manager opening connections to `url` with `C::establish` — for PostgreSQL, with
-    /// the dead-link bounds ([`PooledConnection::live_url`]) added where `url` sets none.
+    /// A manager opening connections to `url` with `C::establish`, with the dead-link bounds
+    /// ([`PooledConnection::live_url`]) added where `url` sets none.
     #[must_use]
     pub fn new(url: impl Into<String>) -> Self {
         DieselManager {
@@ -372,5 +390,27 @@ mod liveness_tests {
         let all = "postgres://u@h/db?tcp_user_timeout=30&keepalives_idle=10\
                    &keepalives_interval=5&keepalives_retries=4";
         assert_eq!(with_pg_liveness(all), all);
+    }
+}
+
+#[cfg(all(test, feature = "mysql"))]
+mod mysql_tests {
+    use super::PooledConnection;
+    use diesel_async::AsyncMysqlConnection;
+
+    #[test]
+    fn a_mysql_url_gets_a_keepalive_unless_it_names_one() {
+        assert_eq!(
+            AsyncMysqlConnection::live_url("mysql://root@db/test"),
+            "mysql://root@db/test?tcp_keepalive=10000"
+        );
+        assert_eq!(
+            AsyncMysqlConnection::live_url("mysql://root@db/test?prefer_socket=false"),
+            "mysql://root@db/test?prefer_socket=false&tcp_keepalive=10000"
+        );
+        assert_eq!(
+            AsyncMysqlConnection::live_url("mysql://root@db/test?tcp_keepalive=0"),
+            "mysql://root@db/test?tcp_keepalive=0"
+        );
     }
 }

@@ -1,0 +1,87 @@
+//! A dead link under diesel-async's MySQL connection: MariaDB reached through a network
+//! namespace whose link the test takes down (`pooler_testkit::blackhole`). As with
+//! pooler-mysql, no socket option bounds a dead link here (mysql_async offers only the
+//! keepalive's idle time, which `DieselManager::new` sets): the check before a take
+//! (`idle_check_threshold`), bounded by `member_start_timeout`, keeps a member on a dead link
+//! from being handed out. A few seconds of real time.
+#![cfg(feature = "mysql")]
+#![allow(clippy::disallowed_methods)] // tests spawn their own consumers
+
+use std::time::{Duration, Instant};
+
+use pooler::{Member, Pool, PoolConfig, Shutdown};
+use pooler_diesel_async::DieselManager;
+use pooler_diesel_async::diesel_async::{AsyncMysqlConnection, SimpleAsyncConnection};
+use pooler_testkit::blackhole::Blackhole;
+use pooler_testkit::{host_port, service};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_member_on_a_dead_link_is_checked_and_never_handed_out() {
+    let Some(url) = service(
+        "POOLER_MYSQL_URL",
+        "mysql://root@127.0.0.1:3306/test",
+        host_port,
+    )
+    .await
+    else {
+        return;
+    };
+    let Some(hole) = Blackhole::in_front_of(&url) else {
+        return;
+    };
+    // Not over the Unix socket mysql_async moves to for a server on this host.
+    let via = format!("mysql://root@{}/test?prefer_socket=false", hole.addr());
+    let config = PoolConfig::builder("diesel-mysql-dead")
+        .init_count(1)
+        .max_count(1)
+        .idle_check_threshold(Duration::ZERO)
+        .member_start_timeout(Duration::from_secs(2))
+        .build()
+        .unwrap();
+    let pool = Pool::start(config, DieselManager::<AsyncMysqlConnection>::new(via))
+        .await
+        .unwrap();
+    let first = {
+        let mut conn = pool.take_member(Duration::from_secs(5)).await.unwrap();
+        conn.batch_execute("SELECT 1").await.unwrap();
+        Member::id(&conn)
+    };
+    hole.set_down(true);
+    let began = Instant::now();
+    match pool.take_member(Duration::from_secs(5)).await {
+        Ok(conn) => panic!(
+            "a member was handed out while the link is down: {} (the first: {first})",
+            Member::id(&conn)
+        ),
+        Err(e) => assert!(
+            matches!(e.reason(), "timeout" | "unavailable" | "all_in_use"),
+            "{e}"
+        ),
+    }
+    let took = began.elapsed();
+    eprintln!("a take over a dead link ended after {took:?}");
+    assert!(took < Duration::from_secs(7), "{took:?}");
+    hole.set_down(false);
+    let back = Instant::now();
+    let mut conn = pool
+        .take_member(Duration::from_secs(30))
+        .await
+        .expect("a member once the link is back");
+    assert_ne!(Member::id(&conn), first);
+    conn.batch_execute("SELECT 1").await.unwrap();
+    eprintln!(
+        "serving again {:?} after the link came back",
+        back.elapsed()
+    );
+    drop(conn);
+    hole.set_down(true);
+    let began = Instant::now();
+    pool.close(Shutdown::Graceful).await;
+    assert!(
+        began.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        began.elapsed()
+    );
+    assert_eq!(pool.live_tasks(), 0);
+    hole.set_down(false);
+}
