@@ -57,6 +57,26 @@ impl Query for Statement {
     }
 }
 
+/// The body of a statement method taking a slice of parameters: `$named` (tokio-postgres's
+/// method) runs it as tokio-postgres does, or `$typed` (its `*_typed` twin) on the unnamed
+/// statement with the types described, as [`PgConnection::unnamed`] decides.
+macro_rules! named_or_unnamed {
+    ($conn:ident, $statement:ident, $params:ident, $named:ident, $typed:ident) => {
+        match $conn.unnamed($statement, $params.len()).await? {
+            None => $conn.parts.client.$named($statement, $params).await,
+            Some(types) => {
+                let query = query_of($statement);
+                let ran = $conn
+                    .parts
+                    .client
+                    .$typed(query, &typed($params, &types))
+                    .await;
+                $conn.ran(query, ran)
+            }
+        }
+    };
+}
+
 /// A parameter as tokio-postgres's `*_typed` methods take it: with its type.
 type Typed<'a> = (&'a (dyn ToSql + Sync), Type);
 
@@ -138,14 +158,7 @@ impl PgConnection {
     where
         T: Query + ?Sized,
     {
-        match self.unnamed(statement, params.len()).await? {
-            None => self.parts.client.query(statement, params).await,
-            Some(types) => {
-                let params = typed(params, &types);
-                let rows = self.parts.client.query_typed(query_of(statement), &params);
-                self.ran(query_of(statement), rows.await)
-            }
-        }
+        named_or_unnamed!(self, statement, params, query, query_typed)
     }
 
     /// `Client::query_one`: the one row `statement` returns (an error for none or several);
@@ -166,17 +179,7 @@ impl PgConnection {
     where
         T: Query + ?Sized,
     {
-        match self.unnamed(statement, params.len()).await? {
-            None => self.parts.client.query_one(statement, params).await,
-            Some(types) => {
-                let params = typed(params, &types);
-                let row = self
-                    .parts
-                    .client
-                    .query_typed_one(query_of(statement), &params);
-                self.ran(query_of(statement), row.await)
-            }
-        }
+        named_or_unnamed!(self, statement, params, query_one, query_typed_one)
     }
 
     /// `Client::query_opt`: the row `statement` returns, if any (an error for several);
@@ -197,17 +200,7 @@ impl PgConnection {
     where
         T: Query + ?Sized,
     {
-        match self.unnamed(statement, params.len()).await? {
-            None => self.parts.client.query_opt(statement, params).await,
-            Some(types) => {
-                let params = typed(params, &types);
-                let row = self
-                    .parts
-                    .client
-                    .query_typed_opt(query_of(statement), &params);
-                self.ran(query_of(statement), row.await)
-            }
-        }
+        named_or_unnamed!(self, statement, params, query_opt, query_typed_opt)
     }
 
     /// `Client::query_raw`: the rows `statement` returns, as a stream; behind a transaction
@@ -259,17 +252,7 @@ impl PgConnection {
     where
         T: Query + ?Sized,
     {
-        match self.unnamed(statement, params.len()).await? {
-            None => self.parts.client.execute(statement, params).await,
-            Some(types) => {
-                let params = typed(params, &types);
-                let changed = self
-                    .parts
-                    .client
-                    .execute_typed(query_of(statement), &params);
-                self.ran(query_of(statement), changed.await)
-            }
-        }
+        named_or_unnamed!(self, statement, params, execute, execute_typed)
     }
 
     /// `Client::execute_raw`: [`execute`](PgConnection::execute) with the parameters as an
