@@ -17,6 +17,7 @@ use pooler_redis::RedisManager;
 use pooler_redis::redis;
 use pooler_testkit::blackhole::Blackhole;
 use pooler_testkit::redis::{self as redis_server, RedisServer};
+use pooler_testkit::scenarios;
 
 /// The bound, with a margin for the kernel's timer granularity.
 const BOUND: Duration = Duration::from_secs(40);
@@ -171,14 +172,7 @@ async fn a_command_to_a_frozen_server_fails_at_the_response_timeout() {
         let _: String = redis::cmd("PING").query_async(&mut *conn).await.unwrap();
     }
     server.signal("-STOP");
-    let began = Instant::now();
-    pool.close(Shutdown::Graceful).await;
-    assert!(
-        began.elapsed() < Duration::from_secs(2),
-        "{:?}",
-        began.elapsed()
-    );
-    assert_eq!(pool.live_tasks(), 0);
+    scenarios::closes_within(&pool, Shutdown::Graceful, Duration::from_secs(2)).await;
     server.signal("-CONT");
 }
 
@@ -218,13 +212,7 @@ async fn a_server_restarted_on_the_same_port_is_served_again() {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     // Down: no member of the old server is handed out, and a take ends by its deadline.
-    match pool.take_member(Duration::from_millis(500)).await {
-        Ok(conn) => panic!("handed out while the server is down: {}", Member::id(&conn)),
-        Err(e) => assert!(
-            matches!(e.reason(), "timeout" | "unavailable" | "all_in_use"),
-            "{e}"
-        ),
-    }
+    scenarios::refused_while_down(&pool, Duration::from_millis(500)).await;
     assert!(
         began.elapsed() < Duration::from_secs(2),
         "{:?}",

@@ -202,3 +202,43 @@ pub async fn close_leaves_nothing<M: Manager>(
     })
     .await;
 }
+
+/// A take from `pool` with `deadline` while its server cannot serve (a dead link, a frozen
+/// or stopped server): checks that no member is handed out, that the take is refused as a
+/// take that found none (`timeout`, `unavailable` or `all_in_use`), and that it ended within
+/// its deadline and 2 s. Returns how long it took.
+///
+/// # Cancel safety
+///
+/// Cancel safe: it only takes.
+pub async fn refused_while_down<M: Manager>(pool: &Pool<M>, deadline: Duration) -> Duration {
+    let began = Instant::now();
+    match pool.take_member(deadline).await {
+        Ok(member) => panic!(
+            "member {} was handed out while the server cannot serve",
+            Member::id(&member)
+        ),
+        Err(e) => assert!(
+            matches!(e.reason(), "timeout" | "unavailable" | "all_in_use"),
+            "{e}"
+        ),
+    }
+    let took = began.elapsed();
+    assert!(took < deadline + Duration::from_secs(2), "{took:?}");
+    took
+}
+
+/// Closes `pool` as `how` says and checks that the close ended within `bound` and left no
+/// task. Returns how long it took.
+///
+/// # Cancel safety
+///
+/// Not meant to be cancelled: a test awaits it to the end.
+pub async fn closes_within<M: Manager>(pool: &Pool<M>, how: Shutdown, bound: Duration) -> Duration {
+    let began = Instant::now();
+    pool.close(how).await;
+    let took = began.elapsed();
+    assert!(took < bound, "{how:?} close took {took:?}");
+    assert_eq!(pool.live_tasks(), 0, "{how:?} close left tasks");
+    took
+}
