@@ -327,3 +327,63 @@ async fn a_write_whose_answer_is_lost_says_it_may_have_reached_the_server() {
         .await
         .unwrap();
 }
+
+/// A slow link (`Proxy::set_delay`: every chunk waits 150 ms each way): a take and a request
+/// bounded by `until` still end by their deadlines — the request's cancel crosses the same
+/// slow link and lands, and the server answers `query_canceled` — and the connection serves
+/// its next user.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_slow_link_deadlines_still_hold() {
+    let Some(url) = common::url().await else {
+        return;
+    };
+    let proxy = Proxy::start(&host_port(&url)).await;
+    let via = format!("postgres://postgres@{}/test?sslmode=disable", proxy.addr());
+    let pool = Pool::start(
+        PoolConfig::new("pg-slow-link", 1, 1),
+        PgManager::new(&via).unwrap(),
+    )
+    .await
+    .unwrap();
+    proxy.set_delay(Duration::from_millis(150));
+    let conn = pool.take_member(Duration::from_secs(5)).await.unwrap();
+    let began = tokio::time::Instant::now();
+    let answer = conn
+        .until(
+            began + Duration::from_millis(500),
+            conn.batch_execute("SELECT pg_sleep(30)"),
+        )
+        .await;
+    let took = began.elapsed();
+    let e = answer.unwrap_err();
+    assert_eq!(
+        e.code(),
+        Some(&tokio_postgres::error::SqlState::QUERY_CANCELED),
+        "{e}"
+    );
+    eprintln!("a request on a slow link ended {took:?} after it began (deadline 500 ms)");
+    assert!(
+        took < Duration::from_millis(500) + pooler_postgres::CANCEL_GRACE,
+        "{took:?}"
+    );
+    // Held: a take with a deadline ends by it.
+    let began = Instant::now();
+    assert!(pool.take_member(Duration::from_millis(300)).await.is_err());
+    assert!(
+        began.elapsed() < Duration::from_millis(800),
+        "{:?}",
+        began.elapsed()
+    );
+    let id = Member::id(&conn);
+    drop(conn);
+    let conn = pool.take_member(Duration::from_secs(5)).await.unwrap();
+    assert_eq!(
+        Member::id(&conn),
+        id,
+        "a cancelled request that landed leaves it clean"
+    );
+    assert_eq!(conn.simple_query("SELECT 1").await.unwrap().len(), 3);
+    drop(conn);
+    proxy.set_delay(Duration::ZERO);
+    scenarios::closes_within(&pool, Shutdown::Graceful, Duration::from_secs(2)).await;
+}
