@@ -42,7 +42,7 @@ impl ClusterManager {
     /// When an address cannot be parsed.
     pub fn new<T: IntoConnectionInfo>(nodes: impl IntoIterator<Item = T>) -> RedisResult<Self> {
         let client = ClusterClient::builder(nodes)
-            .tcp_settings(crate::tcp_settings())
+            .tcp_settings(crate::socket::tcp_settings())
             .build()?;
         Ok(ClusterManager { client })
     }

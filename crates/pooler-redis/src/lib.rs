@@ -7,10 +7,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use track::Track;
 
 use pooler::{Hooks, Manager, MemberContext};
-use redis::aio::MultiplexedConnection;
 use redis::{
-    AsyncConnectionConfig, ConnectionAddr, ConnectionInfo, ErrorKind, IntoConnectionInfo,
-    RedisError, RedisResult,
+    ConnectionAddr, ConnectionInfo, ErrorKind, IntoConnectionInfo, RedisError, RedisResult,
 };
 
 pub use pooler;
@@ -21,17 +19,22 @@ pub use rustls;
 
 #[cfg(feature = "cluster")]
 mod cluster;
+mod connection;
 mod sentinel;
 #[cfg(feature = "serde")]
 mod settings;
+mod socket;
 mod track;
 #[cfg(feature = "cluster")]
 #[cfg_attr(docsrs, doc(cfg(feature = "cluster")))]
 pub use cluster::{ClusterManager, ClusterPool, RedisClusterConnection};
+pub use connection::RedisConnection;
 pub use sentinel::{SENTINEL_WATCH, SentinelRole};
 #[cfg(feature = "serde")]
 #[cfg_attr(docsrs, doc(cfg(feature = "serde")))]
 pub use settings::{ProtocolName, RedisSettings};
+pub use socket::TCP_USER_TIMEOUT;
+use socket::{Ended, live, over};
 
 /// A pool of Redis connections.
 pub type Pool = pooler::Pool<RedisManager>;
@@ -236,113 +239,6 @@ impl RedisManager {
     }
 }
 
-/// A pooled connection. It implements redis-rs's
-/// [`ConnectionLike`](redis::aio::ConnectionLike), so `query_async(&mut conn)` and
-/// [`AsyncCommands`](redis::AsyncCommands) work on it (and on the pool's guard) directly.
-///
-/// It sees every command sent through it, so that what a user leaves on the connection
-/// never reaches the next one: an open `MULTI` is discarded, keys watched are unwatched, a
-/// database selected and a name set are put back — in one round trip, and only when the user
-/// changed them; a request whose answer never came (a cancelled `BLPOP k 0`) or a mode no
-/// command undoes (`SUBSCRIBE`, `MONITOR`, `CLIENT REPLY`, `HELLO`, `AUTH`) has the
-/// connection replaced. [`untracked`](RedisConnection::untracked) reaches the multiplexed
-/// connection underneath, and has the connection replaced when it comes back.
-pub struct RedisConnection {
-    conn: MultiplexedConnection,
-    ended: Arc<AtomicBool>,
-    track: Track,
-    /// The server the Sentinels named, when they did.
-    placed: Option<sentinel::Placed>,
-}
-
-impl std::fmt::Debug for RedisConnection {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RedisConnection")
-            .field("ended", &self.ended.load(Ordering::Relaxed))
-            .field("track", &self.track)
-            .finish_non_exhaustive()
-    }
-}
-
-impl RedisConnection {
-    /// The multiplexed connection underneath. Commands sent through it (or through a clone
-    /// of it) are not seen, so the connection is replaced when it comes back rather than
-    /// handed on unseen.
-    pub fn untracked(&mut self) -> &mut MultiplexedConnection {
-        self.track.lasting = true;
-        &mut self.conn
-    }
-
-    /// The database this connection's commands go to now.
-    #[must_use]
-    pub fn db(&self) -> i64 {
-        self.track.db
-    }
-}
-
-/// Commands run on the pooled connection itself, seen on their way.
-impl redis::aio::ConnectionLike for RedisConnection {
-    fn req_packed_command<'a>(
-        &'a mut self,
-        cmd: &'a redis::Cmd,
-    ) -> redis::RedisFuture<'a, redis::Value> {
-        let RedisConnection { conn, track, .. } = self;
-        Box::pin(async move {
-            let issued = track.issue(cmd);
-            // The inherent method: one boxed future per command (this one), not two.
-            let answer = conn.send_packed_command(cmd).await;
-            track.seen(issued, &answer);
-            answer
-        })
-    }
-
-    fn req_packed_commands<'a>(
-        &'a mut self,
-        pipeline: &'a redis::Pipeline,
-        offset: usize,
-        count: usize,
-    ) -> redis::RedisFuture<'a, Vec<redis::Value>> {
-        let RedisConnection { conn, track, .. } = self;
-        Box::pin(async move {
-            let issued: Vec<_> = pipeline.cmd_iter().map(|cmd| track.issue(cmd)).collect();
-            let answers = conn.send_packed_commands(pipeline, offset, count).await;
-            track.seen_all(issued, &answers);
-            answers
-        })
-    }
-
-    fn get_db(&self) -> i64 {
-        self.track.db
-    }
-}
-
-/// Sets a flag when dropped: the driver has ended, however it ended.
-struct Ended(Arc<AtomicBool>);
-
-impl Drop for Ended {
-    fn drop(&mut self) {
-        self.0.store(true, Ordering::Release);
-    }
-}
-
-/// A connection's driver, boxed: its type depends on the socket's (one allocation per
-/// connection).
-type Driver = std::pin::Pin<Box<dyn Future<Output = ()> + Send>>;
-
-/// A multiplexed connection over an open socket, and its driver.
-async fn over<S>(
-    settings: &redis::RedisConnectionInfo,
-    socket: S,
-) -> RedisResult<(MultiplexedConnection, Driver)>
-where
-    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin + 'static,
-{
-    let (conn, driver) =
-        MultiplexedConnection::new_with_config(settings, socket, AsyncConnectionConfig::default())
-            .await?;
-    Ok((conn, Box::pin(driver)))
-}
-
 impl Manager for RedisManager {
     type Member = RedisConnection;
     type Error = RedisError;
@@ -535,54 +431,6 @@ impl Manager for RedisManager {
         }
         self.hooks.run_after_return(conn).await.map_err(hook_failed)
     }
-}
-
-/// How long sent data may stay unacknowledged before the connection is dropped (Linux's
-/// `TCP_USER_TIMEOUT`), and the keepalives that find an idle dead link: after 10 s idle,
-/// every 5 s, 4 unanswered (docs/faults.md). A command sent into a dead link fails, and an
-/// idle connection on one is found dead (its driver ends, the pool replaces it), within
-/// about 30 s instead of the kernel's ~15 minutes or never.
-pub const TCP_USER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
-
-/// The keepalives that find an idle dead link (with [`TCP_USER_TIMEOUT`]).
-fn keepalive() -> socket2::TcpKeepalive {
-    let keepalive = socket2::TcpKeepalive::new().with_time(std::time::Duration::from_secs(10));
-    #[cfg(not(any(
-        target_os = "aix",
-        target_os = "openbsd",
-        target_os = "redox",
-        target_os = "solaris"
-    )))]
-    let keepalive = keepalive.with_interval(std::time::Duration::from_secs(5));
-    #[cfg(not(any(
-        target_os = "aix",
-        target_os = "openbsd",
-        target_os = "redox",
-        target_os = "solaris",
-        target_os = "windows"
-    )))]
-    let keepalive = keepalive.with_retries(4);
-    keepalive
-}
-
-/// The same options for sockets redis-rs opens (a cluster's).
-#[cfg(feature = "cluster")]
-fn tcp_settings() -> redis::io::tcp::TcpSettings {
-    let settings = redis::io::tcp::TcpSettings::default()
-        .set_nodelay(true)
-        .set_keepalive(keepalive());
-    #[cfg(target_os = "linux")]
-    let settings = settings.set_user_timeout(TCP_USER_TIMEOUT);
-    settings
-}
-
-/// Sets a new TCP connection's options: no Nagle delay, and the dead-link bounds above.
-fn live(socket: &tokio::net::TcpStream) -> std::io::Result<()> {
-    socket.set_nodelay(true)?;
-    let socket = socket2::SockRef::from(socket);
-    #[cfg(target_os = "linux")]
-    socket.set_tcp_user_timeout(Some(TCP_USER_TIMEOUT))?;
-    socket.set_tcp_keepalive(&keepalive())
 }
 
 /// How long a returned connection waits for the answers its last user left on their way.

@@ -190,7 +190,7 @@ impl Sentinels {
         let socket = tokio::net::TcpStream::connect((host.as_str(), *port)).await?;
         socket.set_nodelay(true)?;
         let (mut conn, driver) =
-            crate::over(&redis::RedisConnectionInfo::default(), socket).await?;
+            crate::socket::over(&redis::RedisConnectionInfo::default(), socket).await?;
         let question = async {
             match self.role {
                 SentinelRole::Master => redis::cmd("SENTINEL")
