@@ -148,7 +148,9 @@ impl RedisManager {
 
     /// The same manager, connecting to the server the Sentinels name for `service`: its
     /// master, or its replicas in turn ([`SentinelRole`]). The manager's address gives the
-    /// database, user, password and protocol; its host and port are not used. Each start asks
+    /// database, user, password and protocol; its host and port are not used. A Sentinel's
+    /// own URL gives the user and password it wants (`redis://:secret@sentinel:26379`). Each
+    /// start asks
     /// the Sentinels (the one that answered last first) and checks with `ROLE` that the
     /// server has the role; a connection whose server answers `READONLY` (a master demoted
     /// by a failover) is replaced when given back, and a health check
@@ -179,7 +181,11 @@ impl RedisManager {
         for sentinel in sentinels {
             let info = sentinel.into_connection_info()?;
             match info.addr() {
-                ConnectionAddr::Tcp(host, port) => addrs.push((host.clone(), *port)),
+                ConnectionAddr::Tcp(host, port) => addrs.push(sentinel::Sentinel {
+                    host: host.clone(),
+                    port: *port,
+                    settings: info.redis_settings().clone(),
+                }),
                 other => {
                     return Err(RedisError::from((
                         ErrorKind::InvalidClientConfig,

@@ -35,10 +35,18 @@ pub enum SentinelRole {
     Replica,
 }
 
+/// Where a Sentinel listens, and how to log in to it (its URL's user and password).
+#[derive(Debug, Clone)]
+pub(crate) struct Sentinel {
+    pub(crate) host: String,
+    pub(crate) port: u16,
+    pub(crate) settings: redis::RedisConnectionInfo,
+}
+
 /// The Sentinels of one service, and which of its servers to serve.
 #[derive(Debug)]
 pub(crate) struct Sentinels {
-    sentinels: Vec<(String, u16)>,
+    sentinels: Vec<Sentinel>,
     service: String,
     role: SentinelRole,
     /// The Sentinel that answered last (asked first next time).
@@ -65,7 +73,7 @@ pub(crate) struct Placed {
 
 impl Sentinels {
     pub(crate) fn new(
-        sentinels: Vec<(String, u16)>,
+        sentinels: Vec<Sentinel>,
         service: String,
         role: SentinelRole,
     ) -> RedisResult<Self> {
@@ -175,7 +183,7 @@ impl Sentinels {
                         "the Sentinel knows no server of that role for the service",
                         format!(
                             "{} at {}:{}",
-                            self.service, self.sentinels[at].0, self.sentinels[at].1
+                            self.service, self.sentinels[at].host, self.sentinels[at].port
                         ),
                     )));
                 }
@@ -186,11 +194,11 @@ impl Sentinels {
     }
 
     /// One Sentinel's answer: every server that serves the role (none when it knows none).
-    async fn ask_all(&self, (host, port): &(String, u16)) -> RedisResult<Vec<(String, u16)>> {
-        let socket = tokio::net::TcpStream::connect((host.as_str(), *port)).await?;
+    async fn ask_all(&self, sentinel: &Sentinel) -> RedisResult<Vec<(String, u16)>> {
+        let socket =
+            tokio::net::TcpStream::connect((sentinel.host.as_str(), sentinel.port)).await?;
         socket.set_nodelay(true)?;
-        let (mut conn, driver) =
-            crate::socket::over(&redis::RedisConnectionInfo::default(), socket).await?;
+        let (mut conn, driver) = crate::socket::over(&sentinel.settings, socket).await?;
         let question = async {
             match self.role {
                 SentinelRole::Master => redis::cmd("SENTINEL")
@@ -308,7 +316,11 @@ mod tests {
     #[test]
     fn a_member_is_left_behind_only_once_its_server_leaves_what_serves() {
         let sentinels = Sentinels::new(
-            vec![("127.0.0.1".to_owned(), 26379)],
+            vec![Sentinel {
+                host: "127.0.0.1".to_owned(),
+                port: 26379,
+                settings: redis::RedisConnectionInfo::default(),
+            }],
             "s".to_owned(),
             SentinelRole::Master,
         )

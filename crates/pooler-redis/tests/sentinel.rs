@@ -352,3 +352,48 @@ async fn a_connection_whose_server_answers_readonly_is_replaced() {
     drop(conn);
     pool.close(pooler::Shutdown::Graceful).await;
 }
+
+/// Sentinels that want a password get the one their URLs carry.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sentinel_that_wants_a_password_is_asked_with_its_urls() {
+    if !redis_server::available() {
+        return;
+    }
+    let master = RedisServer::start(&[]);
+    let sentinel = RedisServer::sentinel_with(
+        SERVICE,
+        master.port(),
+        Duration::from_millis(1000),
+        &["requirepass sentinel-secret"],
+    );
+    let with = format!("redis://:sentinel-secret@127.0.0.1:{}", sentinel.port());
+    let manager = RedisManager::new("redis://127.0.0.1:1/0")
+        .unwrap()
+        .via_sentinels([with.as_str()], SERVICE, SentinelRole::Master)
+        .unwrap();
+    let pool = Pool::start(PoolConfig::new("redis-sentinel-auth", 1, 1), manager)
+        .await
+        .unwrap();
+    let mut conn = pool.take_member(Duration::from_secs(5)).await.unwrap();
+    assert_eq!(whose(&mut conn).await, (master.port(), "master".to_owned()));
+    drop(conn);
+    pool.close(pooler::Shutdown::Graceful).await;
+    // Without it, the Sentinel refuses, and no member starts.
+    let without = RedisManager::new("redis://127.0.0.1:1/0")
+        .unwrap()
+        .via_sentinels([sentinel.url()], SERVICE, SentinelRole::Master)
+        .unwrap();
+    let config = PoolConfig::builder("redis-sentinel-noauth")
+        .init_count(0)
+        .max_count(1)
+        .build()
+        .unwrap();
+    let pool = Pool::start(config, without).await.unwrap();
+    let e = pool
+        .take_member(Duration::from_secs(2))
+        .await
+        .map(drop)
+        .unwrap_err();
+    assert!(e.to_string().to_lowercase().contains("auth"), "{e}");
+    pool.close(pooler::Shutdown::Graceful).await;
+}

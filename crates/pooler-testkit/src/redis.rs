@@ -79,6 +79,18 @@ impl RedisServer {
     /// then fails over to a replica.
     #[must_use]
     pub fn sentinel(service: &str, master: u16, down_after: Duration) -> RedisServer {
+        RedisServer::sentinel_with(service, master, down_after, &[])
+    }
+
+    /// [`sentinel`](RedisServer::sentinel) with `lines` added to its configuration
+    /// (`requirepass secret`).
+    #[must_use]
+    pub fn sentinel_with(
+        service: &str,
+        master: u16,
+        down_after: Duration,
+        lines: &[&str],
+    ) -> RedisServer {
         let port = free_port();
         let dir =
             std::env::temp_dir().join(format!("pooler-sentinel-{}-{port}", std::process::id()));
@@ -92,8 +104,9 @@ impl RedisServer {
                  sentinel monitor {service} 127.0.0.1 {master} 1\n\
                  sentinel down-after-milliseconds {service} {down}\n\
                  sentinel failover-timeout {service} 10000\n\
-                 sentinel parallel-syncs {service} 1\n",
-                dir.display()
+                 sentinel parallel-syncs {service} 1\n{}\n",
+                dir.display(),
+                lines.join("\n")
             ),
         )
         .expect("the Sentinel's configuration");
