@@ -149,13 +149,14 @@ impl RedisManager {
     /// The same manager, connecting to the server the Sentinels name for `service`: its
     /// master, or its replicas in turn ([`SentinelRole`]). The manager's address gives the
     /// database, user, password and protocol; its host and port are not used. A Sentinel's
-    /// own URL gives the user and password it wants (`redis://:secret@sentinel:26379`). Each
-    /// start asks
-    /// the Sentinels (the one that answered last first) and checks with `ROLE` that the
-    /// server has the role; a connection whose server answers `READONLY` (a master demoted
-    /// by a failover) is replaced when given back, and a health check
-    /// (`idle_check_threshold`) asks `ROLE` instead of `PING`. docs/design.md,
-    /// "Redis Sentinel".
+    /// own URL gives the user and password it wants (`redis://:secret@sentinel:26379`).
+    ///
+    /// Each start asks the Sentinels (the one that answered last first) and checks with
+    /// `ROLE` that the server has the role. A failover is followed while it happens: the
+    /// pool asks the Sentinels every [`SENTINEL_WATCH`], and a member whose server no longer
+    /// serves the role is replaced when next given back or taken; so is one whose server
+    /// answers `READONLY` (a master demoted), and a health check (`idle_check_threshold`)
+    /// asks `ROLE` instead of `PING`. docs/design.md, "Redis Sentinel".
     ///
     /// # Errors
     ///
@@ -297,12 +298,13 @@ impl Manager for RedisManager {
             }
         };
         let flag = Ended(ended.clone());
-        let watch = self.sentinels.as_ref().and_then(sentinel::Sentinels::watch);
+        let watch = self.sentinels.as_ref().map(sentinel::Sentinels::stand_by);
         ctx.spawn(async move {
             let _flag = flag;
             match watch {
-                // The pool's Sentinel watch rides with this member's driver (it never ends
-                // by itself): the member's life is still its driver's.
+                // The pool's Sentinel watch, or this member's readiness to run it, rides with
+                // its driver (it never ends by itself): the member's life is still its
+                // driver's.
                 Some(watch) => {
                     let mut watch = std::pin::pin!(watch);
                     let mut driver = driver;

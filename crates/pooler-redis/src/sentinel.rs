@@ -11,8 +11,8 @@
 //! on a server no longer among them is broken (replaced when next given back or taken). A
 //! forced failover leaves the old master up and accepting writes until the Sentinel
 //! reconfigures it, up to ten seconds later; the watch moves the pool within half a second.
-//! The watch runs inside one member's supervised driver task (the first started, then the
-//! next when that one goes): closing the pool ends it with the members.
+//! The watch runs inside one member's supervised driver task; every member's task stands by
+//! to take it over when the one running it ends: closing the pool ends it with the members.
 //!
 //! # Invariants
 //!
@@ -113,8 +113,23 @@ impl Sentinels {
         !serving.is_empty() && !serving.contains(&placed.addr)
     }
 
+    /// What a member's driver task runs beside the driver: the watch, as soon as no other
+    /// member's task runs it (looked for every [`SENTINEL_WATCH`]), so that one runs while
+    /// any member lives, whichever members come and go. Never ends by itself.
+    pub(crate) fn stand_by(self: &Arc<Self>) -> impl Future<Output = ()> + Send + 'static {
+        let sentinels = self.clone();
+        async move {
+            loop {
+                if let Some(watch) = sentinels.watch() {
+                    watch.await;
+                }
+                tokio::time::sleep(SENTINEL_WATCH).await;
+            }
+        }
+    }
+
     /// The watch to run, if none is running: it runs until dropped.
-    pub(crate) fn watch(self: &Arc<Self>) -> Option<impl Future<Output = ()> + Send + 'static> {
+    fn watch(self: &Arc<Self>) -> Option<impl Future<Output = ()> + Send + 'static> {
         if self.watching.swap(true, Ordering::AcqRel) {
             return None;
         }
@@ -344,6 +359,42 @@ mod tests {
             !sentinels.left_behind(&placed),
             "nothing heard: nothing concluded"
         );
+    }
+
+    /// The watch runs in one member's task at a time, and another member's task takes it
+    /// over when that one ends (its member replaced, culled or closed) — without a start.
+    #[tokio::test(start_paused = true)]
+    async fn a_standing_by_member_takes_the_watch_over() {
+        let sentinels = Arc::new(
+            Sentinels::new(
+                vec![Sentinel {
+                    host: "127.0.0.1".to_owned(),
+                    port: 1, // refused: the watch keeps asking
+                    settings: redis::RedisConnectionInfo::default(),
+                }],
+                "s".to_owned(),
+                SentinelRole::Master,
+            )
+            .unwrap(),
+        );
+        let first = tokio::spawn(sentinels.stand_by());
+        tokio::time::sleep(SENTINEL_WATCH / 10).await;
+        assert!(
+            sentinels.watching.load(Ordering::Acquire),
+            "the first runs it"
+        );
+        let second = tokio::spawn(sentinels.stand_by());
+        tokio::time::sleep(SENTINEL_WATCH * 2).await;
+        first.abort();
+        let _ = first.await;
+        tokio::time::sleep(SENTINEL_WATCH * 2).await;
+        assert!(
+            sentinels.watching.load(Ordering::Acquire),
+            "the second took it over"
+        );
+        second.abort();
+        let _ = second.await;
+        assert!(!sentinels.watching.load(Ordering::Acquire), "none runs it");
     }
 
     #[test]
