@@ -364,6 +364,7 @@ mod tests {
     /// The watch runs in one member's task at a time, and another member's task takes it
     /// over when that one ends (its member replaced, culled or closed) — without a start.
     #[tokio::test(start_paused = true)]
+    #[allow(clippy::disallowed_methods)] // the test plays two members' tasks
     async fn a_standing_by_member_takes_the_watch_over() {
         let sentinels = Arc::new(
             Sentinels::new(
