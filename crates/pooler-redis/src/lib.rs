@@ -256,10 +256,10 @@ impl Manager for RedisManager {
         let mut placed = None;
         let (conn, driver) = match (&self.sentinels, self.info.addr()) {
             (Some(sentinels), _) => {
-                let (host, port) = sentinels.find().await?;
-                let socket = tokio::net::TcpStream::connect((host.as_str(), port)).await?;
+                let found = sentinels.find().await?;
+                let socket = tokio::net::TcpStream::connect(found.addr()).await?;
                 live(&socket)?;
-                placed = Some(sentinels.placed((host, port)));
+                placed = Some(found);
                 over(settings, socket).await?
             }
             (None, ConnectionAddr::Tcp(host, port)) => {

@@ -64,11 +64,18 @@ pub(crate) struct Sentinels {
 /// How often the watch asks the Sentinels which servers serve the role.
 pub const SENTINEL_WATCH: std::time::Duration = std::time::Duration::from_millis(500);
 
-/// Where a member's connection went, and the watch's epoch then.
+/// Where a member's connection went, and the watch's epoch when it was found.
 #[derive(Debug, Clone)]
 pub(crate) struct Placed {
     addr: (String, u16),
     epoch: u64,
+}
+
+impl Placed {
+    /// The server's host and port.
+    pub(crate) fn addr(&self) -> (&str, u16) {
+        (&self.addr.0, self.addr.1)
+    }
 }
 
 impl Sentinels {
@@ -95,12 +102,9 @@ impl Sentinels {
         })
     }
 
-    /// A member is connected to `addr`.
-    pub(crate) fn placed(&self, addr: (String, u16)) -> Placed {
-        Placed {
-            addr,
-            epoch: self.epoch.load(Ordering::Acquire),
-        }
+    /// A member is connected to `addr`, found when the watch's epoch was `epoch`.
+    fn placed(addr: (String, u16), epoch: u64) -> Placed {
+        Placed { addr, epoch }
     }
 
     /// Whether the server of a member placed at `placed` no longer serves the role, as the
@@ -179,9 +183,12 @@ impl Sentinels {
     }
 
     /// The address of the server to connect to now: the first Sentinel that answers says
-    /// (the master, or the next of the healthy replicas in turn).
-    pub(crate) async fn find(&self) -> RedisResult<(String, u16)> {
+    /// (the master, or the next of the healthy replicas in turn). The watch's epoch is read
+    /// before the Sentinels are asked, so a change the watch hears meanwhile has the member
+    /// checked against what serves, not taken as current.
+    pub(crate) async fn find(&self) -> RedisResult<Placed> {
         debug_assert!(!self.sentinels.is_empty(), "invariant 1");
+        let epoch = self.epoch.load(Ordering::Acquire);
         let first = self.answered.load(Ordering::Relaxed);
         let mut last = None;
         for i in 0..self.sentinels.len() {
@@ -190,7 +197,10 @@ impl Sentinels {
                 Ok(serving) if !serving.is_empty() => {
                     self.answered.store(at, Ordering::Relaxed);
                     let turn = self.rotation.fetch_add(1, Ordering::Relaxed);
-                    return Ok(serving[turn % serving.len()].clone());
+                    return Ok(Sentinels::placed(
+                        serving[turn % serving.len()].clone(),
+                        epoch,
+                    ));
                 }
                 Ok(_) => {
                     last = Some(RedisError::from((
@@ -341,7 +351,7 @@ mod tests {
         )
         .unwrap();
         let a = ("10.0.0.1".to_owned(), 6379);
-        let placed = sentinels.placed(a.clone());
+        let placed = Sentinels::placed(a.clone(), sentinels.epoch.load(Ordering::Acquire));
         assert!(!sentinels.left_behind(&placed));
         sentinels.heard(vec![a.clone()]);
         assert!(
@@ -351,7 +361,10 @@ mod tests {
         sentinels.heard(vec![("10.0.0.2".to_owned(), 6379)]);
         assert!(sentinels.left_behind(&placed), "the master moved");
         assert!(
-            !sentinels.left_behind(&sentinels.placed(("10.0.0.2".to_owned(), 6379))),
+            !sentinels.left_behind(&Sentinels::placed(
+                ("10.0.0.2".to_owned(), 6379),
+                sentinels.epoch.load(Ordering::Acquire)
+            )),
             "a member on the new master"
         );
         sentinels.heard(Vec::new());
@@ -359,6 +372,29 @@ mod tests {
             !sentinels.left_behind(&placed),
             "nothing heard: nothing concluded"
         );
+    }
+
+    /// A member found on the old master while the watch hears the switch is checked against
+    /// what serves now (its epoch is the one read before the Sentinels were asked).
+    #[test]
+    fn a_member_found_while_the_master_moves_is_left_behind() {
+        let sentinels = Sentinels::new(
+            vec![Sentinel {
+                host: "127.0.0.1".to_owned(),
+                port: 26379,
+                settings: redis::RedisConnectionInfo::default(),
+            }],
+            "s".to_owned(),
+            SentinelRole::Master,
+        )
+        .unwrap();
+        let old = ("10.0.0.1".to_owned(), 6379);
+        sentinels.heard(vec![old.clone()]);
+        let asked_at = sentinels.epoch.load(Ordering::Acquire);
+        // The Sentinel answered with the old master; the watch hears the switch before the
+        // member is placed.
+        sentinels.heard(vec![("10.0.0.2".to_owned(), 6379)]);
+        assert!(sentinels.left_behind(&Sentinels::placed(old, asked_at)));
     }
 
     /// The watch runs in one member's task at a time, and another member's task takes it
