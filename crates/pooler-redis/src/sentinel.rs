@@ -64,6 +64,10 @@ pub(crate) struct Sentinels {
 /// How often the watch asks the Sentinels which servers serve the role.
 pub const SENTINEL_WATCH: std::time::Duration = std::time::Duration::from_millis(500);
 
+/// How long a Sentinel has to answer before the next is asked: one frozen, or behind a dead
+/// link, must not hold a start or the watch.
+const ASK_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// Where a member's connection went, and the watch's epoch when it was found.
 #[derive(Debug, Clone)]
 pub(crate) struct Placed {
@@ -139,7 +143,7 @@ impl Sentinels {
         }
         let sentinels = self.clone();
         Some(async move {
-            // Lets the next member's start take the watch over, however this one ends.
+            // Lets another member's task take the watch over, however this one ends.
             struct Release(Arc<Sentinels>);
             impl Drop for Release {
                 fn drop(&mut self) {
@@ -218,8 +222,21 @@ impl Sentinels {
         Err(last.expect("at least one Sentinel was asked"))
     }
 
-    /// One Sentinel's answer: every server that serves the role (none when it knows none).
+    /// One Sentinel's answer: every server that serves the role (none when it knows none);
+    /// an error when it does not answer within [`ASK_TIMEOUT`].
     async fn ask_all(&self, sentinel: &Sentinel) -> RedisResult<Vec<(String, u16)>> {
+        tokio::time::timeout(ASK_TIMEOUT, self.ask(sentinel))
+            .await
+            .unwrap_or_else(|_| {
+                Err(RedisError::from((
+                    ErrorKind::Io,
+                    "the Sentinel did not answer in time",
+                    format!("{}:{}", sentinel.host, sentinel.port),
+                )))
+            })
+    }
+
+    async fn ask(&self, sentinel: &Sentinel) -> RedisResult<Vec<(String, u16)>> {
         let socket =
             tokio::net::TcpStream::connect((sentinel.host.as_str(), sentinel.port)).await?;
         socket.set_nodelay(true)?;
@@ -395,6 +412,42 @@ mod tests {
         // member is placed.
         sentinels.heard(vec![("10.0.0.2".to_owned(), 6379)]);
         assert!(sentinels.left_behind(&Sentinels::placed(old, asked_at)));
+    }
+
+    /// A Sentinel that takes connections and never answers (frozen) does not hold a lookup:
+    /// the next Sentinel is asked after `ASK_TIMEOUT`.
+    #[tokio::test(start_paused = true)]
+    #[allow(clippy::disallowed_methods)] // the test plays a frozen Sentinel
+    async fn a_frozen_sentinel_is_passed_over() {
+        let frozen = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = frozen.local_addr().unwrap().port();
+        let held = tokio::spawn(async move {
+            let mut kept = Vec::new();
+            while let Ok((socket, _)) = frozen.accept().await {
+                kept.push(socket);
+            }
+        });
+        let sentinel = |port| Sentinel {
+            host: "127.0.0.1".to_owned(),
+            port,
+            settings: redis::RedisConnectionInfo::default(),
+        };
+        let sentinels = Sentinels::new(
+            vec![sentinel(port), sentinel(1)],
+            "s".to_owned(),
+            SentinelRole::Master,
+        )
+        .unwrap();
+        let began = tokio::time::Instant::now();
+        let e = tokio::time::timeout(10 * ASK_TIMEOUT, sentinels.find())
+            .await
+            .expect("the lookup ended")
+            .map(drop)
+            .unwrap_err();
+        assert!(began.elapsed() <= 2 * ASK_TIMEOUT, "{:?}", began.elapsed());
+        // The last Sentinel asked (refused) says why.
+        assert_eq!(e.kind(), ErrorKind::Io, "{e}");
+        held.abort();
     }
 
     /// The watch runs in one member's task at a time, and another member's task takes it
