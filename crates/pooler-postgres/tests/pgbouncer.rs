@@ -323,3 +323,56 @@ async fn behind_transaction_pooling_a_statement_dropped_while_described_leaves_n
     }
     pool.close(pooler::Shutdown::Graceful).await;
 }
+
+/// PgBouncer frozen (SIGSTOP: its kernel still takes the bytes, nothing answers): a request
+/// bounded by `until` ends by its deadline and the grace, saying it may have reached the
+/// server (PgBouncer forwards the cancel, and cannot now); the connection is replaced; a
+/// close does not wait on it; thawed, the pool serves again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_pgbouncer_holds_neither_a_request_nor_a_close() {
+    let Some(bouncer) = bouncer(Mode::Transaction, &[]).await else {
+        return;
+    };
+    let pool = transaction_pool(&bouncer, "pgb-frozen", 2).await;
+    let conn = pool.take_member(Duration::from_secs(5)).await.unwrap();
+    conn.simple_query("SELECT 1").await.unwrap();
+    let id = pooler::Member::id(&conn);
+    bouncer.signal("-STOP");
+    let began = tokio::time::Instant::now();
+    let answer = conn
+        .until(
+            began + Duration::from_millis(300),
+            conn.simple_query("SELECT 1"),
+        )
+        .await;
+    let took = began.elapsed();
+    let e = answer.unwrap_err();
+    assert!(
+        matches!(e, pooler_postgres::PgError::Deadline { .. }),
+        "{e}"
+    );
+    assert!(
+        took < Duration::from_millis(800) + pooler_postgres::CANCEL_GRACE,
+        "{took:?}"
+    );
+    eprintln!("a request through a frozen PgBouncer ended after {took:?}");
+    drop(conn);
+    bouncer.signal("-CONT");
+    for _ in 0..2 {
+        let conn = pool.take_member(Duration::from_secs(5)).await.unwrap();
+        assert_ne!(
+            pooler::Member::id(&conn),
+            id,
+            "the abandoned connection came back"
+        );
+        assert_eq!(conn.simple_query("SELECT 1").await.unwrap().len(), 3);
+    }
+    bouncer.signal("-STOP");
+    pooler_testkit::scenarios::closes_within(
+        &pool,
+        pooler::Shutdown::Graceful,
+        Duration::from_secs(2),
+    )
+    .await;
+    bouncer.signal("-CONT");
+}

@@ -108,6 +108,19 @@ impl PgBouncer {
         self.addr
     }
 
+    /// Sends PgBouncer a signal: `"-STOP"` freezes it, `"-CONT"` thaws it.
+    ///
+    /// # Panics
+    ///
+    /// When `kill` fails.
+    pub fn signal(&self, which: &str) {
+        let sent = Command::new("kill")
+            .args([which, &self.child.id().to_string()])
+            .status()
+            .expect("kill runs");
+        assert!(sent.success(), "kill {which}");
+    }
+
     /// A URL for database `test` through PgBouncer as `user`.
     #[must_use]
     pub fn url(&self, user: &str) -> String {
