@@ -14,6 +14,13 @@ use pooler::{Pool, PoolConfig};
 use pooler_postgres::{PgManager, TxStatus};
 use pooler_testkit::pgbouncer::{Mode, PgBouncer};
 
+/// The connection's transaction status once its driver has caught up (bounded).
+async fn settled(conn: &pooler_postgres::PgConnection) -> TxStatus {
+    tokio::time::timeout(Duration::from_secs(5), conn.settled())
+        .await
+        .expect("the connection settles")
+}
+
 /// PgBouncer in `mode` in front of the test server, with fewer server connections (4) than
 /// the pools below have clients, so that a client's transactions move between them.
 async fn bouncer(mode: Mode, settings: &[&str]) -> Option<PgBouncer> {
@@ -162,12 +169,7 @@ async fn behind_transaction_pooling_a_transaction_left_open_is_rolled_back() {
     // The same client: its transaction was rolled back on return, so it is idle, and the
     // server connection it held went back to PgBouncer with the table gone.
     let conn = pool.take().await.unwrap();
-    assert_eq!(
-        tokio::time::timeout(Duration::from_secs(5), conn.settled())
-            .await
-            .unwrap(),
-        TxStatus::Idle
-    );
+    assert_eq!(settled(&conn).await, TxStatus::Idle);
     let left: i64 = conn
         .query_one(
             "SELECT count(*) FROM pg_class WHERE relname = 'left_open' AND relpersistence = 't'",
@@ -281,12 +283,7 @@ async fn behind_transaction_pooling_the_cache_keeps_descriptions_and_forgets_a_s
         Some(&tokio_postgres::error::SqlState::SYNTAX_ERROR),
         "{e}"
     );
-    assert_eq!(
-        tokio::time::timeout(Duration::from_secs(5), conn.settled())
-            .await
-            .unwrap(),
-        TxStatus::Idle
-    );
+    assert_eq!(settled(&conn).await, TxStatus::Idle);
     conn.batch_execute(&format!("DROP TABLE {table}"))
         .await
         .unwrap();
@@ -311,13 +308,7 @@ async fn behind_transaction_pooling_a_statement_dropped_while_described_leaves_n
         );
         drop(conn);
         let conn = pool.take().await.unwrap();
-        assert_eq!(
-            tokio::time::timeout(Duration::from_secs(5), conn.settled())
-                .await
-                .unwrap(),
-            TxStatus::Idle,
-            "round {round}"
-        );
+        assert_eq!(settled(&conn).await, TxStatus::Idle, "round {round}");
         let row = conn.query_one(&query, &[&1_i32]).await.unwrap();
         assert_eq!(row.get::<_, i32>(0), 1 + round);
     }

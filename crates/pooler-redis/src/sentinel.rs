@@ -322,6 +322,25 @@ pub(crate) async fn has_role(
 mod tests {
     use super::*;
 
+    /// A Sentinel on this host's `port`, with no login.
+    fn at(port: u16) -> Sentinel {
+        Sentinel {
+            host: "127.0.0.1".to_owned(),
+            port,
+            settings: redis::RedisConnectionInfo::default(),
+        }
+    }
+
+    /// The Sentinels at `ports`, serving the master of service `s`.
+    fn masters_of(ports: &[u16]) -> Sentinels {
+        Sentinels::new(
+            ports.iter().copied().map(at).collect(),
+            "s".to_owned(),
+            SentinelRole::Master,
+        )
+        .unwrap()
+    }
+
     fn replica(
         ip: &str,
         port: &str,
@@ -357,16 +376,7 @@ mod tests {
 
     #[test]
     fn a_member_is_left_behind_only_once_its_server_leaves_what_serves() {
-        let sentinels = Sentinels::new(
-            vec![Sentinel {
-                host: "127.0.0.1".to_owned(),
-                port: 26379,
-                settings: redis::RedisConnectionInfo::default(),
-            }],
-            "s".to_owned(),
-            SentinelRole::Master,
-        )
-        .unwrap();
+        let sentinels = masters_of(&[26379]);
         let a = ("10.0.0.1".to_owned(), 6379);
         let placed = Sentinels::placed(a.clone(), sentinels.epoch.load(Ordering::Acquire));
         assert!(!sentinels.left_behind(&placed));
@@ -395,16 +405,7 @@ mod tests {
     /// what serves now (its epoch is the one read before the Sentinels were asked).
     #[test]
     fn a_member_found_while_the_master_moves_is_left_behind() {
-        let sentinels = Sentinels::new(
-            vec![Sentinel {
-                host: "127.0.0.1".to_owned(),
-                port: 26379,
-                settings: redis::RedisConnectionInfo::default(),
-            }],
-            "s".to_owned(),
-            SentinelRole::Master,
-        )
-        .unwrap();
+        let sentinels = masters_of(&[26379]);
         let old = ("10.0.0.1".to_owned(), 6379);
         sentinels.heard(vec![old.clone()]);
         let asked_at = sentinels.epoch.load(Ordering::Acquire);
@@ -427,17 +428,7 @@ mod tests {
                 kept.push(socket);
             }
         });
-        let sentinel = |port| Sentinel {
-            host: "127.0.0.1".to_owned(),
-            port,
-            settings: redis::RedisConnectionInfo::default(),
-        };
-        let sentinels = Sentinels::new(
-            vec![sentinel(port), sentinel(1)],
-            "s".to_owned(),
-            SentinelRole::Master,
-        )
-        .unwrap();
+        let sentinels = masters_of(&[port, 1]);
         let began = tokio::time::Instant::now();
         let e = tokio::time::timeout(10 * ASK_TIMEOUT, sentinels.find())
             .await
@@ -455,18 +446,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     #[allow(clippy::disallowed_methods)] // the test plays two members' tasks
     async fn a_standing_by_member_takes_the_watch_over() {
-        let sentinels = Arc::new(
-            Sentinels::new(
-                vec![Sentinel {
-                    host: "127.0.0.1".to_owned(),
-                    port: 1, // refused: the watch keeps asking
-                    settings: redis::RedisConnectionInfo::default(),
-                }],
-                "s".to_owned(),
-                SentinelRole::Master,
-            )
-            .unwrap(),
-        );
+        let sentinels = Arc::new(masters_of(&[1]));
         let first = tokio::spawn(sentinels.stand_by());
         tokio::time::sleep(SENTINEL_WATCH / 10).await;
         assert!(
