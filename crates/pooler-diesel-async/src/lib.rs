@@ -14,8 +14,10 @@ use std::sync::atomic::{AtomicI32, Ordering};
 
 use diesel::ConnectionResult;
 use diesel::IntoSql;
+use diesel::dsl::sql;
 use diesel::dsl::{AsExprOf, select};
-use diesel::sql_types::Integer;
+use diesel::expression::SqlLiteral;
+use diesel::sql_types::{Bool, Integer, Text};
 use diesel_async::RunQueryDsl;
 use diesel_async::methods::LoadQuery;
 use diesel_async::pooled_connection::PoolableConnection;
@@ -41,6 +43,18 @@ pub type PgPool = Pool<diesel_async::AsyncPgConnection>;
 #[cfg_attr(docsrs, doc(cfg(feature = "mysql")))]
 pub type MysqlPool = Pool<diesel_async::AsyncMysqlConnection>;
 
+/// How a return tells that a user left session state no statement of the reset clears
+/// (MySQL: docs/design.md, "diesel-async"): the session is recorded as the pool leaves it,
+/// and a user who left something is seen at the return, and the connection replaced.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SessionCheck {
+    /// Records the session as the pool leaves it: run once the connection is set up, and
+    /// after each reset.
+    pub snapshot: &'static str,
+    /// An SQL expression, true while nothing that leaves state has run since the snapshot.
+    pub unchanged: &'static str,
+}
+
 /// A diesel-async connection a pool can hold: diesel-async's check of a returned connection
 /// (its transaction state; for PostgreSQL, whether it closed), and whether a cancelled query
 /// can leave its answer for the next one.
@@ -59,6 +73,14 @@ pub trait PooledConnection: PoolableConnection + 'static {
     /// `sql_query("BEGIN")`, is still the server's) and the session state a user may leave
     /// put back as far as a statement can (docs/design.md, "diesel-async").
     const RESET: &'static str;
+
+    /// How a return tells whether a user left session state the reset does not clear, for a
+    /// server whose `VERSION()` is `version`; `None` when the reset clears everything a
+    /// statement can leave (PostgreSQL's does). Default: `None`.
+    #[must_use]
+    fn session_check(_version: &str) -> Option<SessionCheck> {
+        None
+    }
 
     /// The URL [`DieselManager::new`]'s own way of connecting opens: `url` with the
     /// dead-link bounds added where it sets none (PostgreSQL: a user timeout and keepalives;
@@ -95,6 +117,38 @@ fn with_pg_liveness(url: &str) -> String {
 /// is found in about 11 minutes on Linux instead of never (docs/faults.md).
 #[cfg(feature = "mysql")]
 const MYSQL_LIVENESS: [(&str, &str); 1] = [("tcp_keepalive", "10000")];
+
+/// MariaDB's session check: its counts of the statements that leave state, and its user
+/// variables (the pool's own, `@pooler_session`, aside).
+#[cfg(feature = "mysql")]
+const MARIADB_SESSION: SessionCheck = SessionCheck {
+    snapshot: "SET @pooler_session = (SELECT GROUP_CONCAT(VARIABLE_VALUE ORDER BY VARIABLE_NAME) \
+        FROM information_schema.SESSION_STATUS WHERE VARIABLE_NAME IN ('COM_SET_OPTION', \
+        'COM_CREATE_TABLE', 'COM_CREATE_TEMPORARY_TABLE', 'COM_CREATE_SEQUENCE', \
+        'COM_CHANGE_DB', 'COM_PREPARE_SQL', 'COM_CALL_PROCEDURE', 'COM_HA_OPEN', 'COM_XA_START'))",
+    unchanged: "(SELECT GROUP_CONCAT(VARIABLE_VALUE ORDER BY VARIABLE_NAME) \
+        FROM information_schema.SESSION_STATUS WHERE VARIABLE_NAME IN ('COM_SET_OPTION', \
+        'COM_CREATE_TABLE', 'COM_CREATE_TEMPORARY_TABLE', 'COM_CREATE_SEQUENCE', \
+        'COM_CHANGE_DB', 'COM_PREPARE_SQL', 'COM_CALL_PROCEDURE', 'COM_HA_OPEN', 'COM_XA_START')) \
+        <=> @pooler_session AND (SELECT COUNT(*) FROM information_schema.USER_VARIABLES \
+        WHERE VARIABLE_NAME <> 'pooler_session') = 0",
+};
+
+/// MySQL's: the same counts and user variables from `performance_schema` (8.0.16 and later,
+/// `performance_schema` on).
+#[cfg(feature = "mysql")]
+const MYSQL_SESSION: SessionCheck = SessionCheck {
+    snapshot: "SET @pooler_session = (SELECT GROUP_CONCAT(VARIABLE_VALUE ORDER BY VARIABLE_NAME) \
+        FROM performance_schema.session_status WHERE VARIABLE_NAME IN ('Com_set_option', \
+        'Com_create_table', 'Com_change_db', 'Com_prepare_sql', 'Com_call_procedure', \
+        'Com_ha_open', 'Com_xa_start'))",
+    unchanged: "(SELECT GROUP_CONCAT(VARIABLE_VALUE ORDER BY VARIABLE_NAME) \
+        FROM performance_schema.session_status WHERE VARIABLE_NAME IN ('Com_set_option', \
+        'Com_create_table', 'Com_change_db', 'Com_prepare_sql', 'Com_call_procedure', \
+        'Com_ha_open', 'Com_xa_start')) <=> @pooler_session \
+        AND (SELECT COUNT(*) FROM performance_schema.user_variables_by_thread \
+        WHERE THREAD_ID = PS_CURRENT_THREAD_ID() AND VARIABLE_NAME <> 'pooler_session') = 0",
+};
 
 /// `url` with each of `params` it does not name: as query parameters of a URL (`is_url`), or
 /// as `key=value` words.
@@ -144,9 +198,24 @@ impl PooledConnection for diesel_async::AsyncMysqlConnection {
     const CANCEL_LEAVES_ANSWER: bool = true;
     /// MySQL has no statement that resets a session (`COM_RESET_CONNECTION` is a command
     /// diesel-async does not send): the transaction, `autocommit` (off, it loses the next
-    /// user's writes) and table locks are put back; user and session variables, temporary
-    /// tables and named locks are not (`on_return` can add them, or use pooler-mysql).
-    const RESET: &'static str = "ROLLBACK; SET SESSION autocommit = 1; UNLOCK TABLES";
+    /// user's writes), table locks and named locks are put back; what no statement clears —
+    /// user and session variables, temporary tables, the database switched to, statements
+    /// prepared in SQL — is seen by the [`session_check`](PooledConnection::session_check),
+    /// and the connection is replaced.
+    const RESET: &'static str =
+        "ROLLBACK; SET SESSION autocommit = 1; UNLOCK TABLES; DO RELEASE_ALL_LOCKS()";
+
+    /// The server's own per-session counts of the statements that leave state (`SET`,
+    /// `CREATE [TEMPORARY] TABLE`/`SEQUENCE`, `USE`, `PREPARE`, `CALL`, `HANDLER … OPEN`,
+    /// `XA START`) and its list of user variables: MariaDB's `information_schema`, MySQL's
+    /// `performance_schema` (which must be on).
+    fn session_check(version: &str) -> Option<SessionCheck> {
+        Some(if version.contains("MariaDB") {
+            MARIADB_SESSION
+        } else {
+            MYSQL_SESSION
+        })
+    }
 
     fn live_url(url: &str) -> String {
         with_params(url, &MYSQL_LIVENESS, true)
@@ -185,6 +254,8 @@ pub struct DieselManager<C> {
     nonce: Arc<AtomicI32>,
     /// Behind a transaction pooler: no statement kept (`transaction_pooling`).
     transaction_pooling: bool,
+    /// The session check for the server, settled by the first connection (its `VERSION()`).
+    session: Arc<std::sync::OnceLock<Option<SessionCheck>>>,
 }
 
 impl<C> Clone for DieselManager<C> {
@@ -196,6 +267,7 @@ impl<C> Clone for DieselManager<C> {
             hooks: self.hooks.clone(),
             nonce: self.nonce.clone(),
             transaction_pooling: self.transaction_pooling,
+            session: self.session.clone(),
         }
     }
 }
@@ -229,6 +301,7 @@ impl<C: PooledConnection> DieselManager<C> {
             hooks: Hooks::default(),
             nonce: Arc::default(),
             transaction_pooling: false,
+            session: Arc::default(),
         }
     }
 
@@ -294,6 +367,9 @@ pub enum DieselError {
     Broken,
     /// A hook of the manager's ([`Hooks`]) failed.
     Hook(Box<dyn std::error::Error + Send + Sync>),
+    /// The connection came back with session state no statement clears (MySQL: a variable, a
+    /// temporary table, another database, a statement prepared in SQL): it is replaced.
+    Unclean(&'static str),
 }
 
 impl std::fmt::Display for DieselError {
@@ -305,6 +381,7 @@ impl std::fmt::Display for DieselError {
                 f.write_str("the connection came back with a transaction open or broken, or closed")
             }
             DieselError::Hook(e) => write!(f, "a hook failed: {e}"),
+            DieselError::Unclean(why) => write!(f, "the connection was not handed on: {why}"),
         }
     }
 }
@@ -314,9 +391,32 @@ impl std::error::Error for DieselError {
         match self {
             DieselError::Connection(e) => Some(e),
             DieselError::Query(e) => Some(e),
-            DieselError::Broken => None,
+            DieselError::Broken | DieselError::Unclean(_) => None,
             DieselError::Hook(e) => Some(&**e),
         }
+    }
+}
+
+impl<C> DieselManager<C>
+where
+    C: PooledConnection,
+    for<'a> select<SqlLiteral<Text>>: LoadQuery<'a, C, String>,
+{
+    /// The session check for the server `conn` is on (asked once per manager: its
+    /// `VERSION()`), if its kind of connection has one.
+    async fn session_check(&self, conn: &mut C) -> Result<Option<SessionCheck>, DieselError> {
+        if let Some(known) = self.session.get() {
+            return Ok(*known);
+        }
+        if C::session_check("").is_none() {
+            let _ = self.session.set(None);
+            return Ok(None);
+        }
+        let version: String = select(sql::<Text>("VERSION()"))
+            .get_result(conn)
+            .await
+            .map_err(DieselError::Query)?;
+        Ok(*self.session.get_or_init(|| C::session_check(&version)))
     }
 }
 
@@ -324,6 +424,8 @@ impl<C> Manager for DieselManager<C>
 where
     C: PooledConnection,
     for<'a> select<AsExprOf<i32, Integer>>: LoadQuery<'a, C, i32>,
+    for<'a> select<(AsExprOf<i32, Integer>, SqlLiteral<Bool>)>: LoadQuery<'a, C, (i32, bool)>,
+    for<'a> select<SqlLiteral<Text>>: LoadQuery<'a, C, String>,
 {
     type Member = C;
     type Error = DieselError;
@@ -342,7 +444,14 @@ where
         self.hooks
             .run_after_connect(conn)
             .await
-            .map_err(DieselError::Hook)
+            .map_err(DieselError::Hook)?;
+        if let Some(check) = self.session_check(conn).await? {
+            // What the hook set is the session every user starts from.
+            conn.batch_execute(check.snapshot)
+                .await
+                .map_err(DieselError::Query)?;
+        }
+        Ok(())
     }
 
     async fn check(&self, conn: &mut C) -> Result<(), DieselError> {
@@ -363,20 +472,40 @@ where
         if conn.is_broken() {
             return Err(DieselError::Broken);
         }
+        let check = self.session.get().copied().flatten();
         if C::CANCEL_LEAVES_ANSWER {
+            // One round trip verifies the connection answers in turn and, where the server
+            // can tell, that the user left no session state the reset cannot clear.
             let asked = self.nonce.fetch_add(1, Ordering::Relaxed);
-            let answer = select(asked.into_sql::<Integer>())
-                .get_result::<i32>(conn)
+            let unchanged = check.map_or("TRUE", |check| check.unchanged);
+            let (answer, unchanged) = select((asked.into_sql::<Integer>(), sql::<Bool>(unchanged)))
+                .get_result::<(i32, bool)>(conn)
                 .await
                 .map_err(DieselError::Query)?;
             if answer != asked {
                 return Err(DieselError::Broken);
             }
+            if !unchanged {
+                return Err(DieselError::Unclean(
+                    "a user left session state no statement clears (a variable, a temporary table, another database, a statement prepared in SQL)",
+                ));
+            }
         }
         let reset = self.on_return.as_deref().unwrap_or(C::RESET);
-        conn.batch_execute(reset)
-            .await
-            .map_err(DieselError::Query)?;
+        let hooked = self.hooks.has_after_connect() || self.hooks.has_after_return();
+        match check {
+            // The snapshot goes with the reset, in the same round trip.
+            Some(check) if !hooked => {
+                conn.batch_execute(&format!("{reset}; {}", check.snapshot))
+                    .await
+                    .map_err(DieselError::Query)?;
+                return Ok(());
+            }
+            _ => conn
+                .batch_execute(reset)
+                .await
+                .map_err(DieselError::Query)?,
+        }
         // The reset took the session back to its start, before `after_connect`.
         self.hooks
             .run_after_connect(conn)
@@ -385,7 +514,13 @@ where
         self.hooks
             .run_after_return(conn)
             .await
-            .map_err(DieselError::Hook)
+            .map_err(DieselError::Hook)?;
+        if let Some(check) = check {
+            conn.batch_execute(check.snapshot)
+                .await
+                .map_err(DieselError::Query)?;
+        }
+        Ok(())
     }
 }
 
