@@ -1,0 +1,216 @@
+//! The differential hand-over fuzzer for diesel-async on MySQL/MariaDB: user A runs a random
+//! sequence — statements that leave session state (variables, `autocommit`, temporary
+//! tables, named and table locks, another database, SQL `PREPARE`, a `HANDLER`) and ones that
+//! do not, through diesel's `sql_query` (a prepared statement) and `batch_execute` (the text
+//! protocol), transactions opened by SQL or by diesel's transaction manager and left open,
+//! statements polled once and dropped — then gives the connection back; user B's view of the
+//! session must equal a new connection's, and B's write must be durable. Live
+//! (`POOLER_MYSQL_URL`).
+//!
+//! CI runs `POOLER_FUZZ_CASES` sequences (default 64); the documented long run is 10 000.
+
+use std::time::Duration;
+
+use pooler::{Member, Pool, PoolConfig, Shutdown};
+use pooler_diesel_async::DieselManager;
+use pooler_diesel_async::diesel::dsl::sql;
+use pooler_diesel_async::diesel::sql_types::Text;
+use pooler_diesel_async::diesel::{select, sql_query};
+use pooler_diesel_async::diesel_async::{
+    AnsiTransactionManager, AsyncConnection, AsyncMysqlConnection, RunQueryDsl,
+    SimpleAsyncConnection, TransactionManager,
+};
+use pooler_testkit::{host_port, service};
+use proptest::prelude::*;
+
+/// How a statement is sent.
+#[derive(Debug, Clone, Copy)]
+enum Way {
+    /// `sql_query(..).execute`: a prepared statement (some statements are refused there).
+    Query,
+    /// `batch_execute`: the text protocol.
+    Batch,
+    /// `batch_execute` polled once and dropped.
+    Dropped,
+    /// diesel's transaction manager begins a transaction, left open (the statement is not
+    /// sent).
+    Begin,
+}
+
+/// The statements drawn from.
+const STATEMENTS: &[&str] = &[
+    "SELECT 1",
+    "INSERT INTO pooler_fuzz_mysql_writes VALUES (-1)",
+    "BEGIN",
+    "COMMIT",
+    "ROLLBACK",
+    "SAVEPOINT pooler_fuzz_s",
+    "SET @tenant = 7",
+    "SELECT @tenant := 9",
+    "SET SESSION sql_mode = 'ANSI'",
+    "SET SESSION time_zone = '+05:00'",
+    "SET autocommit = 0",
+    "SET TRANSACTION ISOLATION LEVEL SERIALIZABLE",
+    "CREATE TEMPORARY TABLE IF NOT EXISTS pooler_fuzz_t (x INT)",
+    "DO GET_LOCK('pooler_fuzz', 0)",
+    "LOCK TABLES pooler_fuzz_mysql_writes WRITE",
+    "USE mysql",
+    "PREPARE pooler_fuzz_p FROM 'SELECT 1'",
+    "HANDLER pooler_fuzz_mysql_writes OPEN",
+];
+
+fn action() -> impl Strategy<Value = (usize, Way)> {
+    (
+        0..STATEMENTS.len(),
+        prop_oneof![
+            3 => Just(Way::Query),
+            3 => Just(Way::Batch),
+            1 => Just(Way::Dropped),
+            1 => Just(Way::Begin),
+        ],
+    )
+}
+
+/// Runs one action; errors are the sequence's own business and are ignored.
+async fn run(conn: &mut AsyncMysqlConnection, (i, way): (usize, Way)) {
+    let statement = STATEMENTS[i];
+    match way {
+        Way::Query => drop(sql_query(statement).execute(conn).await),
+        Way::Dropped => {
+            let mut sent = std::pin::pin!(conn.batch_execute(statement));
+            std::future::poll_fn(|cx| {
+                let _ = sent.as_mut().poll(cx);
+                std::task::Poll::Ready(())
+            })
+            .await;
+        }
+        Way::Begin => drop(AnsiTransactionManager::begin_transaction(conn).await),
+        Way::Batch => drop(conn.batch_execute(statement).await),
+    }
+}
+
+/// Everything the next user can observe of a session, as one text: the user, database,
+/// settings, transaction, user variables and whether it holds the named lock (a replaced
+/// connection's lock goes when it has closed, a moment later, as in the PostgreSQL fuzzer),
+/// then whether the temporary table, the SQL-prepared statement and the handler exist.
+async fn fingerprint(conn: &mut AsyncMysqlConnection) -> String {
+    let settings: String = select(sql::<Text>(
+        "CONCAT_WS('|', CURRENT_USER(), COALESCE(DATABASE(), '<none>'), @@SESSION.sql_mode, \
+         @@SESSION.time_zone, @@SESSION.autocommit, @@in_transaction, \
+         COALESCE(CAST(@tenant AS CHAR), '<none>'), \
+         IF(IS_USED_LOCK('pooler_fuzz') <=> CONNECTION_ID(), 'held', 'free'))",
+    ))
+    .get_result(&mut *conn)
+    .await
+    .unwrap_or_else(|e| format!("error: {e}"));
+    let mut probes = Vec::new();
+    for probe in [
+        "SELECT COUNT(*) FROM pooler_fuzz_t",
+        "EXECUTE pooler_fuzz_p",
+        "HANDLER pooler_fuzz_mysql_writes READ FIRST",
+    ] {
+        probes.push(if conn.batch_execute(probe).await.is_ok() {
+            "there"
+        } else {
+            "none"
+        });
+    }
+    format!("{settings}|{}", probes.join("|"))
+}
+
+#[test]
+fn the_next_user_always_sees_a_session_like_a_new_one() {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let Some(url) = rt.block_on(service(
+        "POOLER_MYSQL_URL",
+        "mysql://root@127.0.0.1:3306/test",
+        host_port,
+    )) else {
+        return;
+    };
+    let (pool, fresh) = rt.block_on(async {
+        let mut admin = AsyncMysqlConnection::establish(&url).await.unwrap();
+        admin
+            .batch_execute("CREATE TABLE IF NOT EXISTS pooler_fuzz_mysql_writes (n BIGINT)")
+            .await
+            .unwrap();
+        let manager = DieselManager::<AsyncMysqlConnection>::new(url.as_str());
+        let pool = Pool::start(PoolConfig::new("diesel-mysql-fuzz", 1, 1), manager)
+            .await
+            .unwrap();
+        let mut conn = pool.take_member(Duration::from_secs(5)).await.unwrap();
+        let fresh = fingerprint(&mut conn).await;
+        drop(conn);
+        (pool, fresh)
+    });
+    let mut runner = proptest::test_runner::TestRunner::new(ProptestConfig {
+        cases: pooler_testkit::fuzz_cases(),
+        failure_persistence: Some(Box::new(
+            proptest::test_runner::FileFailurePersistence::WithSource("proptest-regressions"),
+        )),
+        ..ProptestConfig::default()
+    });
+    let counter = std::sync::atomic::AtomicI64::new(0);
+    let outcome = runner.run(&proptest::collection::vec(action(), 1..8), |actions| {
+        let n = counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+        let (seen, kept) = rt.block_on(async {
+            let mut conn = pool.take_member(Duration::from_secs(10)).await.unwrap();
+            for a in &actions {
+                run(&mut conn, *a).await;
+            }
+            drop(conn);
+            let mut conn = pool.take_member(Duration::from_secs(10)).await.unwrap();
+            let seen = fingerprint(&mut conn).await;
+            let wrote = sql_query(format!("INSERT INTO pooler_fuzz_mysql_writes VALUES ({n})"))
+                .execute(&mut *conn)
+                .await;
+            if seen != fresh || wrote.is_err() {
+                // Leaked: replaced, so the next case starts from a clean connection.
+                Member::fail(conn);
+            } else {
+                drop(conn);
+            }
+            let mut conn = pool.take_member(Duration::from_secs(10)).await.unwrap();
+            let kept: String = select(sql::<Text>(&format!(
+                "CAST((SELECT COUNT(*) FROM pooler_fuzz_mysql_writes WHERE n = {n}) AS CHAR)"
+            )))
+            .get_result(&mut *conn)
+            .await
+            .unwrap_or_else(|e| format!("error: {e}"));
+            drop(conn);
+            (seen, kept)
+        });
+        let actions: Vec<_> = actions
+            .iter()
+            .map(|(i, way)| format!("{way:?}: {}", STATEMENTS[*i]))
+            .collect();
+        prop_assert_eq!(
+            &seen,
+            &fresh,
+            "after {:#?} the next user's session differs from a new one's",
+            actions
+        );
+        prop_assert_eq!(
+            kept.as_str(),
+            "1",
+            "after {:#?} the next user's write was lost",
+            actions
+        );
+        Ok(())
+    });
+    rt.block_on(async {
+        if let Ok(mut admin) = AsyncMysqlConnection::establish(&url).await {
+            let _ = admin
+                .batch_execute("DELETE FROM pooler_fuzz_mysql_writes")
+                .await;
+        }
+        pool.close(Shutdown::Graceful).await;
+    });
+    if let Err(e) = outcome {
+        panic!("{e}");
+    }
+}

@@ -1,0 +1,227 @@
+//! The differential hand-over fuzzer for diesel-async on PostgreSQL: user A runs a random
+//! sequence — statements that leave session state and ones that do not, through diesel's
+//! `sql_query` (the extended protocol) and `batch_execute` (the simple one), transactions
+//! opened by SQL or by diesel's transaction manager and left open, statements polled once
+//! and dropped — then gives the connection back; user B's view of the session must equal a
+//! new connection's, and B's write must be durable. Live (`POOLER_POSTGRES_URL`).
+//!
+//! CI runs `POOLER_FUZZ_CASES` sequences (default 64); the documented long run is 10 000.
+
+use std::time::Duration;
+
+use pooler::{Member, Pool, PoolConfig, Shutdown};
+use pooler_diesel_async::DieselManager;
+use pooler_diesel_async::diesel::dsl::sql;
+use pooler_diesel_async::diesel::sql_types::Text;
+use pooler_diesel_async::diesel::{select, sql_query};
+use pooler_diesel_async::diesel_async::{
+    AnsiTransactionManager, AsyncConnection, AsyncPgConnection, RunQueryDsl, SimpleAsyncConnection,
+    TransactionManager,
+};
+use pooler_testkit::{host_port, service};
+use proptest::prelude::*;
+
+/// How a statement is sent.
+#[derive(Debug, Clone, Copy)]
+enum Way {
+    /// `sql_query(..).execute`: the extended protocol, one statement.
+    Query,
+    /// `batch_execute`: a simple Query, several statements allowed.
+    Batch,
+    /// `batch_execute` polled once and dropped.
+    Dropped,
+    /// diesel's transaction manager begins a transaction, left open (the statement is not
+    /// sent).
+    Begin,
+}
+
+/// The statements drawn from: (SQL, whether it is one statement `sql_query` can send).
+const STATEMENTS: &[(&str, bool)] = &[
+    ("SELECT 1", true),
+    ("BEGIN", true),
+    ("COMMIT", true),
+    ("ROLLBACK", true),
+    ("SAVEPOINT pooler_fuzz_s", true),
+    ("SET search_path TO pg_catalog", true),
+    ("SET SESSION statement_timeout = 1234", true),
+    ("SET LOCAL statement_timeout = 4321", true),
+    ("SET ROLE pooler_tenant", true),
+    ("SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY", true),
+    ("SELECT set_config('app.tenant', '7', false)", true),
+    ("SET app.tenant = '9'", true),
+    ("LISTEN pooler_fuzz", true),
+    ("SELECT pg_advisory_lock(4711)", true),
+    ("SELECT pg_advisory_xact_lock(4714)", true),
+    (
+        "CREATE TEMP TABLE IF NOT EXISTS pooler_fuzz_t (x int)",
+        true,
+    ),
+    ("PREPARE pooler_fuzz_p AS SELECT 1", true),
+    ("DECLARE pooler_fuzz_c CURSOR WITH HOLD FOR SELECT 1", true),
+    ("SELECT nextval('pooler_fuzz_seq')", true),
+    ("BEGIN; SET search_path TO pg_catalog; COMMIT", false),
+    ("SELECT 1; SET ROLE pooler_tenant", false),
+];
+
+fn action() -> impl Strategy<Value = (usize, Way)> {
+    (
+        0..STATEMENTS.len(),
+        prop_oneof![
+            3 => Just(Way::Query),
+            3 => Just(Way::Batch),
+            1 => Just(Way::Dropped),
+            1 => Just(Way::Begin),
+        ],
+    )
+}
+
+/// Runs one action; errors are the sequence's own business and are ignored.
+async fn run(conn: &mut AsyncPgConnection, (i, way): (usize, Way)) {
+    let (statement, single) = STATEMENTS[i];
+    match way {
+        Way::Query if single => drop(sql_query(statement).execute(conn).await),
+        Way::Dropped => {
+            let mut sent = std::pin::pin!(conn.batch_execute(statement));
+            std::future::poll_fn(|cx| {
+                let _ = sent.as_mut().poll(cx);
+                std::task::Poll::Ready(())
+            })
+            .await;
+        }
+        Way::Begin => drop(AnsiTransactionManager::begin_transaction(conn).await),
+        _ => drop(conn.batch_execute(statement).await),
+    }
+}
+
+/// Everything the next user can observe of a session, as one text.
+const FINGERPRINT: &str = "concat_ws('|', current_user, session_user, \
+    current_setting('search_path'), current_setting('statement_timeout'), \
+    current_setting('default_transaction_read_only'), \
+    coalesce(current_setting('app.tenant', true), '<none>'), \
+    (SELECT count(*) FROM pg_class WHERE relnamespace = pg_my_temp_schema()), \
+    (SELECT count(*) FROM pg_prepared_statements WHERE from_sql), \
+    (SELECT count(*) FROM pg_listening_channels()), \
+    (SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid()), \
+    (SELECT count(*) FROM pg_cursors), now() = statement_timestamp())";
+
+async fn fingerprint(conn: &mut AsyncPgConnection) -> String {
+    select(sql::<Text>(FINGERPRINT))
+        .get_result(conn)
+        .await
+        .unwrap_or_else(|e| format!("error: {e}"))
+}
+
+#[test]
+fn the_next_user_always_sees_a_session_like_a_new_one() {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let Some(url) = rt.block_on(service(
+        "POOLER_POSTGRES_URL",
+        "postgres://postgres@127.0.0.1:5432/test",
+        host_port,
+    )) else {
+        return;
+    };
+    let (pool, fresh) = rt.block_on(async {
+        let mut admin = AsyncPgConnection::establish(&url).await.unwrap();
+        admin
+            .batch_execute(
+                "DO $$BEGIN IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'pooler_tenant') \
+                 THEN CREATE ROLE pooler_tenant NOLOGIN; END IF; END$$; \
+                 CREATE SEQUENCE IF NOT EXISTS pooler_fuzz_seq; \
+                 GRANT USAGE ON SEQUENCE pooler_fuzz_seq TO PUBLIC; \
+                 CREATE TABLE IF NOT EXISTS pooler_fuzz_diesel_writes (n bigint)",
+            )
+            .await
+            .unwrap();
+        // The custom setting the application uses, defined at connect (a custom setting
+        // once set stays defined on the session, so the reset restores it to this).
+        let manager = DieselManager::<AsyncPgConnection>::new(url.as_str()).hooks(
+            pooler::Hooks::default().after_connect(|conn: &mut AsyncPgConnection| {
+                Box::pin(async move {
+                    conn.batch_execute("SELECT set_config('app.tenant', '', false)")
+                        .await?;
+                    Ok(())
+                })
+            }),
+        );
+        let pool = Pool::start(PoolConfig::new("diesel-fuzz", 1, 1), manager)
+            .await
+            .unwrap();
+        let mut conn = pool.take_member(Duration::from_secs(5)).await.unwrap();
+        let fresh = fingerprint(&mut conn).await;
+        drop(conn);
+        (pool, fresh)
+    });
+    let mut runner = proptest::test_runner::TestRunner::new(ProptestConfig {
+        cases: pooler_testkit::fuzz_cases(),
+        failure_persistence: Some(Box::new(
+            proptest::test_runner::FileFailurePersistence::WithSource("proptest-regressions"),
+        )),
+        ..ProptestConfig::default()
+    });
+    let counter = std::sync::atomic::AtomicI64::new(0);
+    let outcome = runner.run(&proptest::collection::vec(action(), 1..8), |actions| {
+        let n = counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+        let (seen, kept) = rt.block_on(async {
+            let mut conn = pool.take_member(Duration::from_secs(10)).await.unwrap();
+            for a in &actions {
+                run(&mut conn, *a).await;
+            }
+            drop(conn);
+            let mut conn = pool.take_member(Duration::from_secs(10)).await.unwrap();
+            let seen = fingerprint(&mut conn).await;
+            let wrote = sql_query(format!(
+                "INSERT INTO pooler_fuzz_diesel_writes VALUES ({n})"
+            ))
+            .execute(&mut *conn)
+            .await;
+            if seen != fresh || wrote.is_err() {
+                // Leaked: replaced, so the next case starts from a clean connection.
+                Member::fail(conn);
+            } else {
+                drop(conn);
+            }
+            let mut conn = pool.take_member(Duration::from_secs(10)).await.unwrap();
+            let kept: String = select(sql::<Text>(&format!(
+                "(SELECT count(*) FROM pooler_fuzz_diesel_writes WHERE n = {n})::text"
+            )))
+            .get_result(&mut *conn)
+            .await
+            .unwrap();
+            drop(conn);
+            (seen, kept)
+        });
+        let actions: Vec<_> = actions
+            .iter()
+            .map(|(i, way)| format!("{way:?}: {}", STATEMENTS[*i].0))
+            .collect();
+        prop_assert_eq!(
+            &seen,
+            &fresh,
+            "after {:#?} the next user's session differs from a new one's",
+            actions
+        );
+        prop_assert_eq!(
+            kept.as_str(),
+            "1",
+            "after {:#?} the next user's write was lost",
+            actions
+        );
+        Ok(())
+    });
+    rt.block_on(async {
+        if let Ok(mut admin) = AsyncPgConnection::establish(&url).await {
+            let _ = admin
+                .batch_execute("DELETE FROM pooler_fuzz_diesel_writes")
+                .await;
+        }
+        pool.close(Shutdown::Graceful).await;
+    });
+    if let Err(e) = outcome {
+        panic!("{e}");
+    }
+}
