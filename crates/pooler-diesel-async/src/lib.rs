@@ -118,36 +118,51 @@ fn with_pg_liveness(url: &str) -> String {
 #[cfg(feature = "mysql")]
 const MYSQL_LIVENESS: [(&str, &str); 1] = [("tcp_keepalive", "10000")];
 
+/// MariaDB's per-session counts of the statements that can leave state no statement clears,
+/// as one text.
+#[cfg(feature = "mysql")]
+macro_rules! mariadb_counts {
+    () => {
+        "(SELECT GROUP_CONCAT(VARIABLE_VALUE ORDER BY VARIABLE_NAME) \
+         FROM information_schema.SESSION_STATUS WHERE VARIABLE_NAME IN ('COM_SET_OPTION', \
+         'COM_CREATE_TABLE', 'COM_CREATE_TEMPORARY_TABLE', 'COM_CREATE_SEQUENCE', \
+         'COM_CHANGE_DB', 'COM_PREPARE_SQL', 'COM_CALL_PROCEDURE', 'COM_HA_OPEN', \
+         'COM_XA_START'))"
+    };
+}
+
+/// MySQL's, from `performance_schema` (it has no separate count of temporary tables).
+#[cfg(feature = "mysql")]
+macro_rules! mysql_counts {
+    () => {
+        "(SELECT GROUP_CONCAT(VARIABLE_VALUE ORDER BY VARIABLE_NAME) \
+         FROM performance_schema.session_status WHERE VARIABLE_NAME IN ('Com_set_option', \
+         'Com_create_table', 'Com_change_db', 'Com_prepare_sql', 'Com_call_procedure', \
+         'Com_ha_open', 'Com_xa_start'))"
+    };
+}
+
 /// MariaDB's session check: its counts of the statements that leave state, and its user
 /// variables (the pool's own, `@pooler_session`, aside).
 #[cfg(feature = "mysql")]
 const MARIADB_SESSION: SessionCheck = SessionCheck {
-    snapshot: "SET @pooler_session = (SELECT GROUP_CONCAT(VARIABLE_VALUE ORDER BY VARIABLE_NAME) \
-        FROM information_schema.SESSION_STATUS WHERE VARIABLE_NAME IN ('COM_SET_OPTION', \
-        'COM_CREATE_TABLE', 'COM_CREATE_TEMPORARY_TABLE', 'COM_CREATE_SEQUENCE', \
-        'COM_CHANGE_DB', 'COM_PREPARE_SQL', 'COM_CALL_PROCEDURE', 'COM_HA_OPEN', 'COM_XA_START'))",
-    unchanged: "(SELECT GROUP_CONCAT(VARIABLE_VALUE ORDER BY VARIABLE_NAME) \
-        FROM information_schema.SESSION_STATUS WHERE VARIABLE_NAME IN ('COM_SET_OPTION', \
-        'COM_CREATE_TABLE', 'COM_CREATE_TEMPORARY_TABLE', 'COM_CREATE_SEQUENCE', \
-        'COM_CHANGE_DB', 'COM_PREPARE_SQL', 'COM_CALL_PROCEDURE', 'COM_HA_OPEN', 'COM_XA_START')) \
-        <=> @pooler_session AND (SELECT COUNT(*) FROM information_schema.USER_VARIABLES \
-        WHERE VARIABLE_NAME <> 'pooler_session') = 0",
+    snapshot: concat!("SET @pooler_session = ", mariadb_counts!()),
+    unchanged: concat!(
+        mariadb_counts!(),
+        " <=> @pooler_session AND (SELECT COUNT(*) FROM information_schema.USER_VARIABLES \
+         WHERE VARIABLE_NAME <> 'pooler_session') = 0"
+    ),
 };
 
-/// MySQL's: the same counts and user variables from `performance_schema` (8.0.16 and later,
-/// `performance_schema` on).
+/// MySQL's: the same from `performance_schema` (8.0.16 and later, `performance_schema` on).
 #[cfg(feature = "mysql")]
 const MYSQL_SESSION: SessionCheck = SessionCheck {
-    snapshot: "SET @pooler_session = (SELECT GROUP_CONCAT(VARIABLE_VALUE ORDER BY VARIABLE_NAME) \
-        FROM performance_schema.session_status WHERE VARIABLE_NAME IN ('Com_set_option', \
-        'Com_create_table', 'Com_change_db', 'Com_prepare_sql', 'Com_call_procedure', \
-        'Com_ha_open', 'Com_xa_start'))",
-    unchanged: "(SELECT GROUP_CONCAT(VARIABLE_VALUE ORDER BY VARIABLE_NAME) \
-        FROM performance_schema.session_status WHERE VARIABLE_NAME IN ('Com_set_option', \
-        'Com_create_table', 'Com_change_db', 'Com_prepare_sql', 'Com_call_procedure', \
-        'Com_ha_open', 'Com_xa_start')) <=> @pooler_session \
-        AND (SELECT COUNT(*) FROM performance_schema.user_variables_by_thread \
-        WHERE THREAD_ID = PS_CURRENT_THREAD_ID() AND VARIABLE_NAME <> 'pooler_session') = 0",
+    snapshot: concat!("SET @pooler_session = ", mysql_counts!()),
+    unchanged: concat!(
+        mysql_counts!(),
+        " <=> @pooler_session AND (SELECT COUNT(*) FROM performance_schema.user_variables_by_thread \
+         WHERE THREAD_ID = PS_CURRENT_THREAD_ID() AND VARIABLE_NAME <> 'pooler_session') = 0"
+    ),
 };
 
 /// `url` with each of `params` it does not name: as query parameters of a URL (`is_url`), or
