@@ -7,9 +7,7 @@
 #![cfg(feature = "mysql")]
 #![allow(clippy::disallowed_methods)] // tests spawn their own consumers
 
-use std::time::{Duration, Instant};
-
-use pooler::{Member, Pool, PoolConfig, Shutdown};
+use pooler::Pool;
 use pooler_diesel_async::DieselManager;
 use pooler_diesel_async::diesel_async::{AsyncMysqlConnection, SimpleAsyncConnection};
 use pooler_testkit::blackhole::Blackhole;
@@ -31,38 +29,14 @@ async fn an_idle_member_on_a_dead_link_is_checked_and_never_handed_out() {
     };
     // Not over the Unix socket mysql_async moves to for a server on this host.
     let via = format!("mysql://root@{}/test?prefer_socket=false", hole.addr());
-    let config = PoolConfig::builder("diesel-mysql-dead")
-        .init_count(1)
-        .max_count(1)
-        .idle_check_threshold(Duration::ZERO)
-        .member_start_timeout(Duration::from_secs(2))
-        .build()
-        .unwrap();
-    let pool = Pool::start(config, DieselManager::<AsyncMysqlConnection>::new(via))
-        .await
-        .unwrap();
-    let first = {
-        let mut conn = pool.take_member(Duration::from_secs(5)).await.unwrap();
-        conn.batch_execute("SELECT 1").await.unwrap();
-        Member::id(&conn)
-    };
-    hole.set_down(true);
-    let took = scenarios::refused_while_down(&pool, Duration::from_secs(5)).await;
-    eprintln!("a take over a dead link ended after {took:?}");
-    hole.set_down(false);
-    let back = Instant::now();
-    let mut conn = pool
-        .take_member(Duration::from_secs(30))
-        .await
-        .expect("a member once the link is back");
-    assert_ne!(Member::id(&conn), first);
-    conn.batch_execute("SELECT 1").await.unwrap();
-    eprintln!(
-        "serving again {:?} after the link came back",
-        back.elapsed()
-    );
-    drop(conn);
-    hole.set_down(true);
-    scenarios::closes_within(&pool, Shutdown::Graceful, Duration::from_secs(3)).await;
-    hole.set_down(false);
+    let pool = Pool::start(
+        scenarios::checked_config("diesel-mysql-dead"),
+        DieselManager::<AsyncMysqlConnection>::new(via),
+    )
+    .await
+    .unwrap();
+    scenarios::checked_across_a_dead_link(&pool, &hole, async |conn| {
+        conn.batch_execute("SELECT 1").await.is_ok()
+    })
+    .await;
 }

@@ -32,42 +32,16 @@ async fn an_idle_member_on_a_dead_link_is_checked_and_never_handed_out() {
     // Not over the Unix socket mysql_async moves to when the server is on this host: that
     // would bypass the link.
     let via = format!("mysql://root@{}/test?prefer_socket=false", hole.addr());
-    let config = PoolConfig::builder("mysql-dead")
-        .init_count(1)
-        .max_count(1)
-        .idle_check_threshold(Duration::ZERO)
-        .member_start_timeout(Duration::from_secs(2))
-        .build()
-        .unwrap();
-    let pool = Pool::start(config, MysqlManager::new(&via).unwrap())
-        .await
-        .unwrap();
-    let first = {
-        let mut conn = pool.take_member(Duration::from_secs(5)).await.unwrap();
-        let one: Option<i64> = conn.query_first("SELECT 1").await.unwrap();
-        assert_eq!(one, Some(1));
-        Member::id(&conn)
-    };
-    hole.set_down(true);
-    let took = scenarios::refused_while_down(&pool, Duration::from_secs(5)).await;
-    eprintln!("a take over a dead link ended after {took:?}");
-    hole.set_down(false);
-    let back = Instant::now();
-    let mut conn = pool
-        .take_member(Duration::from_secs(30))
-        .await
-        .expect("a member once the link is back");
-    assert_ne!(Member::id(&conn), first);
-    let one: Option<i64> = conn.query_first("SELECT 1").await.unwrap();
-    assert_eq!(one, Some(1));
-    eprintln!(
-        "serving again {:?} after the link came back",
-        back.elapsed()
-    );
-    drop(conn);
-    hole.set_down(true);
-    scenarios::closes_within(&pool, Shutdown::Graceful, Duration::from_secs(3)).await;
-    hole.set_down(false);
+    let pool = Pool::start(
+        scenarios::checked_config("mysql-dead"),
+        MysqlManager::new(&via).unwrap(),
+    )
+    .await
+    .unwrap();
+    scenarios::checked_across_a_dead_link(&pool, &hole, async |conn| {
+        conn.query_first::<i64, _>("SELECT 1").await.ok().flatten() == Some(1)
+    })
+    .await;
 }
 
 /// A frozen server, seen from the wire (`Proxy::stall` in both directions: the proxy's

@@ -242,3 +242,67 @@ pub async fn closes_within<M: Manager>(pool: &Pool<M>, how: Shutdown, bound: Dur
     assert_eq!(pool.live_tasks(), 0, "{how:?} close left tasks");
     took
 }
+
+/// The config [`checked_across_a_dead_link`] expects: one member, checked before every take
+/// (`idle_check_threshold` 0), each check and start bounded by 2 s.
+///
+/// # Panics
+///
+/// Never: the config is valid.
+#[must_use]
+pub fn checked_config(name: &str) -> PoolConfig {
+    PoolConfig::builder(name)
+        .init_count(1)
+        .max_count(1)
+        .idle_check_threshold(Duration::ZERO)
+        .member_start_timeout(Duration::from_secs(2))
+        .build()
+        .expect("a valid config")
+}
+
+/// A member idle on a link that dies is checked before it is handed out — the check times
+/// out at `member_start_timeout` — and replaced, never handed out: the take ends at its
+/// deadline with no member; once the link is back the pool serves again with a new member
+/// that `works`; a close while the link is down does not wait on it and leaves no task.
+/// `pool` has the [`checked_config`] and reaches its server through `hole`. Closes the pool.
+///
+/// # Cancel safety
+///
+/// Not meant to be cancelled: dropped mid-way, the link may stay down.
+pub async fn checked_across_a_dead_link<M: Manager>(
+    pool: &Pool<M>,
+    hole: &crate::blackhole::Blackhole,
+    works: impl AsyncFn(&mut Member<M>) -> bool,
+) {
+    let first = {
+        let mut member = pool.take_member(Duration::from_secs(5)).await.unwrap();
+        assert!(works(&mut member).await, "a member works before the fault");
+        Member::id(&member)
+    };
+    hole.set_down(true);
+    let took = refused_while_down(pool, Duration::from_secs(5)).await;
+    eprintln!("a take over a dead link ended after {took:?}");
+    hole.set_down(false);
+    let back = Instant::now();
+    let mut member = pool
+        .take_member(Duration::from_secs(30))
+        .await
+        .expect("a member once the link is back");
+    assert_ne!(
+        Member::id(&member),
+        first,
+        "the member on the dead link came back"
+    );
+    assert!(
+        works(&mut member).await,
+        "a member works once the link is back"
+    );
+    eprintln!(
+        "serving again {:?} after the link came back",
+        back.elapsed()
+    );
+    drop(member);
+    hole.set_down(true);
+    closes_within(pool, Shutdown::Graceful, Duration::from_secs(3)).await;
+    hole.set_down(false);
+}
