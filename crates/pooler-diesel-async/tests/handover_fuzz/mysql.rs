@@ -11,6 +11,7 @@
 
 use std::time::Duration;
 
+use super::{Way, sequences};
 use pooler::{Member, Pool, PoolConfig, Shutdown};
 use pooler_diesel_async::DieselManager;
 use pooler_diesel_async::diesel::dsl::sql;
@@ -21,21 +22,6 @@ use pooler_diesel_async::diesel_async::{
     SimpleAsyncConnection, TransactionManager,
 };
 use pooler_testkit::{host_port, service};
-use proptest::prelude::*;
-
-/// How a statement is sent.
-#[derive(Debug, Clone, Copy)]
-enum Way {
-    /// `sql_query(..).execute`: a prepared statement (some statements are refused there).
-    Query,
-    /// `batch_execute`: the text protocol.
-    Batch,
-    /// `batch_execute` polled once and dropped.
-    Dropped,
-    /// diesel's transaction manager begins a transaction, left open (the statement is not
-    /// sent).
-    Begin,
-}
 
 /// The statements drawn from.
 const STATEMENTS: &[&str] = &[
@@ -58,18 +44,6 @@ const STATEMENTS: &[&str] = &[
     "PREPARE pooler_fuzz_p FROM 'SELECT 1'",
     "HANDLER pooler_fuzz_mysql_writes OPEN",
 ];
-
-fn action() -> impl Strategy<Value = (usize, Way)> {
-    (
-        0..STATEMENTS.len(),
-        prop_oneof![
-            3 => Just(Way::Query),
-            3 => Just(Way::Batch),
-            1 => Just(Way::Dropped),
-            1 => Just(Way::Begin),
-        ],
-    )
-}
 
 /// Runs one action; errors are the sequence's own business and are ignored.
 async fn run(conn: &mut AsyncMysqlConnection, (i, way): (usize, Way)) {
@@ -147,61 +121,40 @@ fn the_next_user_always_sees_a_session_like_a_new_one() {
         drop(conn);
         (pool, fresh)
     });
-    let mut runner = proptest::test_runner::TestRunner::new(ProptestConfig {
-        cases: pooler_testkit::fuzz_cases(),
-        failure_persistence: Some(Box::new(
-            proptest::test_runner::FileFailurePersistence::WithSource("proptest-regressions"),
-        )),
-        ..ProptestConfig::default()
-    });
-    let counter = std::sync::atomic::AtomicI64::new(0);
-    let outcome = runner.run(&proptest::collection::vec(action(), 1..8), |actions| {
-        let n = counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
-        let (seen, kept) = rt.block_on(async {
-            let mut conn = pool.take_member(Duration::from_secs(10)).await.unwrap();
-            for a in &actions {
-                run(&mut conn, *a).await;
-            }
-            drop(conn);
-            let mut conn = pool.take_member(Duration::from_secs(10)).await.unwrap();
-            let seen = fingerprint(&mut conn).await;
-            let wrote = sql_query(format!("INSERT INTO pooler_fuzz_mysql_writes VALUES ({n})"))
-                .execute(&mut *conn)
-                .await;
-            if seen != fresh || wrote.is_err() {
-                // Leaked: replaced, so the next case starts from a clean connection.
-                Member::fail(conn);
-            } else {
+    let outcome = sequences(
+        STATEMENTS.len(),
+        |i| STATEMENTS[i].to_owned(),
+        &fresh,
+        |actions, n| {
+            rt.block_on(async {
+                let mut conn = pool.take_member(Duration::from_secs(10)).await.unwrap();
+                for a in actions {
+                    run(&mut conn, *a).await;
+                }
                 drop(conn);
-            }
-            let mut conn = pool.take_member(Duration::from_secs(10)).await.unwrap();
-            let kept: String = select(sql::<Text>(&format!(
-                "CAST((SELECT COUNT(*) FROM pooler_fuzz_mysql_writes WHERE n = {n}) AS CHAR)"
-            )))
-            .get_result(&mut *conn)
-            .await
-            .unwrap_or_else(|e| format!("error: {e}"));
-            drop(conn);
-            (seen, kept)
-        });
-        let actions: Vec<_> = actions
-            .iter()
-            .map(|(i, way)| format!("{way:?}: {}", STATEMENTS[*i]))
-            .collect();
-        prop_assert_eq!(
-            &seen,
-            &fresh,
-            "after {:#?} the next user's session differs from a new one's",
-            actions
-        );
-        prop_assert_eq!(
-            kept.as_str(),
-            "1",
-            "after {:#?} the next user's write was lost",
-            actions
-        );
-        Ok(())
-    });
+                let mut conn = pool.take_member(Duration::from_secs(10)).await.unwrap();
+                let seen = fingerprint(&mut conn).await;
+                let wrote = sql_query(format!("INSERT INTO pooler_fuzz_mysql_writes VALUES ({n})"))
+                    .execute(&mut *conn)
+                    .await;
+                if seen != fresh || wrote.is_err() {
+                    // Leaked: replaced, so the next case starts from a clean connection.
+                    Member::fail(conn);
+                } else {
+                    drop(conn);
+                }
+                let mut conn = pool.take_member(Duration::from_secs(10)).await.unwrap();
+                let kept: String = select(sql::<Text>(&format!(
+                    "CAST((SELECT COUNT(*) FROM pooler_fuzz_mysql_writes WHERE n = {n}) AS CHAR)"
+                )))
+                .get_result(&mut *conn)
+                .await
+                .unwrap_or_else(|e| format!("error: {e}"));
+                drop(conn);
+                (seen, kept)
+            })
+        },
+    );
     rt.block_on(async {
         if let Ok(mut admin) = AsyncMysqlConnection::establish(&url).await {
             let _ = admin

@@ -9,6 +9,7 @@
 
 use std::time::Duration;
 
+use super::{Way, sequences};
 use pooler::{Member, Pool, PoolConfig, Shutdown};
 use pooler_diesel_async::DieselManager;
 use pooler_diesel_async::diesel::dsl::sql;
@@ -19,21 +20,6 @@ use pooler_diesel_async::diesel_async::{
     TransactionManager,
 };
 use pooler_testkit::{host_port, service};
-use proptest::prelude::*;
-
-/// How a statement is sent.
-#[derive(Debug, Clone, Copy)]
-enum Way {
-    /// `sql_query(..).execute`: the extended protocol, one statement.
-    Query,
-    /// `batch_execute`: a simple Query, several statements allowed.
-    Batch,
-    /// `batch_execute` polled once and dropped.
-    Dropped,
-    /// diesel's transaction manager begins a transaction, left open (the statement is not
-    /// sent).
-    Begin,
-}
 
 /// The statements drawn from: (SQL, whether it is one statement `sql_query` can send).
 const STATEMENTS: &[(&str, bool)] = &[
@@ -62,18 +48,6 @@ const STATEMENTS: &[(&str, bool)] = &[
     ("BEGIN; SET search_path TO pg_catalog; COMMIT", false),
     ("SELECT 1; SET ROLE pooler_tenant", false),
 ];
-
-fn action() -> impl Strategy<Value = (usize, Way)> {
-    (
-        0..STATEMENTS.len(),
-        prop_oneof![
-            3 => Just(Way::Query),
-            3 => Just(Way::Batch),
-            1 => Just(Way::Dropped),
-            1 => Just(Way::Begin),
-        ],
-    )
-}
 
 /// Runs one action; errors are the sequence's own business and are ignored.
 async fn run(conn: &mut AsyncPgConnection, (i, way): (usize, Way)) {
@@ -156,63 +130,42 @@ fn the_next_user_always_sees_a_session_like_a_new_one() {
         drop(conn);
         (pool, fresh)
     });
-    let mut runner = proptest::test_runner::TestRunner::new(ProptestConfig {
-        cases: pooler_testkit::fuzz_cases(),
-        failure_persistence: Some(Box::new(
-            proptest::test_runner::FileFailurePersistence::WithSource("proptest-regressions"),
-        )),
-        ..ProptestConfig::default()
-    });
-    let counter = std::sync::atomic::AtomicI64::new(0);
-    let outcome = runner.run(&proptest::collection::vec(action(), 1..8), |actions| {
-        let n = counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
-        let (seen, kept) = rt.block_on(async {
-            let mut conn = pool.take_member(Duration::from_secs(10)).await.unwrap();
-            for a in &actions {
-                run(&mut conn, *a).await;
-            }
-            drop(conn);
-            let mut conn = pool.take_member(Duration::from_secs(10)).await.unwrap();
-            let seen = fingerprint(&mut conn).await;
-            let wrote = sql_query(format!(
-                "INSERT INTO pooler_fuzz_diesel_writes VALUES ({n})"
-            ))
-            .execute(&mut *conn)
-            .await;
-            if seen != fresh || wrote.is_err() {
-                // Leaked: replaced, so the next case starts from a clean connection.
-                Member::fail(conn);
-            } else {
+    let outcome = sequences(
+        STATEMENTS.len(),
+        |i| STATEMENTS[i].0.to_owned(),
+        &fresh,
+        |actions, n| {
+            rt.block_on(async {
+                let mut conn = pool.take_member(Duration::from_secs(10)).await.unwrap();
+                for a in actions {
+                    run(&mut conn, *a).await;
+                }
                 drop(conn);
-            }
-            let mut conn = pool.take_member(Duration::from_secs(10)).await.unwrap();
-            let kept: String = select(sql::<Text>(&format!(
-                "(SELECT count(*) FROM pooler_fuzz_diesel_writes WHERE n = {n})::text"
-            )))
-            .get_result(&mut *conn)
-            .await
-            .unwrap();
-            drop(conn);
-            (seen, kept)
-        });
-        let actions: Vec<_> = actions
-            .iter()
-            .map(|(i, way)| format!("{way:?}: {}", STATEMENTS[*i].0))
-            .collect();
-        prop_assert_eq!(
-            &seen,
-            &fresh,
-            "after {:#?} the next user's session differs from a new one's",
-            actions
-        );
-        prop_assert_eq!(
-            kept.as_str(),
-            "1",
-            "after {:#?} the next user's write was lost",
-            actions
-        );
-        Ok(())
-    });
+                let mut conn = pool.take_member(Duration::from_secs(10)).await.unwrap();
+                let seen = fingerprint(&mut conn).await;
+                let wrote = sql_query(format!(
+                    "INSERT INTO pooler_fuzz_diesel_writes VALUES ({n})"
+                ))
+                .execute(&mut *conn)
+                .await;
+                if seen != fresh || wrote.is_err() {
+                    // Leaked: replaced, so the next case starts from a clean connection.
+                    Member::fail(conn);
+                } else {
+                    drop(conn);
+                }
+                let mut conn = pool.take_member(Duration::from_secs(10)).await.unwrap();
+                let kept: String = select(sql::<Text>(&format!(
+                    "(SELECT count(*) FROM pooler_fuzz_diesel_writes WHERE n = {n})::text"
+                )))
+                .get_result(&mut *conn)
+                .await
+                .unwrap();
+                drop(conn);
+                (seen, kept)
+            })
+        },
+    );
     rt.block_on(async {
         if let Ok(mut admin) = AsyncPgConnection::establish(&url).await {
             let _ = admin
