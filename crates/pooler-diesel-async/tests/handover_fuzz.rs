@@ -3,6 +3,7 @@
 //! of the session must equal a new connection's, and B's write must be durable. Live.
 //!
 //! CI runs `POOLER_FUZZ_CASES` sequences (default 64); the documented long run is 10 000.
+#![cfg(any(feature = "postgres", feature = "mysql"))]
 #![allow(clippy::disallowed_methods)] // tests spawn their own consumers
 
 use proptest::prelude::*;
