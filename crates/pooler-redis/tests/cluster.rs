@@ -13,7 +13,16 @@ use pooler::{Member, Pool, PoolConfig};
 use pooler_redis::{ClusterManager, ClusterPool, redis};
 use pooler_testkit::redis::{RedisCluster, RedisServer};
 
-const NODE_TIMEOUT: Duration = Duration::from_millis(1000);
+/// The node timeout of the cluster whose master the test kills: the replica is promoted
+/// about this long after the kill.
+const FAILOVER_NODE_TIMEOUT: Duration = Duration::from_millis(1000);
+/// The node timeout of the other tests' clusters: long enough that a node slowed by a loaded
+/// machine is never failed over by mistake (a master turned replica refuses `SETSLOT`).
+const NODE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// One cluster at a time: six servers per test on two cores, several tests at once, starve
+/// a node past its timeout.
+static ONE_CLUSTER: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 async fn pool(cluster: &RedisCluster, name: &str, size: usize) -> ClusterPool {
     let config = PoolConfig::new(name, size, size)
@@ -75,7 +84,14 @@ fn owner(node: &RedisServer, slot: u16) -> Option<Master> {
 /// Sends `args` to `node` with `redis-cli`; it must answer `OK`.
 fn ok(node: &RedisServer, args: &[&str]) {
     let answer = node.cli(args);
-    assert_eq!(answer.trim(), "OK", "{args:?}");
+    assert_eq!(
+        answer.trim(),
+        "OK",
+        "{args:?} on {}: {}\n{}",
+        node.port(),
+        node.cli(&["ROLE"]),
+        node.cli(&["CLUSTER", "NODES"])
+    );
 }
 
 fn node_on(cluster: &RedisCluster, port: u16) -> &RedisServer {
@@ -183,6 +199,7 @@ async fn total(pool: &ClusterPool, tag: &str) -> u64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn keys_on_every_master_are_served_through_one_pool() {
+    let _one = ONE_CLUSTER.lock().await;
     let Some(cluster) = RedisCluster::start(3, 1, NODE_TIMEOUT) else {
         return;
     };
@@ -221,6 +238,7 @@ async fn keys_on_every_master_are_served_through_one_pool() {
 /// acknowledged is lost.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slot_migrated_under_load_loses_nothing() {
+    let _one = ONE_CLUSTER.lock().await;
     let Some(cluster) = RedisCluster::start(3, 1, NODE_TIMEOUT) else {
         return;
     };
@@ -283,7 +301,8 @@ async fn a_slot_migrated_under_load_loses_nothing() {
 /// handed out that cannot serve.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_master_killed_under_load_is_followed_to_its_promoted_replica() {
-    let Some(mut cluster) = RedisCluster::start(3, 1, NODE_TIMEOUT) else {
+    let _one = ONE_CLUSTER.lock().await;
+    let Some(mut cluster) = RedisCluster::start(3, 1, FAILOVER_NODE_TIMEOUT) else {
         return;
     };
     let pool = pool(&cluster, "cluster-kill", 4).await;
@@ -356,6 +375,7 @@ async fn a_master_killed_under_load_is_followed_to_its_promoted_replica() {
 /// command cancelled, has it replaced (no keyless command can undo them on the right node).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cluster_member_left_unclean_is_replaced() {
+    let _one = ONE_CLUSTER.lock().await;
     let Some(cluster) = RedisCluster::start(3, 0, NODE_TIMEOUT) else {
         return;
     };

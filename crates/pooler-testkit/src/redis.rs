@@ -179,6 +179,7 @@ impl RedisServer {
 /// `node_timeout`.
 pub struct RedisCluster {
     nodes: Vec<RedisServer>,
+    masters: usize,
 }
 
 impl RedisCluster {
@@ -224,7 +225,7 @@ impl RedisCluster {
             .status()
             .expect("redis-cli runs");
         assert!(created.success(), "redis-cli --cluster create failed");
-        let cluster = RedisCluster { nodes };
+        let cluster = RedisCluster { nodes, masters };
         let began = std::time::Instant::now();
         while !cluster.settled() {
             assert!(
@@ -236,8 +237,9 @@ impl RedisCluster {
         Some(cluster)
     }
 
-    /// Every node live says `cluster_state:ok` and knows every other node, and every
-    /// replica's link to its master is up.
+    /// Every node live says `cluster_state:ok`, knows every other node and sees every
+    /// replica as a replica (a replica is a master without slots in the views that have not
+    /// heard of its `CLUSTER REPLICATE` yet), and every replica's link to its master is up.
     fn settled(&self) -> bool {
         let live: Vec<&RedisServer> = self.nodes.iter().filter(|n| n.alive()).collect();
         live.iter().all(|node| {
@@ -246,10 +248,22 @@ impl RedisCluster {
                 .lines()
                 .find_map(|l| l.strip_prefix("cluster_known_nodes:"))
                 .and_then(|n| n.trim().parse::<usize>().ok());
+            let masters = node
+                .cli(&["CLUSTER", "NODES"])
+                .lines()
+                .filter(|line| {
+                    line.split_whitespace()
+                        .nth(2)
+                        .is_some_and(|f| f.contains("master"))
+                })
+                .count();
             let replication = node.cli(&["INFO", "replication"]);
             let synced = !replication.contains("role:slave")
                 || replication.contains("master_link_status:up");
-            info.contains("cluster_state:ok") && known == Some(self.nodes.len()) && synced
+            info.contains("cluster_state:ok")
+                && known == Some(self.nodes.len())
+                && masters == self.masters
+                && synced
         })
     }
 
