@@ -53,11 +53,16 @@ pub(crate) struct Parts {
 impl PgConnection {
     /// The session's transaction status as the server last stated it, read without a round
     /// trip; [`TxStatus::Unsettled`] while an answer is outstanding, or while the connection's
-    /// driver may hold a request not yet written (it has been woken and has not run since) —
-    /// which is most often so for a moment right after an extended-protocol statement
-    /// (`execute`, `query`) returns, and rarely after a simple one (`batch_execute`); in a
-    /// loop of 2 000 `SELECT 1` on a two-worker runtime, 1 999 and 6. Use
-    /// [`settled`](PgConnection::settled) for the status once the driver has caught up.
+    /// driver may hold a request not yet written (it has been woken and has not run since).
+    ///
+    /// Right after a statement run through this connection's methods (`query`, `execute`,
+    /// `batch_execute`, …, [`transaction`](PgConnection::transaction), a
+    /// [`PgTransaction`]'s and its `commit` and `rollback`) returns, it reads the server's
+    /// answer to it: they return once the driver has caught up. Not so while another statement
+    /// is under way at the same time (its answer is outstanding), after
+    /// [`query_raw`](PgConnection::query_raw) (its rows are still to come), or after a
+    /// statement run through tokio-postgres's `Client` itself; use
+    /// [`settled`](PgConnection::settled) then.
     #[must_use]
     pub fn tx_status(&self) -> TxStatus {
         self.parts.seen.status()
@@ -118,8 +123,9 @@ impl PgConnection {
     }
 
     /// Begins a transaction, as `Client::transaction` does, on a guard that also reaches
-    /// this connection's statement cache ([`PgTransaction::prepare_cached`]). Dropped
-    /// uncommitted, it rolls back (and a connection given back meanwhile waits for that).
+    /// this connection's statement cache ([`PgTransaction::prepare_cached`]) and runs
+    /// statements as the connection's methods do. Dropped uncommitted, it rolls back (and a
+    /// connection given back meanwhile waits for that).
     ///
     /// # Errors
     ///
@@ -135,11 +141,15 @@ impl PgConnection {
     /// [`Recycle::Query`](crate::Recycle::Query)).
     pub async fn transaction(&mut self) -> Result<PgTransaction<'_>, tokio_postgres::Error> {
         let Parts {
-            client, statements, ..
+            client,
+            statements,
+            seen,
+            ..
         } = &mut *self.parts;
         Ok(PgTransaction {
-            inner: client.transaction().await?,
+            inner: seen.settling(client.transaction()).await?,
             statements,
+            seen,
         })
     }
 
@@ -258,6 +268,15 @@ impl PgConnection {
         done.map_err(PgError::Postgres)
     }
 
+    /// What this connection's statements run on (the statement methods, `queries.rs`).
+    pub(crate) fn on(&self) -> crate::queries::On<'_> {
+        crate::queries::On {
+            client: &self.parts.client,
+            statements: &self.parts.statements,
+            seen: &self.parts.seen,
+        }
+    }
+
     /// The statement cache's size, capacity, hits and misses.
     #[must_use]
     pub fn statement_cache(&self) -> CacheStats {
@@ -272,10 +291,13 @@ impl PgConnection {
 }
 
 /// A transaction on a pooled connection: dereferences to tokio-postgres's
-/// [`Transaction`](tokio_postgres::Transaction), and reaches the connection's statement cache.
+/// [`Transaction`](tokio_postgres::Transaction), reaches the connection's statement cache, and
+/// has the connection's statement methods (`query`, `execute`, `batch_execute`, …), which
+/// shadow the transaction's.
 pub struct PgTransaction<'a> {
     inner: tokio_postgres::Transaction<'a>,
     statements: &'a statements::Statements,
+    seen: &'a watch::Seen,
 }
 
 impl std::fmt::Debug for PgTransaction<'_> {
@@ -285,6 +307,12 @@ impl std::fmt::Debug for PgTransaction<'_> {
 }
 
 impl<'a> PgTransaction<'a> {
+    /// [`PgConnection::tx_status`], inside the transaction.
+    #[must_use]
+    pub fn tx_status(&self) -> TxStatus {
+        self.seen.status()
+    }
+
     /// [`PgConnection::prepare_cached`], inside the transaction: the cache is the
     /// connection's, and a statement prepared here serves after the transaction too.
     ///
@@ -327,7 +355,7 @@ impl<'a> PgTransaction<'a> {
     /// As `Transaction::commit`: dropped, the transaction is rolled back unless the `COMMIT`
     /// was already on its way.
     pub async fn commit(self) -> Result<(), tokio_postgres::Error> {
-        self.inner.commit().await
+        self.seen.settling(self.inner.commit()).await
     }
 
     /// Rolls the transaction back.
@@ -340,7 +368,16 @@ impl<'a> PgTransaction<'a> {
     ///
     /// Cancel safe: dropped, the transaction is rolled back all the same.
     pub async fn rollback(self) -> Result<(), tokio_postgres::Error> {
-        self.inner.rollback().await
+        self.seen.settling(self.inner.rollback()).await
+    }
+
+    /// What this transaction's statements run on (the statement methods, `queries.rs`).
+    pub(crate) fn on(&self) -> crate::queries::On<'_> {
+        crate::queries::On {
+            client: self.inner.client(),
+            statements: self.statements,
+            seen: self.seen,
+        }
     }
 
     /// tokio-postgres's transaction itself.

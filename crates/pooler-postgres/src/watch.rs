@@ -84,13 +84,13 @@ pub enum TxStatus {
     InTransaction,
     /// In a failed transaction block (statements are refused until it ends).
     Failed,
-    /// Not known now: requests are in flight, the server has not stated a status yet, or
-    /// the connection's driver has been woken and not yet run (it may hold a request not
-    /// yet written). That last also follows most extended-protocol statements for a moment
-    /// after they return: tokio-postgres ends a statement's future at its CommandComplete,
-    /// which wakes the driver (the answer's channel freed) before its ReadyForQuery has been
-    /// read or the driver has run again. [`PgConnection::settled`](crate::PgConnection::settled)
-    /// waits that moment out (no round trip); the pool's return does the same.
+    /// Not known now: requests are in flight, the server has not stated a status yet, the
+    /// connection's driver has been woken and not yet run (it may hold a request not yet
+    /// written), or the connection is closed. tokio-postgres ends a statement's future at its
+    /// CommandComplete, which wakes the driver (the answer's channel freed) before its
+    /// ReadyForQuery has been read or the driver has run again: the statement methods of
+    /// [`PgConnection`](crate::PgConnection) wait that moment out before they return, and
+    /// [`PgConnection::settled`](crate::PgConnection::settled) waits for it (no round trip).
     Unsettled,
 }
 
@@ -118,6 +118,10 @@ pub(crate) struct Seen {
     in_copy: AtomicBool,
     /// The server is sending a `COPY … TO STDOUT` whose end has not been read.
     copy_out: AtomicBool,
+    /// The driver has ended (the connection is closed) or was dropped: no answer comes.
+    ended: AtomicBool,
+    /// Statements under way through [`Seen::settling`].
+    statements: AtomicUsize,
     /// Session state left by the statements written, as [`Dirt`] bits.
     dirt: AtomicU8,
     /// When the busy period under way began ([`now_nanos`]). Only the driver task writes
@@ -168,9 +172,35 @@ impl Seen {
             && !self.blocked.load(Ordering::SeqCst)
     }
 
+    /// Runs a statement of the connection's own methods, and, when no other is under way
+    /// through them, waits until the driver has caught up before it returns — so that
+    /// [`status`](Seen::status) then reads the server's answer to it. The wait is for the
+    /// driver to run once more (the statement's future ends at its CommandComplete and frees
+    /// its answer's channel, which wakes the driver) and for what the driver may still hold,
+    /// at most a ReadyForQuery in its buffer.
+    pub(crate) async fn settling<R>(&self, statement: impl Future<Output = R>) -> R {
+        struct UnderWay<'a>(&'a AtomicUsize);
+        impl Drop for UnderWay<'_> {
+            fn drop(&mut self) {
+                self.0.fetch_sub(1, Ordering::AcqRel);
+            }
+        }
+        self.statements.fetch_add(1, Ordering::AcqRel);
+        let under_way = UnderWay(&self.statements);
+        let done = statement.await;
+        // Another statement under way keeps its request outstanding: waiting for it would
+        // hold this one's result back for as long as that one runs.
+        if self.statements.load(Ordering::Acquire) == 1 && self.status() == TxStatus::Unsettled {
+            self.settled().await;
+        }
+        drop(under_way);
+        done
+    }
+
     /// Waits until the driver is quiet and, unless the server is in copy-in mode (whose end
     /// only the client can send), no answer is outstanding; returns the status then. An
-    /// outstanding answer always comes (the request was written), unless the connection dies:
+    /// outstanding answer always comes (the request was written) unless the connection dies,
+    /// which ends the wait with [`TxStatus::Unsettled`]; a link that goes silent does not:
     /// callers bound the wait.
     pub(crate) async fn settled(&self) -> TxStatus {
         loop {
@@ -181,7 +211,8 @@ impl Seen {
             let status = self.status();
             let done = status != TxStatus::Unsettled
                 || (self.quiet() && self.in_copy.load(Ordering::Acquire))
-                || self.expected.load(Ordering::Acquire) == 0;
+                || self.expected.load(Ordering::Acquire) == 0
+                || self.ended.load(Ordering::Acquire);
             if !done {
                 changed.await;
             }

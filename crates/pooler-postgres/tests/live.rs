@@ -790,3 +790,143 @@ async fn the_pools_own_statements_are_not_the_next_uses_latency() {
     }
     pool.close(Shutdown::Graceful).await;
 }
+
+/// Right after an awaited statement returns, the transaction status reads the server's
+/// answer to it — never `Unsettled` — whichever statement method ran it, on the connection
+/// or in a transaction, and whether it succeeded or failed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_status_is_settled_when_a_statement_returns() {
+    use TxStatus::{Failed, Idle, InTransaction};
+    let Some(url) = url().await else { return };
+    let pool = Pool::start(
+        PoolConfig::new("pg-settled", 1, 1),
+        manager(&url, "pooler-settled"),
+    )
+    .await
+    .unwrap();
+    let mut conn = pool.take_member(Duration::from_secs(5)).await.unwrap();
+    // What read otherwise than expected: how often, and the first reading.
+    let mut misses: std::collections::BTreeMap<&str, (usize, TxStatus)> = Default::default();
+    let mut check = |what: &'static str, read: TxStatus, expected: TxStatus| {
+        if read != expected {
+            misses.entry(what).or_insert((0, read)).0 += 1;
+        }
+    };
+    let cached = conn.prepare_cached("SELECT $1::int4").await.unwrap();
+    for round in 0..200_i32 {
+        conn.query("SELECT 1", &[]).await.unwrap();
+        check("query", conn.tx_status(), Idle);
+        conn.query_one("SELECT $1::int4", &[&round]).await.unwrap();
+        check("query_one", conn.tx_status(), Idle);
+        conn.query_opt("SELECT $1::int4 WHERE false", &[&round])
+            .await
+            .unwrap();
+        check("query_opt", conn.tx_status(), Idle);
+        conn.execute("SELECT $1::int4", &[&round]).await.unwrap();
+        check("execute", conn.tx_status(), Idle);
+        conn.execute_raw("SELECT $1::int4", [round]).await.unwrap();
+        check("execute_raw", conn.tx_status(), Idle);
+        conn.query(&cached, &[&round]).await.unwrap();
+        check("query (prepared)", conn.tx_status(), Idle);
+        conn.batch_execute("SELECT 1").await.unwrap();
+        check("batch_execute", conn.tx_status(), Idle);
+        conn.simple_query("SELECT 1").await.unwrap();
+        check("simple_query", conn.tx_status(), Idle);
+        conn.execute("SELECT 1/0", &[]).await.unwrap_err();
+        check("execute (failed)", conn.tx_status(), Idle);
+
+        let tx = conn.transaction().await.unwrap();
+        check("transaction", tx.tx_status(), InTransaction);
+        tx.query_one("SELECT $1::int4", &[&round]).await.unwrap();
+        check("transaction query_one", tx.tx_status(), InTransaction);
+        tx.execute("SELECT 1", &[]).await.unwrap();
+        check("transaction execute", tx.tx_status(), InTransaction);
+        tx.batch_execute("SELECT 1").await.unwrap();
+        check("transaction batch_execute", tx.tx_status(), InTransaction);
+        if round % 2 == 0 {
+            tx.commit().await.unwrap();
+            check("commit", conn.tx_status(), Idle);
+        } else {
+            tx.query_one("SELECT 1/0", &[]).await.unwrap_err();
+            check("transaction query_one (failed)", tx.tx_status(), Failed);
+            tx.rollback().await.unwrap();
+            check("rollback", conn.tx_status(), Idle);
+        }
+    }
+    assert!(
+        misses.is_empty(),
+        "read right after return, of 200: {misses:?}"
+    );
+    drop(conn);
+    pool.close(Shutdown::Graceful).await;
+}
+
+/// A connection that dies with an answer outstanding ends every wait for it: `settled`
+/// returns `Unsettled` at once rather than wait for an answer that cannot come.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_connection_ends_the_wait_for_its_answer() {
+    let Some(url) = url().await else { return };
+    let admin = admin(&url).await;
+    let pool = Pool::start(
+        PoolConfig::new("pg-settled-dead", 1, 1),
+        manager(&url, "pooler-settled-dead"),
+    )
+    .await
+    .unwrap();
+    let conn = pool.take_member(Duration::from_secs(5)).await.unwrap();
+    let pid = backend_pid(&conn).await;
+    // Sent, then given up on: its answer is owed.
+    let sleeping = tokio::time::timeout(
+        Duration::from_millis(200),
+        conn.batch_execute("SELECT pg_sleep(30)"),
+    )
+    .await;
+    assert!(sleeping.is_err(), "the sleep cannot end in 200 ms");
+    assert_eq!(conn.tx_status(), TxStatus::Unsettled);
+    let _: bool = admin
+        .query_one("SELECT pg_terminate_backend($1)", &[&pid])
+        .await
+        .unwrap()
+        .get(0);
+    let status = tokio::time::timeout(Duration::from_secs(5), conn.settled()).await;
+    assert_eq!(
+        status.ok(),
+        Some(TxStatus::Unsettled),
+        "the wait ends with the connection"
+    );
+    drop(conn);
+    pool.close(Shutdown::Graceful).await;
+}
+
+/// Two statements under way on one connection at once (pipelined): the first answered
+/// returns at its answer, not once the other's is in too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_statement_does_not_wait_for_another_under_way() {
+    let Some(url) = url().await else { return };
+    let pool = Pool::start(
+        PoolConfig::new("pg-settled-pipelined", 1, 1),
+        manager(&url, "pooler-settled-pipelined"),
+    )
+    .await
+    .unwrap();
+    let conn = pool.take_member(Duration::from_secs(5)).await.unwrap();
+    // Its parameter types described first: the description is a round trip of its own.
+    conn.query_one("SELECT $1::int4", &[&1_i32]).await.unwrap();
+    let began = std::time::Instant::now();
+    let quick = async {
+        conn.query_one("SELECT $1::int4", &[&1_i32]).await.unwrap();
+        began.elapsed()
+    };
+    let slow = async {
+        conn.execute("SELECT pg_sleep(2)", &[]).await.unwrap();
+        began.elapsed()
+    };
+    let (quick, slow) = tokio::join!(quick, slow);
+    assert!(
+        quick < Duration::from_secs(1) && slow >= Duration::from_secs(2),
+        "the quick statement returned after {quick:?}, the slow one after {slow:?}"
+    );
+    assert_eq!(conn.tx_status(), TxStatus::Idle, "both answered");
+    drop(conn);
+    pool.close(Shutdown::Graceful).await;
+}

@@ -56,6 +56,10 @@ async fn workload(pool: &pooler_postgres::Pool) -> (usize, Option<String>) {
                     Ok(row) => assert_eq!(row.get::<_, i32>(0), n + 1),
                     Err(e) => fail(format!("query_one: {e:?}")),
                 }
+                // A statement returns settled, behind PgBouncer too.
+                if conn.tx_status() != TxStatus::Idle {
+                    fail(format!("status after query_one: {:?}", conn.tx_status()));
+                }
                 match conn
                     .query_opt("SELECT $1::text WHERE $2::bool", &[&"x", &false])
                     .await

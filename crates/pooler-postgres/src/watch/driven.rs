@@ -84,9 +84,21 @@ impl<F: Future + Unpin> Future for Driven<F> {
         this.seen.woken.store(false, Ordering::SeqCst);
         let polled = Pin::new(&mut this.inner).poll(&mut Context::from_waker(&this.waker));
         this.seen.busy.store(false, Ordering::SeqCst);
+        if polled.is_ready() {
+            this.seen.ended.store(true, Ordering::Release);
+        }
         if this.seen.watchers.load(Ordering::SeqCst) > 0 {
             this.seen.changed.notify_waiters();
         }
         polled
+    }
+}
+
+impl<F> Drop for Driven<F> {
+    /// The driver's task ended or was aborted: no answer comes any more, and whoever waits
+    /// for one hears so.
+    fn drop(&mut self) {
+        self.seen.ended.store(true, Ordering::Release);
+        self.seen.changed.notify_waiters();
     }
 }
