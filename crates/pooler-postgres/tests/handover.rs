@@ -528,8 +528,8 @@ async fn the_transaction_modes_end_the_transaction_and_keep_the_session() {
 /// a session advisory lock) through cached statements. From the second request on, a cached
 /// statement is only bound and executed — its text is never sent again — yet it leaves the
 /// same state each time: the next request must never run as the previous tenant or inherit
-/// its lock. Through the connection, inside a transaction, and pipelined; the connection is
-/// reset, not replaced.
+/// its lock. Through the connection, as query strings, inside a transaction, and pipelined;
+/// the connection is reset, not replaced.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cached_statement_dirties_the_session_on_every_use() {
     let Some(url) = url().await else { return };
@@ -540,7 +540,7 @@ async fn a_cached_statement_dirties_the_session_on_every_use() {
     const SET: &str = "SELECT set_config('app.tenant', $1, false)";
     const LOCK: &str = "SELECT pg_advisory_lock($1)";
     for round in 0..3_i64 {
-        for how in ["connection", "transaction", "pipelined"] {
+        for how in ["connection", "string", "transaction", "pipelined"] {
             let mut conn = take(&pool).await;
             let tenant = format!("{round}");
             match how {
@@ -549,6 +549,13 @@ async fn a_cached_statement_dirties_the_session_on_every_use() {
                     conn.query_one(&set, &[&tenant]).await.unwrap();
                     let lock = conn.prepare_cached(LOCK).await.unwrap();
                     conn.query_one(&lock, &[&(7000 + round)]).await.unwrap();
+                }
+                "string" => {
+                    // The query strings themselves: on the unnamed statement, described once.
+                    conn.query_one(SET, &[&tenant]).await.unwrap();
+                    let tx = conn.transaction().await.unwrap();
+                    tx.query_one(LOCK, &[&(7200 + round)]).await.unwrap();
+                    tx.commit().await.unwrap();
                 }
                 "transaction" => {
                     let tx = conn.transaction().await.unwrap();
