@@ -468,8 +468,15 @@ pub(crate) async fn main(dir: &Path, smoke: bool, rounds: usize, only: &str) {
 /// A fixed amount of client-side work for callgrind: `n` `SELECT 1` from one task through
 /// `who` ("pooler", "pooler-nothing" or "deadpool"), pool of 1, on a current-thread runtime.
 /// The server's work is not counted (it is another process), so the instructions are what
-/// the pool and its adapter cost the client.
-pub(crate) async fn fixed_postgres(who: &str, n: u32) {
+/// the pool and its adapter cost the client. With `armed`, a timer far in the future is
+/// armed for the run, as any program with a timeout pending has one: pooler's pool keeps
+/// timers of its own (lifetimes, culling), and with one armed the runtime's timer wheel
+/// works at every park (about 600 instructions a query here), which deadpool, arming none,
+/// is otherwise spared.
+pub(crate) async fn fixed_postgres(who: &str, n: u32, armed: bool) {
+    let _timer = armed.then(|| {
+        tokio::spawn(tokio::time::sleep(std::time::Duration::from_secs(3600)))
+    });
     if who == "deadpool" {
         let pool = deadpool_pg(1);
         for _ in 0..n {

@@ -15,8 +15,8 @@
 //! prints the spread of the pairs' ratios (`--smoke`: one short pair). `pgbouncer-paired`
 //! does the same through a PgBouncer of its own in transaction mode (Debian's `pgbouncer`).
 //! `driver-cost` compares a supervised member driver with a plain spawn; `driver-fixed
-//! plain|supervised` and `postgres-fixed pooler|pooler-nothing|deadpool` do a fixed amount of
-//! work for counting instructions under callgrind.
+//! plain|supervised` and `postgres-fixed pooler|pooler-nothing|deadpool [armed]` do a fixed
+//! amount of work for counting instructions under callgrind (`armed`: with a timer pending).
 //! `overload [--only SCENARIO] [--write] [--check]` runs the overload simulation
 //! (the `pooler-sim` crate, docs/overload.md): prints the scores (`--seeds N`: each score's
 //! min / median / max over seeds 0..N instead), `--write` rewrites the report, its
@@ -525,7 +525,8 @@ fn main() {
                 .iter()
                 .find(|a| ["pooler", "pooler-nothing", "deadpool"].contains(&a.as_str()))
                 .map_or("pooler", String::as_str);
-            runtime.block_on(backends::fixed_postgres(who, 20_000));
+            let armed = args.iter().any(|a| a == "armed");
+            runtime.block_on(backends::fixed_postgres(who, 20_000, armed));
         } else {
             let supervised = args.iter().any(|a| a == "supervised");
             runtime.block_on(driver::fixed(supervised, 100_000));

@@ -26,7 +26,9 @@
 //! answers read in it, is the server's time per request (one request at a time: its round
 //! trip), which the admission limit follows ([`Seen::served`]). The startup is not counted,
 //! nor a period in which the server answered with an error: a request cancelled at its
-//! deadline or by `statement_timeout` was cut short, and its time is not a latency.
+//! deadline or by `statement_timeout` was cut short, and its time is not a latency. Periods
+//! are timed only once someone has asked for the server's time (an admission limiter does,
+//! at each return): a pool without one reads no clock for it.
 //!
 //! # Invariants
 //!
@@ -124,8 +126,12 @@ pub(crate) struct Seen {
     statements: AtomicUsize,
     /// Session state left by the statements written, as [`Dirt`] bits.
     dirt: AtomicU8,
-    /// When the busy period under way began ([`now_nanos`]). Only the driver task writes
-    /// this and the three below (reading and writing are both its), so relaxed order does.
+    /// Someone asked for the server's time ([`Seen::served`]: an admission limiter, at each
+    /// return): from then on busy periods are timed. Until then no clock is read.
+    timed: AtomicBool,
+    /// When the busy period under way began ([`now_nanos`], at least 1), or 0 when it began
+    /// untimed (it is not counted). Only the driver task writes this and the three below
+    /// (reading and writing are both its), so relaxed order does.
     busy_since: AtomicU64,
     /// Answers read in the busy period under way.
     busy_answers: AtomicU64,
@@ -246,17 +252,25 @@ impl Seen {
     }
 
     /// The server's mean time per request over the busy periods ended since the last call,
-    /// and starts the next measure; `None` if no request was answered meanwhile.
+    /// and starts the next measure; `None` if no request was answered meanwhile. The first
+    /// call turns the timing on: until then nothing was measured, and it returns `None`.
     pub(crate) fn served(&self) -> Option<std::time::Duration> {
-        let answers = self.served_answers.swap(0, Ordering::Relaxed);
-        let nanos = self.served_nanos.swap(0, Ordering::Relaxed);
-        (answers > 0).then(|| std::time::Duration::from_nanos(nanos / answers))
+        if !self.timed.load(Ordering::Relaxed) {
+            self.timed.store(true, Ordering::Relaxed);
+        }
+        self.take_served()
     }
 
     /// Drops what the busy periods ended so far measured: they were the pool's own
     /// statements (a reset, a check, the `after_connect` hook), not a user's.
     pub(crate) fn forget_served(&self) {
-        let _ = self.served();
+        let _ = self.take_served();
+    }
+
+    fn take_served(&self) -> Option<std::time::Duration> {
+        let answers = self.served_answers.swap(0, Ordering::Relaxed);
+        let nanos = self.served_nanos.swap(0, Ordering::Relaxed);
+        (answers > 0).then(|| std::time::Duration::from_nanos(nanos / answers))
     }
 
     /// A request the server will answer with ReadyForQuery was written; `startup` for the
@@ -264,7 +278,12 @@ impl Seen {
     fn requested(&self, startup: bool) {
         let before = self.expected.fetch_add(1, Ordering::AcqRel);
         if !startup && before == self.answered.load(Ordering::Acquire) {
-            self.busy_since.store(now_nanos(), Ordering::Relaxed);
+            let since = if self.timed.load(Ordering::Relaxed) {
+                now_nanos().max(1)
+            } else {
+                0
+            };
+            self.busy_since.store(since, Ordering::Relaxed);
         }
     }
 
@@ -284,10 +303,10 @@ impl Seen {
         }
         let answers = self.busy_answers.fetch_add(1, Ordering::Relaxed) + 1;
         if answered >= self.expected.load(Ordering::Acquire) {
-            // A period cut short (an error answered) measures nothing: fail safe, a time
-            // the pool cannot account for is not a latency.
-            if !self.busy_cut.swap(false, Ordering::Relaxed) {
-                let since = self.busy_since.load(Ordering::Relaxed);
+            // A period cut short (an error answered) or begun untimed measures nothing:
+            // fail safe, a time the pool cannot account for is not a latency.
+            let since = self.busy_since.load(Ordering::Relaxed);
+            if !self.busy_cut.swap(false, Ordering::Relaxed) && since != 0 {
                 let took = now_nanos().saturating_sub(since);
                 self.served_nanos.fetch_add(took, Ordering::Relaxed);
                 self.served_answers.fetch_add(answers, Ordering::Relaxed);
@@ -590,6 +609,29 @@ mod tests {
         tokio::time::advance(ms(15)).await;
         feed(&mut w, false, &message(b'Z', b"I"), 1000);
         assert_eq!(w.seen.served(), Some(ms(20)));
+    }
+
+    /// Until someone asks for the server's time, busy periods are not timed: what ended
+    /// before the first ask, and the period under way at it, measure nothing; the next
+    /// periods do.
+    #[tokio::test(start_paused = true)]
+    async fn busy_periods_are_timed_once_asked_for() {
+        let ms = std::time::Duration::from_millis;
+        let mut w = Watched::new((), Arc::default());
+        feed(&mut w, true, &untyped(196_608, b"user\0me\0\0"), 1000);
+        feed(&mut w, false, &message(b'Z', b"I"), 1000);
+        feed(&mut w, true, &message(b'Q', b"SELECT 1\0"), 1000);
+        tokio::time::advance(ms(30)).await;
+        feed(&mut w, false, &message(b'Z', b"I"), 1000);
+        feed(&mut w, true, &message(b'Q', b"SELECT 1\0"), 1000);
+        assert_eq!(w.seen.served(), None, "nothing timed before the first ask");
+        tokio::time::advance(ms(30)).await;
+        feed(&mut w, false, &message(b'Z', b"I"), 1000);
+        assert_eq!(w.seen.served(), None, "begun before the ask: not timed");
+        feed(&mut w, true, &message(b'Q', b"SELECT 1\0"), 1000);
+        tokio::time::advance(ms(10)).await;
+        feed(&mut w, false, &message(b'Z', b"I"), 1000);
+        assert_eq!(w.seen.served(), Some(ms(10)));
     }
 
     /// A request the server answered with an error — cancelled at a deadline

@@ -759,6 +759,8 @@ async fn the_pools_own_statements_are_not_the_next_uses_latency() {
         .await
         .unwrap();
     let conn = pool.take_member(Duration::from_secs(5)).await.unwrap();
+    // Asked once, as a pool with admission asks at every return: from then on it is timed.
+    assert_eq!(manager.latency(&conn), pooler::Latency::Unmeasured);
     conn.batch_execute("SET application_name = 'left'")
         .await
         .unwrap();
