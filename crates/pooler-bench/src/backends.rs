@@ -474,9 +474,8 @@ pub(crate) async fn main(dir: &Path, smoke: bool, rounds: usize, only: &str) {
 /// works at every park (about 600 instructions a query here), which deadpool, arming none,
 /// is otherwise spared.
 pub(crate) async fn fixed_postgres(who: &str, n: u32, armed: bool) {
-    let _timer = armed.then(|| {
-        tokio::spawn(tokio::time::sleep(std::time::Duration::from_secs(3600)))
-    });
+    let _timer =
+        armed.then(|| tokio::spawn(tokio::time::sleep(std::time::Duration::from_secs(3600))));
     if who == "deadpool" {
         let pool = deadpool_pg(1);
         for _ in 0..n {

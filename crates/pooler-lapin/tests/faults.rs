@@ -95,3 +95,80 @@ async fn a_request_on_a_dead_link_fails_within_two_heartbeats_and_no_channel_on_
     drop(channel);
     pool.close(Shutdown::Immediate).await;
 }
+
+/// A frozen broker, staged from the wire (`Proxy::stall` both ways: the proxy's kernel still
+/// acknowledges what fits in its buffers, so no TCP timeout fires — a stopped process, for a
+/// broker the tests share and cannot SIGSTOP). The heartbeats decide, as for the blackhole:
+/// a request in flight fails when lapin gives the connection up after two silent
+/// heartbeats, no channel on it is handed out after, takes meanwhile end at their deadline;
+/// a graceful close while frozen does not wait on the broker and leaves no task; thawed,
+/// the pool serves again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_broker_fails_requests_within_two_heartbeats_and_holds_no_close() {
+    use pooler_testkit::{Direction, Proxy, scenarios};
+    let Some(url) = service("POOLER_AMQP_URL", DEFAULT, host_port).await else {
+        return;
+    };
+    let proxy = Proxy::start(&host_port(&url)).await;
+    let via = url.replace(&host_port(&url), &proxy.addr().to_string());
+    let freeze = |frozen: bool| {
+        proxy.stall(Direction::ToServer, frozen);
+        proxy.stall(Direction::ToClient, frozen);
+    };
+    let config = PoolConfig::new("amqp-frozen", 2, 2)
+        .to_builder()
+        .member_start_timeout(Duration::from_secs(2))
+        .build()
+        .unwrap();
+    let pool = Pool::start(config, AmqpManager::new(via.clone()))
+        .await
+        .unwrap();
+    let busy = pool.take_member(Duration::from_secs(5)).await.unwrap();
+    busy.queue_declare("".into(), exclusive(), FieldTable::default())
+        .await
+        .unwrap();
+    freeze(true);
+    let began = Instant::now();
+    let answer = tokio::time::timeout(
+        BOUND + Duration::from_secs(30),
+        busy.queue_declare("".into(), exclusive(), FieldTable::default()),
+    )
+    .await
+    .expect("the request did not hang past the bound");
+    let took = began.elapsed();
+    eprintln!("a request to a frozen broker failed after {took:?}");
+    assert!(answer.is_err(), "the request failed");
+    assert!(took <= BOUND, "failed after {took:?}, past {BOUND:?}");
+    drop(busy);
+    // The connection is given up: its channels leave, and new ones cannot be opened while
+    // the broker stays frozen (their handshake stalls past `member_start_timeout`).
+    let took = scenarios::refused_while_down(&pool, Duration::from_secs(3)).await;
+    eprintln!("a take while the broker is frozen ended after {took:?}");
+    freeze(false);
+    let back = Instant::now();
+    let channel = pool
+        .take_member(Duration::from_secs(30))
+        .await
+        .expect("a channel once the broker is thawed");
+    channel
+        .queue_declare("".into(), exclusive(), FieldTable::default())
+        .await
+        .expect("a live channel once the broker is thawed");
+    eprintln!("serving again {:?} after the thaw", back.elapsed());
+    drop(channel);
+    pool.close(Shutdown::Immediate).await;
+
+    // Frozen under a pool whose channels are all idle: the graceful close's channel and
+    // connection closes go unanswered, and the close ends within `member_shutdown`.
+    let config = PoolConfig::new("amqp-frozen-close", 2, 2)
+        .to_builder()
+        .member_shutdown(Duration::from_secs(2))
+        .build()
+        .unwrap();
+    let pool = Pool::start(config, AmqpManager::new(via)).await.unwrap();
+    drop(pool.take_member(Duration::from_secs(5)).await.unwrap());
+    freeze(true);
+    let took = scenarios::closes_within(&pool, Shutdown::Graceful, Duration::from_secs(4)).await;
+    eprintln!("a graceful close with the broker frozen took {took:?}");
+    freeze(false);
+}
