@@ -172,3 +172,37 @@ async fn a_frozen_broker_fails_requests_within_two_heartbeats_and_holds_no_close
     eprintln!("a graceful close with the broker frozen took {took:?}");
     freeze(false);
 }
+
+/// A slow link under load (every chunk waits 50 ms each way): 16 tasks share 4 channels for
+/// 2 s, each take with a 300 ms deadline. Every take ends by its deadline, no request fails,
+/// no channel is replaced for being slow, and once the link is fast a take is served at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_link_under_load_keeps_every_deadline_and_loses_nothing() {
+    use pooler_testkit::{Proxy, scenarios};
+    let Some(url) = service("POOLER_AMQP_URL", DEFAULT, host_port).await else {
+        return;
+    };
+    let proxy = Proxy::start(&host_port(&url)).await;
+    let via = url.replace(&host_port(&url), &proxy.addr().to_string());
+    let pool = Pool::start(
+        PoolConfig::new("amqp-slow-load", 4, 4),
+        AmqpManager::new(via),
+    )
+    .await
+    .unwrap();
+    let seen = scenarios::slow_link_under_load(
+        &pool,
+        &proxy,
+        Duration::from_millis(50),
+        (16, Duration::from_secs(2), Duration::from_millis(300)),
+        |channel| async move {
+            channel
+                .queue_declare("".into(), exclusive(), FieldTable::default())
+                .await
+                .is_ok()
+        },
+    )
+    .await;
+    eprintln!("on a slow link under load: {seen:?}");
+    scenarios::closes_within(&pool, Shutdown::Graceful, Duration::from_secs(3)).await;
+}

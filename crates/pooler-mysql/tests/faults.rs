@@ -97,3 +97,38 @@ async fn a_frozen_server_holds_neither_a_take_nor_a_close() {
     proxy.stall(Direction::ToClient, true);
     scenarios::closes_within(&pool, Shutdown::Graceful, Duration::from_secs(3)).await;
 }
+
+/// A slow link under load (every chunk waits 50 ms each way): 16 tasks share 4 connections
+/// for 2 s, each take with a 300 ms deadline. Every take ends by its deadline, no query
+/// fails, no connection is replaced for being slow (its reset at each return crosses the
+/// slow link too), and once the link is fast a take is served at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_link_under_load_keeps_every_deadline_and_loses_nothing() {
+    let Some(url) = common::url().await else {
+        return;
+    };
+    let proxy = Proxy::start(&host_port(&url)).await;
+    let via = format!("mysql://root@{}/test?prefer_socket=false", proxy.addr());
+    let pool = Pool::start(
+        PoolConfig::new("mysql-slow-load", 4, 4),
+        MysqlManager::new(&via).unwrap(),
+    )
+    .await
+    .unwrap();
+    let seen = scenarios::slow_link_under_load(
+        &pool,
+        &proxy,
+        Duration::from_millis(50),
+        (16, Duration::from_secs(2), Duration::from_millis(300)),
+        |mut conn| async move {
+            conn.query_first::<i64, _>("SELECT 41 + 1")
+                .await
+                .ok()
+                .flatten()
+                == Some(42)
+        },
+    )
+    .await;
+    eprintln!("on a slow link under load: {seen:?}");
+    scenarios::closes_within(&pool, Shutdown::Graceful, Duration::from_secs(3)).await;
+}

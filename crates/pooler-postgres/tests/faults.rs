@@ -387,3 +387,36 @@ async fn on_a_slow_link_deadlines_still_hold() {
     proxy.set_delay(Duration::ZERO);
     scenarios::closes_within(&pool, Shutdown::Graceful, Duration::from_secs(2)).await;
 }
+
+/// A slow link under load (every chunk waits 50 ms each way): 16 tasks share 4 connections
+/// for 2 s, each take with a 300 ms deadline. Every take ends by its deadline, no query
+/// fails or is lost, no connection is replaced for being slow, and once the link is fast a
+/// take is served at once (`pooler_testkit::scenarios::slow_link_under_load`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_link_under_load_keeps_every_deadline_and_loses_nothing() {
+    let Some(url) = common::url().await else {
+        return;
+    };
+    let proxy = Proxy::start(&host_port(&url)).await;
+    let via = format!("postgres://postgres@{}/test?sslmode=disable", proxy.addr());
+    let pool = Pool::start(
+        PoolConfig::new("pg-slow-load", 4, 4),
+        PgManager::new(&via).unwrap(),
+    )
+    .await
+    .unwrap();
+    let seen = scenarios::slow_link_under_load(
+        &pool,
+        &proxy,
+        Duration::from_millis(50),
+        (16, Duration::from_secs(2), Duration::from_millis(300)),
+        |conn| async move {
+            conn.query_one("SELECT $1::int4 + 1", &[&41_i32])
+                .await
+                .is_ok_and(|row| row.get::<_, i32>(0) == 42)
+        },
+    )
+    .await;
+    eprintln!("on a slow link under load: {seen:?}");
+    scenarios::closes_within(&pool, Shutdown::Graceful, Duration::from_secs(2)).await;
+}

@@ -239,3 +239,38 @@ async fn a_server_restarted_on_the_same_port_is_served_again() {
     assert_eq!(pool.live_tasks(), 0);
     drop(server);
 }
+
+/// A slow link under load (every chunk waits 50 ms each way): 16 tasks share 4 connections
+/// for 2 s, each take with a 300 ms deadline. Every take ends by its deadline, no command
+/// fails (redis-rs's 500 ms response timeout is not reached) or is lost, no connection is
+/// replaced for being slow, and once the link is fast a take is served at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_link_under_load_keeps_every_deadline_and_loses_nothing() {
+    use pooler_testkit::{Proxy, host_port};
+    let Some(url) = common::url().await else {
+        return;
+    };
+    let proxy = Proxy::start(&host_port(&url)).await;
+    let pool = Pool::start(
+        PoolConfig::new("redis-slow-load", 4, 4),
+        RedisManager::new(format!("redis://{}", proxy.addr()).as_str()).unwrap(),
+    )
+    .await
+    .unwrap();
+    let seen = scenarios::slow_link_under_load(
+        &pool,
+        &proxy,
+        Duration::from_millis(50),
+        (16, Duration::from_secs(2), Duration::from_millis(300)),
+        |mut conn| async move {
+            redis::cmd("INCR")
+                .arg("pooler-slow-load")
+                .query_async::<i64>(&mut *conn)
+                .await
+                .is_ok()
+        },
+    )
+    .await;
+    eprintln!("on a slow link under load: {seen:?}");
+    scenarios::closes_within(&pool, Shutdown::Graceful, Duration::from_secs(2)).await;
+}

@@ -306,3 +306,126 @@ pub async fn checked_across_a_dead_link<M: Manager>(
     closes_within(pool, Shutdown::Graceful, Duration::from_secs(3)).await;
     hole.set_down(false);
 }
+
+/// What [`slow_link_under_load`] saw.
+#[derive(Debug, Clone, Copy)]
+pub struct UnderLoad {
+    /// Uses that took a member and whose work succeeded.
+    pub served: usize,
+    /// Takes refused (their deadline passed, or the queue was full).
+    pub refused: usize,
+    /// The longest a take waited, refused or not.
+    pub longest_take: Duration,
+}
+
+/// The ids of every member of `pool`, all taken at once (it must be full and idle).
+async fn member_ids<M: Manager>(pool: &Pool<M>) -> HashSet<u64> {
+    let mut held = Vec::new();
+    for _ in 0..pool.utilization().max_count {
+        held.push(
+            pool.take_member(Duration::from_secs(5))
+                .await
+                .expect("every member of the pool"),
+        );
+    }
+    held.iter().map(|m| Member::id(m)).collect()
+}
+
+/// A slow link under load: `tasks` tasks take members of `pool` (which reaches its server
+/// through `proxy`) for `load` with a deadline of `deadline` each, and run `work` on each
+/// member (one or a few requests; `true` if the answers were right) while every chunk
+/// waits `delay` each way. Checks that every take ended by its deadline (a margin of 250
+/// ms), that no work failed (a slow answer is not a failure, and nothing is lost), that
+/// some uses were served, that no member was replaced for being slow (the pool must be full
+/// and idle when it begins), and that once the link is fast again a take and its work end
+/// within 2 s. Returns what it saw.
+///
+/// # Panics
+///
+/// When a check fails, or a task panicked.
+///
+/// # Cancel safety
+///
+/// Not meant to be cancelled: dropped, it leaves the link slow and its tasks running until
+/// the pool closes.
+pub async fn slow_link_under_load<M, F, Fut>(
+    pool: &Pool<M>,
+    proxy: &Proxy,
+    delay: Duration,
+    (tasks, load, deadline): (usize, Duration, Duration),
+    work: F,
+) -> UnderLoad
+where
+    M: Manager,
+    F: Fn(Member<M>) -> Fut + Clone + Send + Sync + 'static,
+    Fut: Future<Output = bool> + Send,
+{
+    let before = member_ids(pool).await;
+    proxy.set_delay(delay);
+    let until = Instant::now() + load;
+    let handles: Vec<_> = (0..tasks)
+        .map(|_| {
+            let (pool, work) = (pool.clone(), work.clone());
+            tokio::spawn(async move {
+                let (mut served, mut refused, mut failed) = (0, 0, 0);
+                let mut longest = Duration::ZERO;
+                while Instant::now() < until {
+                    let began = Instant::now();
+                    let taken = pool.take_member(deadline).await;
+                    longest = longest.max(began.elapsed());
+                    match taken {
+                        Ok(member) => {
+                            if work(member).await {
+                                served += 1;
+                            } else {
+                                failed += 1;
+                            }
+                        }
+                        Err(e) => {
+                            assert!(matches!(e.reason(), "timeout" | "queue_full"), "{e}");
+                            refused += 1;
+                        }
+                    }
+                }
+                (served, refused, failed, longest)
+            })
+        })
+        .collect();
+    let mut seen = UnderLoad {
+        served: 0,
+        refused: 0,
+        longest_take: Duration::ZERO,
+    };
+    let mut failed = 0;
+    for handle in handles {
+        let (served, refused, f, longest) = handle.await.expect("a task of the load");
+        seen.served += served;
+        seen.refused += refused;
+        failed += f;
+        seen.longest_take = seen.longest_take.max(longest);
+    }
+    proxy.set_delay(Duration::ZERO);
+    assert_eq!(failed, 0, "uses whose work failed on a slow link: {seen:?}");
+    assert!(seen.served > 0, "nothing served: {seen:?}");
+    assert!(
+        seen.longest_take <= deadline + Duration::from_millis(250),
+        "a take waited past its deadline: {seen:?}"
+    );
+    assert_eq!(
+        member_ids(pool).await,
+        before,
+        "a member was replaced for being slow: {seen:?}"
+    );
+    let began = Instant::now();
+    let member = pool
+        .take_member(Duration::from_secs(2))
+        .await
+        .expect("a member once the link is fast");
+    assert!(work(member).await, "a use once the link is fast");
+    assert!(
+        began.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        began.elapsed()
+    );
+    seen
+}
