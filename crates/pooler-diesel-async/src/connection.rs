@@ -1,0 +1,249 @@
+//! The connection kinds a pool holds (`PooledConnection`, for PostgreSQL and MySQL): what a
+//! reset runs, how a cancelled query is seen, the session check that finds what a reset
+//! leaves (MySQL), and the dead-link bounds added to a URL that names none.
+
+use diesel_async::pooled_connection::PoolableConnection;
+
+/// How a return tells that a user left session state no statement of the reset clears
+/// (MySQL: docs/design.md, "diesel-async"): the session is recorded as the pool leaves it,
+/// and a user who left something is seen at the return, and the connection replaced.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SessionCheck {
+    /// Records the session as the pool leaves it: run once the connection is set up, and
+    /// after each reset.
+    pub snapshot: &'static str,
+    /// An SQL expression, true while nothing that leaves state has run since the snapshot.
+    pub unchanged: &'static str,
+}
+
+/// A diesel-async connection a pool can hold: diesel-async's check of a returned connection
+/// (its transaction state; for PostgreSQL, whether it closed), and whether a cancelled query
+/// can leave its answer for the next one.
+///
+/// Implemented for `AsyncPgConnection` (feature `postgres`) and `AsyncMysqlConnection`
+/// (feature `mysql`).
+pub trait PooledConnection: PoolableConnection + 'static {
+    /// Whether a query cancelled part-way (its future dropped: a timeout, a `select!`) can
+    /// leave its answer on the connection for the next query to read as its own. When it
+    /// can, every returned connection is verified with a round trip before it is handed on:
+    /// a `SELECT` of a number that changes each time, whose answer must be that number.
+    const CANCEL_LEAVES_ANSWER: bool;
+    /// What every return runs, in one round trip, unless
+    /// [`on_return`](crate::DieselManager::on_return) names another statement: the server's own
+    /// transaction ended (one diesel's transaction manager does not know of, such as
+    /// `sql_query("BEGIN")`, is still the server's) and the session state a user may leave
+    /// put back as far as a statement can (docs/design.md, "diesel-async").
+    const RESET: &'static str;
+
+    /// How a return tells whether a user left session state the reset does not clear, for a
+    /// server whose `VERSION()` is `version`; `None` when the reset clears everything a
+    /// statement can leave (PostgreSQL's does). Default: `None`.
+    #[must_use]
+    fn session_check(_version: &str) -> Option<SessionCheck> {
+        None
+    }
+
+    /// The URL [`DieselManager::new`](crate::DieselManager::new)'s own way of connecting opens: `url` with the
+    /// dead-link bounds added where it sets none (PostgreSQL: a user timeout and keepalives;
+    /// MySQL: a keepalive; docs/faults.md). Default: `url` as it is.
+    #[must_use]
+    fn live_url(url: &str) -> String {
+        url.to_owned()
+    }
+}
+
+/// The dead-link bounds a PostgreSQL URL gets where it names none, as pooler-postgres sets
+/// them on its sockets: unacknowledged data for 30 s ends the connection, and an idle one
+/// is probed after 10 s, every 5 s, 4 lost (so a connection on a link that died without a
+/// word is found within about 30 s, not the kernel's ~15 minutes, or never when idle).
+#[cfg(feature = "postgres")]
+const PG_LIVENESS: [(&str, &str); 4] = [
+    ("tcp_user_timeout", "30"),
+    ("keepalives_idle", "10"),
+    ("keepalives_interval", "5"),
+    ("keepalives_retries", "4"),
+];
+
+/// `url` (a `postgres://` URL or a `key=value` string) with each of [`PG_LIVENESS`] it does
+/// not name.
+#[cfg(feature = "postgres")]
+fn with_pg_liveness(url: &str) -> String {
+    let is_url = url.starts_with("postgres://") || url.starts_with("postgresql://");
+    with_params(url, &PG_LIVENESS, is_url)
+}
+
+/// The dead-link bound a MySQL URL gets where it names none, as pooler-mysql sets it
+/// (`DEFAULT_TCP_KEEPALIVE`): keepalive probes after 10 s idle (mysql_async offers only the
+/// idle time; the kernel's interval and count follow), so an idle connection on a dead link
+/// is found in about 11 minutes on Linux instead of never (docs/faults.md).
+#[cfg(feature = "mysql")]
+const MYSQL_LIVENESS: [(&str, &str); 1] = [("tcp_keepalive", "10000")];
+
+/// MariaDB's per-session counts of the statements that can leave state no statement clears,
+/// as one text.
+#[cfg(feature = "mysql")]
+macro_rules! mariadb_counts {
+    () => {
+        "(SELECT GROUP_CONCAT(VARIABLE_VALUE ORDER BY VARIABLE_NAME) \
+         FROM information_schema.SESSION_STATUS WHERE VARIABLE_NAME IN ('COM_SET_OPTION', \
+         'COM_CREATE_TABLE', 'COM_CREATE_TEMPORARY_TABLE', 'COM_CREATE_SEQUENCE', \
+         'COM_CHANGE_DB', 'COM_PREPARE_SQL', 'COM_CALL_PROCEDURE', 'COM_HA_OPEN', \
+         'COM_XA_START'))"
+    };
+}
+
+/// MySQL's, from `performance_schema` (it has no separate count of temporary tables).
+#[cfg(feature = "mysql")]
+macro_rules! mysql_counts {
+    () => {
+        "(SELECT GROUP_CONCAT(VARIABLE_VALUE ORDER BY VARIABLE_NAME) \
+         FROM performance_schema.session_status WHERE VARIABLE_NAME IN ('Com_set_option', \
+         'Com_create_table', 'Com_change_db', 'Com_prepare_sql', 'Com_call_procedure', \
+         'Com_ha_open', 'Com_xa_start'))"
+    };
+}
+
+/// MariaDB's session check: its counts of the statements that leave state, and its user
+/// variables (the pool's own, `@pooler_session`, aside).
+#[cfg(feature = "mysql")]
+const MARIADB_SESSION: SessionCheck = SessionCheck {
+    snapshot: concat!("SET @pooler_session = ", mariadb_counts!()),
+    unchanged: concat!(
+        mariadb_counts!(),
+        " <=> @pooler_session AND (SELECT COUNT(*) FROM information_schema.USER_VARIABLES \
+         WHERE VARIABLE_NAME <> 'pooler_session') = 0"
+    ),
+};
+
+/// MySQL's: the same from `performance_schema` (8.0.16 and later, `performance_schema` on).
+#[cfg(feature = "mysql")]
+const MYSQL_SESSION: SessionCheck = SessionCheck {
+    snapshot: concat!("SET @pooler_session = ", mysql_counts!()),
+    unchanged: concat!(
+        mysql_counts!(),
+        " <=> @pooler_session AND (SELECT COUNT(*) FROM performance_schema.user_variables_by_thread \
+         WHERE THREAD_ID = PS_CURRENT_THREAD_ID() AND VARIABLE_NAME <> 'pooler_session') = 0"
+    ),
+};
+
+/// `url` with each of `params` it does not name: as query parameters of a URL (`is_url`), or
+/// as `key=value` words.
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+fn with_params(url: &str, params: &[(&str, &str)], is_url: bool) -> String {
+    let mut out = url.to_owned();
+    for (key, value) in params {
+        if url.contains(key) {
+            continue;
+        }
+        let sep = match (is_url, out.contains('?')) {
+            (false, _) => " ",
+            (true, true) => "&",
+            (true, false) => "?",
+        };
+        out.push_str(sep);
+        out.push_str(key);
+        out.push('=');
+        out.push_str(value);
+    }
+    out
+}
+
+/// tokio-postgres matches each answer to its request and drops those of requests given up.
+#[cfg(feature = "postgres")]
+impl PooledConnection for diesel_async::AsyncPgConnection {
+    const CANCEL_LEAVES_ANSWER: bool = false;
+    /// What `DISCARD ALL` does, but keeping the statements diesel-async prepared (it caches
+    /// them per connection): settings and role, cursors, `LISTEN`, session advisory locks,
+    /// temporary tables, sequence state, and the statements a user prepared with SQL's
+    /// `PREPARE` (`from_sql` in `pg_prepared_statements`; diesel-async's are the protocol's).
+    const RESET: &'static str = "ROLLBACK; CLOSE ALL; SET SESSION AUTHORIZATION DEFAULT; \
+        RESET ALL; UNLISTEN *; SELECT pg_advisory_unlock_all(); DISCARD TEMP; \
+        DISCARD SEQUENCES; DO $$DECLARE s text; BEGIN FOR s IN SELECT name FROM \
+        pg_prepared_statements WHERE from_sql LOOP EXECUTE format('DEALLOCATE %I', s); \
+        END LOOP; END$$";
+
+    fn live_url(url: &str) -> String {
+        with_pg_liveness(url)
+    }
+}
+
+/// mysql_async reads a cancelled command's answer as the next command's (it marks such a
+/// connection, but diesel-async does not show the mark).
+#[cfg(feature = "mysql")]
+impl PooledConnection for diesel_async::AsyncMysqlConnection {
+    const CANCEL_LEAVES_ANSWER: bool = true;
+    /// MySQL has no statement that resets a session (`COM_RESET_CONNECTION` is a command
+    /// diesel-async does not send): the transaction, `autocommit` (off, it loses the next
+    /// user's writes), table locks and named locks are put back; what no statement clears —
+    /// user and session variables, temporary tables, the database switched to, statements
+    /// prepared in SQL — is seen by the [`session_check`](PooledConnection::session_check),
+    /// and the connection is replaced.
+    const RESET: &'static str =
+        "ROLLBACK; SET SESSION autocommit = 1; UNLOCK TABLES; DO RELEASE_ALL_LOCKS()";
+
+    /// The server's own per-session counts of the statements that leave state (`SET`,
+    /// `CREATE [TEMPORARY] TABLE`/`SEQUENCE`, `USE`, `PREPARE`, `CALL`, `HANDLER … OPEN`,
+    /// `XA START`) and its list of user variables: MariaDB's `information_schema`, MySQL's
+    /// `performance_schema` (which must be on).
+    fn session_check(version: &str) -> Option<SessionCheck> {
+        Some(if version.contains("MariaDB") {
+            MARIADB_SESSION
+        } else {
+            MYSQL_SESSION
+        })
+    }
+
+    fn live_url(url: &str) -> String {
+        with_params(url, &MYSQL_LIVENESS, true)
+    }
+}
+
+#[cfg(all(test, feature = "postgres"))]
+mod liveness_tests {
+    use super::*;
+
+    /// Each bound is added in the URL's own form where it names none; one it names is kept.
+    #[test]
+    fn a_postgres_url_gets_the_dead_link_bounds_it_does_not_name() {
+        assert_eq!(
+            with_pg_liveness("postgres://u@h/db"),
+            "postgres://u@h/db?tcp_user_timeout=30&keepalives_idle=10&keepalives_interval=5\
+             &keepalives_retries=4"
+        );
+        assert_eq!(
+            with_pg_liveness("postgresql://u@h/db?sslmode=disable&keepalives_idle=60"),
+            "postgresql://u@h/db?sslmode=disable&keepalives_idle=60&tcp_user_timeout=30\
+             &keepalives_interval=5&keepalives_retries=4"
+        );
+        assert_eq!(
+            with_pg_liveness("host=h tcp_user_timeout=5"),
+            "host=h tcp_user_timeout=5 keepalives_idle=10 keepalives_interval=5 \
+             keepalives_retries=4"
+        );
+        let all = "postgres://u@h/db?tcp_user_timeout=30&keepalives_idle=10\
+                   &keepalives_interval=5&keepalives_retries=4";
+        assert_eq!(with_pg_liveness(all), all);
+    }
+}
+
+#[cfg(all(test, feature = "mysql"))]
+mod mysql_tests {
+    use super::PooledConnection;
+    use diesel_async::AsyncMysqlConnection;
+
+    #[test]
+    fn a_mysql_url_gets_a_keepalive_unless_it_names_one() {
+        assert_eq!(
+            AsyncMysqlConnection::live_url("mysql://root@db/test"),
+            "mysql://root@db/test?tcp_keepalive=10000"
+        );
+        assert_eq!(
+            AsyncMysqlConnection::live_url("mysql://root@db/test?prefer_socket=false"),
+            "mysql://root@db/test?prefer_socket=false&tcp_keepalive=10000"
+        );
+        assert_eq!(
+            AsyncMysqlConnection::live_url("mysql://root@db/test?tcp_keepalive=0"),
+            "mysql://root@db/test?tcp_keepalive=0"
+        );
+    }
+}
