@@ -69,6 +69,31 @@ pub(crate) fn write(r: &Results, dir: &Path) -> Result<(), Box<dyn std::error::E
     grid_chart(r, &dir.join("benchmarks-grid.svg"))?;
     fairness_chart(r, &dir.join("benchmarks-fairness.svg"))?;
     let mut md = String::new();
+    header(&mut md, r)?;
+    grid_section(&mut md, r)?;
+    uncontended_section(&mut md, r)?;
+    instructions_section(&mut md, r)?;
+    fairness_section(&mut md, r)?;
+    alone_section(&mut md, r)?;
+    goals_section(&mut md, r)?;
+    baseline_section(&mut md, r)?;
+    std::fs::write(dir.join("benchmarks.md"), md)?;
+    Ok(())
+}
+
+/// The uncontended take+return of `who`, in ns (none: it hung).
+fn uncontended_ns(r: &Results, who: &str) -> Option<f64> {
+    r.uncontended.iter().find(|u| u.0 == who).and_then(|u| u.1)
+}
+
+/// The slowest pool size's uncontended cost ÷ the fastest's.
+fn size_spread(r: &Results) -> f64 {
+    r.sizes.iter().map(|s| s.1).fold(f64::MIN, f64::max)
+        / r.sizes.iter().map(|s| s.1).fold(f64::MAX, f64::min)
+}
+
+/// The title, how the report was made, the machine and the versions.
+fn header(md: &mut String, r: &Results) -> std::fmt::Result {
     writeln!(md, "# Benchmarks\n")?;
     writeln!(
         md,
@@ -90,7 +115,11 @@ pub(crate) fn write(r: &Results, dir: &Path) -> Result<(), Box<dyn std::error::E
         "- Real backends (PostgreSQL, Redis, MariaDB) through pooler's adapters and deadpool's, bb8's and mysql_async's pools: \
          [benchmarks-backends.md](benchmarks-backends.md), written by `pooler-bench backends`.\n"
     )?;
+    Ok(())
+}
 
+/// The contended grid: median µs per cell, and each peer ÷ pooler.
+fn grid_section(md: &mut String, r: &Results) -> std::fmt::Result {
     writeln!(
         md,
         "## Contended take/return (the rust-pool-benchmark grid)\n"
@@ -128,14 +157,14 @@ pub(crate) fn write(r: &Results, dir: &Path) -> Result<(), Box<dyn std::error::E
         }
     }
     writeln!(md, "\n![grid](benchmarks-grid.svg)\n")?;
+    Ok(())
+}
 
+/// One task, pool of 8: ns per take+return.
+fn uncontended_section(md: &mut String, r: &Results) -> std::fmt::Result {
     writeln!(md, "## Uncontended take+return (one task, pool of 8)\n")?;
     writeln!(md, "| pool | ns per pair | ÷ pooler |\n|---|---|---|")?;
-    let ours = r
-        .uncontended
-        .iter()
-        .find(|u| u.0 == "pooler")
-        .and_then(|u| u.1);
+    let ours = uncontended_ns(r, "pooler");
     for (name, ns) in &r.uncontended {
         writeln!(
             md,
@@ -144,7 +173,11 @@ pub(crate) fn write(r: &Results, dir: &Path) -> Result<(), Box<dyn std::error::E
             fmt_opt(ns.zip(ours).map(|(p, o)| p / o), 2)
         )?;
     }
+    Ok(())
+}
 
+/// Instructions per operation, counted by callgrind.
+fn instructions_section(md: &mut String, r: &Results) -> std::fmt::Result {
     writeln!(md, "\n## Instructions per operation (callgrind, exact)\n")?;
     if r.instructions.is_empty() {
         writeln!(md, "valgrind was not found; no instruction counts.")?;
@@ -195,7 +228,11 @@ pub(crate) fn write(r: &Results, dir: &Path) -> Result<(), Box<dyn std::error::E
             )?;
         }
     }
+    Ok(())
+}
 
+/// Take latency percentiles at pool 8 × 256 tasks.
+fn fairness_section(md: &mut String, r: &Results) -> std::fmt::Result {
     writeln!(
         md,
         "\n## Fairness (pool of 8, 256 tasks × {} rounds of take → yield → return)\n",
@@ -229,7 +266,11 @@ pub(crate) fn write(r: &Results, dir: &Path) -> Result<(), Box<dyn std::error::E
         }
     }
     writeln!(md, "\n![fairness](benchmarks-fairness.svg)\n")?;
+    Ok(())
+}
 
+/// pooler's own figures: pool sizes, rejection, churn, starts, timeouts, lifetimes, metrics.
+fn alone_section(md: &mut String, r: &Results) -> std::fmt::Result {
     writeln!(md, "## pooler alone\n")?;
     writeln!(md, "| measurement | result |\n|---|---|")?;
     for (size, ns) in &r.sizes {
@@ -238,8 +279,7 @@ pub(crate) fn write(r: &Results, dir: &Path) -> Result<(), Box<dyn std::error::E
             "| uncontended take+return, pool of {size} | {ns:.0} ns |"
         )?;
     }
-    let flat = r.sizes.iter().map(|s| s.1).fold(f64::MIN, f64::max)
-        / r.sizes.iter().map(|s| s.1).fold(f64::MAX, f64::min);
+    let flat = size_spread(r);
     writeln!(
         md,
         "| pool-size cost spread (slowest ÷ fastest) | {flat:.2}× |"
@@ -293,7 +333,13 @@ pub(crate) fn write(r: &Results, dir: &Path) -> Result<(), Box<dyn std::error::E
             "| instructions in `pooler::metrics`, no recorder | valgrind not found |"
         )?,
     }
+    Ok(())
+}
 
+/// Each goal, its figure, and whether it is met.
+fn goals_section(md: &mut String, r: &Results) -> std::fmt::Result {
+    let ours = uncontended_ns(r, "pooler");
+    let flat = size_spread(r);
     writeln!(md, "\n## Goals\n")?;
     writeln!(md, "| goal | measured | met |\n|---|---|---|")?;
     let mut worst_deadpool = f64::MAX;
@@ -450,6 +496,11 @@ pub(crate) fn write(r: &Results, dir: &Path) -> Result<(), Box<dyn std::error::E
             "| metrics cost ≤ 5 % with no recorder | not measured (no valgrind) | ? |"
         )?,
     }
+    Ok(())
+}
+
+/// The comparison with a saved baseline, if one was asked for.
+fn baseline_section(md: &mut String, r: &Results) -> std::fmt::Result {
     if let Some((name, rows)) = &r.against {
         writeln!(md, "\n## Against baseline `{name}`\n")?;
         writeln!(
@@ -469,7 +520,6 @@ pub(crate) fn write(r: &Results, dir: &Path) -> Result<(), Box<dyn std::error::E
             )?;
         }
     }
-    std::fs::write(dir.join("benchmarks.md"), md)?;
     Ok(())
 }
 

@@ -46,7 +46,6 @@ pub type PgPool = Pool<diesel_async::AsyncPgConnection>;
 #[cfg_attr(docsrs, doc(cfg(feature = "mysql")))]
 pub type MysqlPool = Pool<diesel_async::AsyncMysqlConnection>;
 
-
 /// How a connection is opened: from the URL, to a connection or diesel's connection error.
 type Establish<C> =
     Arc<dyn Fn(String) -> Pin<Box<dyn Future<Output = ConnectionResult<C>> + Send>> + Send + Sync>;
