@@ -465,21 +465,33 @@ pub(crate) async fn main(dir: &Path, smoke: bool, rounds: usize, only: &str) {
     }
 }
 
-/// A fixed amount of client-side work for callgrind: `n` `SELECT 1` from one task through
-/// `who` ("pooler", "pooler-nothing" or "deadpool"), pool of 1, on a current-thread runtime.
-/// The server's work is not counted (it is another process), so the instructions are what
-/// the pool and its adapter cost the client. With `armed`, a timer far in the future is
-/// armed for the run, as any program with a timeout pending has one: pooler's pool keeps
-/// timers of its own (lifetimes, culling), and with one armed the runtime's timer wheel
-/// works at every park (about 600 instructions a query here), which deadpool, arming none,
-/// is otherwise spared.
-pub(crate) async fn fixed_postgres(who: &str, n: u32, armed: bool) {
+/// A fixed amount of client-side work for callgrind: `n` `SELECT 1` through `who`
+/// ("pooler", "pooler-nothing" or "deadpool") on a current-thread runtime — from one task over
+/// a pool of 1, or with `tasks` over a pool of 8 (`n` in all, shared among them). The
+/// server's work is not counted (it is another process), so the instructions are what the
+/// pool and its adapter cost the client. With `armed`, a timer far in the future is armed
+/// for the run, as any program with a timeout pending has one: pooler's pool keeps timers of
+/// its own (lifetimes, culling), and with one armed the runtime's timer wheel works at every
+/// park (about 600 instructions a query from one task), which deadpool, arming none, is
+/// otherwise spared.
+pub(crate) async fn fixed_postgres(who: &str, n: u32, tasks: u32, armed: bool) {
     let _timer =
         armed.then(|| tokio::spawn(tokio::time::sleep(std::time::Duration::from_secs(3600))));
+    let size = if tasks > 1 { 8 } else { 1 };
+    let each = n / tasks.max(1);
+    let mut running = Vec::new();
     if who == "deadpool" {
-        let pool = deadpool_pg(1);
-        for _ in 0..n {
-            select_one(&pool.get().await.expect("a connection")).await;
+        let pool = deadpool_pg(size);
+        for _ in 0..tasks.max(1) {
+            let pool = pool.clone();
+            running.push(tokio::spawn(async move {
+                for _ in 0..each {
+                    select_one(&pool.get().await.expect("a connection")).await;
+                }
+            }));
+        }
+        for task in running {
+            task.await.expect("a task");
         }
         return;
     }
@@ -488,11 +500,19 @@ pub(crate) async fn fixed_postgres(who: &str, n: u32, armed: bool) {
     } else {
         pooler_postgres::Recycle::Nothing
     };
-    let pool = pooler::Pool::start(config(1), pooler_pg(recycle))
+    let pool = pooler::Pool::start(config(size), pooler_pg(recycle))
         .await
         .expect("a pool");
-    for _ in 0..n {
-        simple_select(&pool.take().await.expect("a connection")).await;
+    for _ in 0..tasks.max(1) {
+        let pool = pool.clone();
+        running.push(tokio::spawn(async move {
+            for _ in 0..each {
+                simple_select(&pool.take().await.expect("a connection")).await;
+            }
+        }));
+    }
+    for task in running {
+        task.await.expect("a task");
     }
     pool.close(pooler::Shutdown::Graceful).await;
 }

@@ -15,15 +15,17 @@
 //! prints the spread of the pairs' ratios (`--smoke`: one short pair). `pgbouncer-paired`
 //! does the same through a PgBouncer of its own in transaction mode (Debian's `pgbouncer`).
 //! `driver-cost` compares a supervised member driver with a plain spawn; `driver-fixed
-//! plain|supervised` and `postgres-fixed pooler|pooler-nothing|deadpool [armed]` do a fixed
-//! amount of work for counting instructions under callgrind (`armed`: with a timer pending).
+//! plain|supervised` and `postgres-fixed pooler|pooler-nothing|deadpool [armed] [--tasks N]`
+//! do a fixed amount of work for counting instructions under callgrind (`armed`: with a timer
+//! pending; `--tasks N`: from N tasks over a pool of 8).
 //! `overload [--only SCENARIO] [--write] [--check]` runs the overload simulation
 //! (the `pooler-sim` crate, docs/overload.md): prints the scores (`--seeds N`: each score's
 //! min / median / max over seeds 0..N instead), `--write` rewrites the report, its
 //! chart and its baseline (the worst of eight seeds), `--check` fails when a score's worst
 //! of eight seeds falls below the baseline.
-//! `overload-live` runs the latency step against the real PostgreSQL in `fixed` and `vegas`
-//! and prints each beside the simulation's range over eight seeds (docs/overload.md, "Live").
+//! `overload-live [--check]` runs the latency step against the real PostgreSQL in `fixed` and
+//! `vegas` and prints each beside the simulation's range over eight seeds (docs/overload.md,
+//! "Live"); `--check` fails when a live figure stands past the stated margin from that range.
 //! `instructions` alone counts instructions per take+return with callgrind (see
 //! `instructions.rs`).
 //! `lifetime` alone measures the cost of `max_lifetime`; `churn-memory` prints the resident
@@ -526,7 +528,10 @@ fn main() {
                 .find(|a| ["pooler", "pooler-nothing", "deadpool"].contains(&a.as_str()))
                 .map_or("pooler", String::as_str);
             let armed = args.iter().any(|a| a == "armed");
-            runtime.block_on(backends::fixed_postgres(who, 20_000, armed));
+            let tasks = value_of("--tasks")
+                .and_then(|t| t.parse().ok())
+                .unwrap_or(1);
+            runtime.block_on(backends::fixed_postgres(who, 20_000, tasks, armed));
         } else {
             let supervised = args.iter().any(|a| a == "supervised");
             runtime.block_on(driver::fixed(supervised, 100_000));
@@ -587,7 +592,7 @@ fn main() {
                     }
                 }
             }
-            "overload-live" => overload_live::main().await,
+            "overload-live" => overload_live::main(args.iter().any(|a| a == "--check")).await,
             "backends" => {
                 let rounds = value_of("--rounds")
                     .and_then(|r| r.parse().ok())
@@ -639,7 +644,7 @@ fn main() {
             }
             other => {
                 eprintln!(
-                    "unknown mode `{other}`: run with no mode (or --smoke), or backends [--smoke] [--rounds N] [--only BACKEND], postgres-paired [--pairs N], pgbouncer-paired [--pairs N], overload-live, driver-cost, driver-fixed, postgres-fixed, lifetime, fairness, \
+                    "unknown mode `{other}`: run with no mode (or --smoke), or backends [--smoke] [--rounds N] [--only BACKEND], postgres-paired [--pairs N], pgbouncer-paired [--pairs N], overload-live [--check], driver-cost, driver-fixed, postgres-fixed, lifetime, fairness, \
                      grid-sample, uncontended, metrics, metrics-share, mass-timeout, churn-memory [--replacements=N], instructions, \
                      count WHO OP N, fixed-plain, fixed-lifetime"
                 );
