@@ -268,7 +268,8 @@ macro_rules! statement_methods {
         /// [`Statement`](tokio_postgres::Statement) as tokio-postgres runs it. It returns once
         /// the transaction status reads the server's answer to it
         /// ([`tx_status`](PgConnection::tx_status)), unless another statement is under way
-        /// on the connection at the same time.
+        /// through these methods at the same time (a statement sent through tokio-postgres's
+        /// `Client` itself meanwhile is waited for).
         ///
         /// # Errors
         ///

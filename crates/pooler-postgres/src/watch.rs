@@ -39,6 +39,10 @@
 //! 3. A layer below TLS stops looking at bytes once TLS begins ([`Watched::below_tls`]): what
 //!    it would see is ciphertext.
 //! 4. `in_copy` is set only between a CopyInResponse read and the CopyDone or CopyFail written.
+//! 5. `ended` is set once the driver's future has returned or its wrapper was dropped, and
+//!    never cleared: no answer can come after it.
+//! 6. `busy_since` is 0 exactly when the busy period under way began before the timing was
+//!    asked for (`timed` unset): such a period is never counted.
 
 use std::io;
 use std::pin::Pin;
@@ -306,6 +310,10 @@ impl Seen {
             // A period cut short (an error answered) or begun untimed measures nothing:
             // fail safe, a time the pool cannot account for is not a latency.
             let since = self.busy_since.load(Ordering::Relaxed);
+            debug_assert!(
+                since == 0 || self.timed.load(Ordering::Relaxed),
+                "invariant 6: a timed period began after the timing was asked for"
+            );
             if !self.busy_cut.swap(false, Ordering::Relaxed) && since != 0 {
                 let took = now_nanos().saturating_sub(since);
                 self.served_nanos.fetch_add(took, Ordering::Relaxed);
