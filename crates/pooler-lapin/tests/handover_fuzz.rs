@@ -311,8 +311,11 @@ async fn next_user(
     (drained, confirmation)
 }
 
+/// The last cases run, numbered.
+type History = std::cell::RefCell<std::collections::VecDeque<(u64, Vec<(Step, Way)>)>>;
+
 /// Prints the last cases run if the case under way panics.
-struct Reported<'a>(&'a std::cell::RefCell<std::collections::VecDeque<(u64, Vec<(Step, Way)>)>>);
+struct Reported<'a>(&'a History);
 
 impl Drop for Reported<'_> {
     fn drop(&mut self) {
@@ -365,7 +368,7 @@ fn the_next_user_gets_a_channel_like_a_new_one_and_no_message_is_lost() {
     let counter = std::sync::atomic::AtomicU64::new(0);
     // The last cases run: a pool left unable to serve fails the cases after the one that
     // left it so, which shrinking then cannot tell apart.
-    let history = std::cell::RefCell::new(std::collections::VecDeque::new());
+    let history: History = std::cell::RefCell::new(std::collections::VecDeque::new());
     let outcome = runner.run(&proptest::collection::vec(action(), 1..10), |actions| {
         let n = counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
         let mine = format!("b{n}");
