@@ -181,10 +181,11 @@ fn simulated(mode: Mode, seeds: u64) -> ((f64, f64), (f64, f64)) {
 
 /// How far a live figure may stand from the simulation's range over seeds before `--check`
 /// fails: goodput share points under its lowest, and the share over its highest p99. Wider
-/// than the agreement docs/overload.md reports (6 points, 2 %): the live run shares two cores
-/// with the server, and a check that fails on a busy machine's noise proves nothing.
+/// than the agreement docs/overload.md reports (2 points, 17 %): the live run shares two
+/// cores with the server, and a check that fails on a busy machine's noise proves nothing;
+/// it is there to catch the two parting ways.
 const CHECK_SHARE_POINTS: f64 = 0.10;
-const CHECK_P99_OVER: f64 = 0.25;
+const CHECK_P99_OVER: f64 = 0.40;
 
 /// Runs the step live in `fixed` and `vegas`, prints each beside the simulation's range;
 /// with `check`, fails when a live figure stands past the margins above.
