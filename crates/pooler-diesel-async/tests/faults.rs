@@ -89,3 +89,39 @@ async fn a_query_on_a_dead_link_fails_and_an_idle_member_is_never_handed_out() {
     drop(conn);
     pool.close(Shutdown::Immediate).await;
 }
+
+/// A slow link under load (every chunk waits 50 ms each way): 16 tasks share 4 connections
+/// for 2 s, each take with a 300 ms deadline. Every take ends by its deadline, no query
+/// fails (the return's round trip crosses the slow link too), no connection is replaced for
+/// being slow, and once the link is fast a take is served at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_link_under_load_keeps_every_deadline_and_loses_nothing() {
+    use pooler_testkit::{Proxy, scenarios};
+    let Some(url) = service(
+        "POOLER_POSTGRES_URL",
+        "postgres://postgres@127.0.0.1:5432/test",
+        host_port,
+    )
+    .await
+    else {
+        return;
+    };
+    let proxy = Proxy::start(&host_port(&url)).await;
+    let via = format!("postgres://postgres@{}/test?sslmode=disable", proxy.addr());
+    let pool = Pool::start(
+        PoolConfig::new("diesel-slow-load", 4, 4),
+        DieselManager::<AsyncPgConnection>::new(via),
+    )
+    .await
+    .unwrap();
+    let seen = scenarios::slow_link_under_load(
+        &pool,
+        &proxy,
+        Duration::from_millis(50),
+        (16, Duration::from_secs(2), Duration::from_millis(300)),
+        |mut conn| async move { conn.batch_execute("SELECT 41 + 1").await.is_ok() },
+    )
+    .await;
+    eprintln!("on a slow link under load: {seen:?}");
+    scenarios::closes_within(&pool, Shutdown::Graceful, Duration::from_secs(3)).await;
+}
