@@ -371,3 +371,80 @@ async fn a_frozen_pgbouncer_holds_neither_a_request_nor_a_close() {
     .await;
     bouncer.signal("-CONT");
 }
+
+/// A dead link between the pool and PgBouncer (a network namespace in front of it whose
+/// link is taken down: packets vanish with no FIN and no RST). pooler-postgres's socket
+/// bounds hold there as in front of the server: a statement in flight fails within the
+/// bound (`TCP_USER_TIMEOUT`, 30 s), the idle member is found dead by the keepalives and
+/// never handed out, and once the link is back the pool serves again. About half a minute
+/// of real time: the bound itself.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn behind_pgbouncer_a_dead_link_is_found_within_the_bound() {
+    use pooler::Member;
+    use pooler_testkit::blackhole::Blackhole;
+    /// The bound, with a margin for the kernel's timer granularity.
+    const BOUND: Duration = Duration::from_secs(40);
+    let Some(bouncer) = bouncer(Mode::Transaction, &[]).await else {
+        return;
+    };
+    let Some(hole) = Blackhole::new(bouncer.addr()) else {
+        return;
+    };
+    let via = format!(
+        "postgres://postgres@{}/test?sslmode=disable&connect_timeout=3",
+        hole.addr()
+    );
+    let manager = PgManager::new(&via).unwrap().transaction_pooling(true);
+    let pool = Pool::start(PoolConfig::new("pgbouncer-dead", 2, 2), manager)
+        .await
+        .unwrap();
+    let busy = pool.take_member(Duration::from_secs(5)).await.unwrap();
+    let idle = {
+        let conn = pool.take_member(Duration::from_secs(5)).await.unwrap();
+        conn.query_one("SELECT $1::int4", &[&1_i32]).await.unwrap();
+        Member::id(&conn)
+    };
+    busy.query_one("SELECT $1::int4", &[&1_i32]).await.unwrap();
+    hole.set_down(true);
+    let began = std::time::Instant::now();
+    let answer = tokio::time::timeout(
+        BOUND + Duration::from_secs(20),
+        busy.query_one("SELECT $1::int4", &[&2_i32]),
+    )
+    .await
+    .expect("the statement did not hang past the bound");
+    let took = began.elapsed();
+    eprintln!("a statement through PgBouncer on a dead link failed after {took:?}");
+    assert!(answer.is_err(), "the statement failed");
+    assert!(took <= BOUND, "failed after {took:?}, past {BOUND:?}");
+    drop(busy);
+    while pool.utilization().free_count > 0 {
+        assert!(
+            began.elapsed() < BOUND,
+            "the idle member on the dead link is still free"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    if let Ok(conn) = pool.take_member(Duration::from_millis(500)).await {
+        assert_ne!(Member::id(&conn), idle, "the dead member was handed out");
+        panic!("a member was handed out while the link is down");
+    }
+    hole.set_down(false);
+    let back = std::time::Instant::now();
+    let conn = pool
+        .take_member(Duration::from_secs(30))
+        .await
+        .expect("a member once the link is back");
+    let one: i32 = conn
+        .query_one("SELECT $1::int4", &[&1_i32])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(one, 1);
+    eprintln!(
+        "serving again {:?} after the link came back",
+        back.elapsed()
+    );
+    drop(conn);
+    pool.close(pooler::Shutdown::Graceful).await;
+}
