@@ -5,6 +5,7 @@
 #
 #   failover-clusters.sh up DIR PRIMARY_PORT STANDBY_PORT   fresh clusters under DIR
 #   failover-clusters.sh stop DIR primary|standby           stops one at once (immediate)
+#   failover-clusters.sh start DIR primary|standby          starts one again, on its port
 #   failover-clusters.sh promote DIR                        makes the standby the primary
 #   failover-clusters.sh down DIR                           stops both, removes DIR
 set -eu
@@ -45,6 +46,9 @@ CONF
 stop)
     as "$bin/pg_ctl" -D "$dir/$3" -m immediate -w stop >/dev/null
     ;;
+start)
+    as "$bin/pg_ctl" -D "$dir/$3" -l "$dir/$3.log" -w start >/dev/null
+    ;;
 promote)
     as "$bin/pg_ctl" -D "$dir/standby" -w promote >/dev/null
     ;;
@@ -55,7 +59,7 @@ down)
     rm -rf "$dir"
     ;;
 *)
-    echo "usage: $0 up|stop|promote|down DIR ..." >&2
+    echo "usage: $0 up|stop|start|promote|down DIR ..." >&2
     exit 2
     ;;
 esac

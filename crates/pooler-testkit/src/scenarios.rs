@@ -205,8 +205,8 @@ pub async fn close_leaves_nothing<M: Manager>(
 
 /// A take from `pool` with `deadline` while its server cannot serve (a dead link, a frozen
 /// or stopped server): checks that no member is handed out, that the take is refused as a
-/// take that found none (`timeout`, `unavailable` or `all_in_use`), and that it ended within
-/// its deadline and 2 s. Returns how long it took.
+/// take that found none (its deadline passed, every start is failing, or all are in use),
+/// and that it ended within its deadline and 2 s. Returns how long it took.
 ///
 /// # Cancel safety
 ///
@@ -219,7 +219,12 @@ pub async fn refused_while_down<M: Manager>(pool: &Pool<M>, deadline: Duration) 
             Member::id(&member)
         ),
         Err(e) => assert!(
-            matches!(e.reason(), "timeout" | "unavailable" | "all_in_use"),
+            matches!(
+                e,
+                TakeError::Timeout { .. }
+                    | TakeError::Unavailable { .. }
+                    | TakeError::AllInUse { .. }
+            ),
             "{e}"
         ),
     }
