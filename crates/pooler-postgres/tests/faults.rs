@@ -173,11 +173,7 @@ impl Drop for Frozen {
 }
 
 fn signal(which: &str, pid: i32) {
-    let sent = std::process::Command::new("kill")
-        .args([which, &pid.to_string()])
-        .status()
-        .expect("kill runs");
-    assert!(sent.success(), "kill {which} {pid} (the tests run as root)");
+    pooler_testkit::signal(u32::try_from(pid).expect("a backend's pid"), which);
 }
 
 /// A frozen server (its backend stopped): a request bounded by `PgConnection::until` ends

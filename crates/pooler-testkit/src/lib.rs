@@ -24,10 +24,51 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinHandle;
 
 pub mod blackhole;
+pub mod mariadb;
 pub mod pgbouncer;
 pub mod redis;
 pub mod scenarios;
 pub mod tls;
+
+/// Sends process `pid` a signal with `kill`: `"-STOP"` freezes it, `"-CONT"` thaws it. A
+/// stop is waited for until every thread of the process is stopped (`/proc`): `kill` returns
+/// once the signal is sent, and a thread woken by a request in that instant could still
+/// answer it.
+///
+/// # Panics
+///
+/// When `kill` fails, or a stop has not taken effect within 2 s.
+pub fn signal(pid: u32, which: &str) {
+    let sent = std::process::Command::new("kill")
+        .args([which, &pid.to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(sent.success(), "kill {which} {pid}");
+    if which != "-STOP" {
+        return;
+    }
+    let stopped = || {
+        let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+            return true; // not on Linux, or gone: nothing to wait for
+        };
+        tasks.flatten().all(|task| {
+            // `pid (name) S …`: the state follows the last parenthesis.
+            std::fs::read_to_string(task.path().join("stat")).is_ok_and(|stat| {
+                stat.rsplit_once(')')
+                    .and_then(|(_, rest)| rest.trim_start().chars().next())
+                    .is_some_and(|state| matches!(state, 'T' | 't'))
+            })
+        })
+    };
+    let began = std::time::Instant::now();
+    while !stopped() {
+        assert!(
+            began.elapsed() < Duration::from_secs(2),
+            "process {pid} did not stop"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
 
 /// The URL in `var`, or `default`, if its host:port answers. `None` means skip the test: it
 /// prints why. Panics instead when `POOLER_REQUIRE_SERVICES=1`.

@@ -112,13 +112,9 @@ impl PgBouncer {
     ///
     /// # Panics
     ///
-    /// When `kill` fails.
+    /// When `kill` fails, or a stop does not take effect within 2 s ([`crate::signal`]).
     pub fn signal(&self, which: &str) {
-        let sent = Command::new("kill")
-            .args([which, &self.child.id().to_string()])
-            .status()
-            .expect("kill runs");
-        assert!(sent.success(), "kill {which}");
+        crate::signal(self.child.id(), which);
     }
 
     /// A URL for database `test` through PgBouncer as `user`.

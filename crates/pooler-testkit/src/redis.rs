@@ -158,13 +158,9 @@ impl RedisServer {
     ///
     /// # Panics
     ///
-    /// When `kill` fails.
+    /// When `kill` fails, or a stop does not take effect within 2 s ([`crate::signal`]).
     pub fn signal(&self, which: &str) {
-        let sent = Command::new("kill")
-            .args([which, &self.child.id().to_string()])
-            .status()
-            .expect("kill runs");
-        assert!(sent.success(), "kill {which}");
+        crate::signal(self.child.id(), which);
     }
 
     /// Kills it and waits for it to end.
