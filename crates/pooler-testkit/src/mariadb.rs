@@ -111,18 +111,17 @@ impl MariaDbServer {
         panic!("mariadbd never answered on {}", self.port);
     }
 
+    /// The `mariadb` client running `sql` on it as root.
+    fn client(&self, sql: &str) -> Command {
+        let port = self.port.to_string();
+        let mut client = Command::new("mariadb");
+        client.args(["-h", "127.0.0.1", "-P", &port, "-u", "root", "-e", sql]);
+        client
+    }
+
     /// Whether the server answers a query.
     fn answers(&self) -> bool {
-        Command::new("mariadb")
-            .args([
-                "-h",
-                "127.0.0.1",
-                "-P",
-                &self.port.to_string(),
-                "-u",
-                "root",
-            ])
-            .args(["-e", "SELECT 1"])
+        self.client("SELECT 1")
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .status()
@@ -135,18 +134,7 @@ impl MariaDbServer {
     ///
     /// When it fails.
     pub fn sql(&self, sql: &str) {
-        let ran = Command::new("mariadb")
-            .args([
-                "-h",
-                "127.0.0.1",
-                "-P",
-                &self.port.to_string(),
-                "-u",
-                "root",
-            ])
-            .args(["-e", sql])
-            .status()
-            .expect("mariadb runs");
+        let ran = self.client(sql).status().expect("mariadb runs");
         assert!(ran.success(), "{sql}");
     }
 
