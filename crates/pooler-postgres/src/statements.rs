@@ -2,15 +2,17 @@
 //! replaced connection takes its cache with it. When full, the statement used least recently
 //! makes room.
 //!
-//! Behind a transaction pooler (`PgManager::transaction_pooling`) a statement prepared on the
-//! server lasts only as long as the transaction it was prepared in, so none is kept: the cache
-//! keeps each query's parameter types instead, described once, and the query runs on the
-//! unnamed statement (docs/design.md, "Behind PgBouncer").
+//! Beside them, the parameter types of the query strings run on the unnamed statement
+//! (docs/design.md, "Statements"), described once each, in a bound of their own: an
+//! application that runs many different query strings does not push out the statements it
+//! prepared. Behind a transaction pooler (`PgManager::transaction_pooling`) a statement
+//! prepared on the server lasts only as long as the transaction it was prepared in, so none
+//! is kept there; the descriptions are.
 //!
 //! # Invariants
 //!
-//! 1. The maps' lengths sum to at most `capacity`, and every entry's `used` is a distinct tick
-//!    below `tick`.
+//! 1. `plain` and `typed` hold at most `capacity` statements together, `described` at most
+//!    `capacity` descriptions, and every entry's `used` is a distinct tick below `tick`.
 //! 2. When statements are not kept, `plain` and `typed` are empty.
 
 use std::collections::HashMap;
@@ -23,13 +25,15 @@ use tokio_postgres::{Client, Statement};
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct CacheStats {
-    /// Statements cached now.
+    /// Statements and query strings' parameter types cached now.
     pub size: usize,
-    /// The most it keeps (the one used least recently is dropped to make room).
+    /// The most statements it keeps, and the most descriptions (the one used least recently
+    /// is dropped to make room).
     pub capacity: usize,
-    /// `prepare_cached` calls answered from the cache.
+    /// `prepare_cached` calls answered from the cache, and query strings whose parameter
+    /// types were known.
     pub hits: u64,
-    /// `prepare_cached` calls that prepared on the server.
+    /// `prepare_cached` calls that prepared on the server, and query strings described.
     pub misses: u64,
 }
 
@@ -59,7 +63,7 @@ struct Cache {
     plain: HashMap<String, Entry<Statement>>,
     /// Statements prepared with parameter types.
     typed: HashMap<Key, Entry<Statement>>,
-    /// Parameter types by query, when statements are not kept.
+    /// Parameter types by query string.
     described: HashMap<String, Entry<Arc<[Type]>>>,
     tick: u64,
     hits: u64,
@@ -68,11 +72,16 @@ struct Cache {
 
 impl Cache {
     fn len(&self) -> usize {
-        self.plain.len() + self.typed.len() + self.described.len()
+        self.statements() + self.described.len()
+    }
+
+    fn statements(&self) -> usize {
+        self.plain.len() + self.typed.len()
     }
 
     fn holds(&self, capacity: usize, kept: bool) -> bool {
-        self.len() <= capacity
+        self.statements() <= capacity
+            && self.described.len() <= capacity
             && (kept || self.plain.is_empty() && self.typed.is_empty())
             && self
                 .plain
@@ -83,23 +92,21 @@ impl Cache {
                 .all(|used| used < self.tick)
     }
 
-    /// Drops the entry used least recently (a scan: only on a miss with the cache full).
-    fn evict(&mut self) {
-        let plain = oldest(&self.plain).map(|(t, _)| t);
-        let typed = oldest(&self.typed).map(|(t, _)| t);
-        let described = oldest(&self.described).map(|(t, _)| t);
-        let least = [plain, typed, described].into_iter().flatten().min();
-        if least.is_none() {
-            return;
+    /// Drops the statement used least recently (a scan: only on a miss with the cache full).
+    fn evict_statement(&mut self) {
+        let plain = oldest(&self.plain);
+        let typed = oldest(&self.typed);
+        match (plain, typed) {
+            (Some((p, query)), Some((t, _))) if p < t => drop(self.plain.remove(&query)),
+            (_, Some((_, key))) => drop(self.typed.remove(&key)),
+            (Some((_, query)), None) => drop(self.plain.remove(&query)),
+            (None, None) => {}
         }
-        if plain == least {
-            let (_, query) = oldest(&self.plain).expect("found above");
-            self.plain.remove(&query);
-        } else if typed == least {
-            let (_, key) = oldest(&self.typed).expect("found above");
-            self.typed.remove(&key);
-        } else {
-            let (_, query) = oldest(&self.described).expect("found above");
+    }
+
+    /// Drops the description used least recently.
+    fn evict_description(&mut self) {
+        if let Some((_, query)) = oldest(&self.described) {
             self.described.remove(&query);
         }
     }
@@ -121,7 +128,7 @@ pub(crate) struct Statements {
 }
 
 impl Statements {
-    /// A cache of `capacity` entries: statements when `kept`, else parameter types.
+    /// A cache of `capacity` statements (none unless `kept`) and as many descriptions.
     pub(crate) fn new(capacity: usize, kept: bool) -> Self {
         Statements {
             capacity,
@@ -179,8 +186,8 @@ impl Statements {
                 })
             };
             if !present {
-                if cache.len() >= self.capacity {
-                    cache.evict();
+                if cache.statements() >= self.capacity {
+                    cache.evict_statement();
                 }
                 let entry = Entry {
                     value: statement.clone(),
@@ -223,8 +230,8 @@ impl Statements {
         }
         let mut cache = self.lock();
         if !cache.described.contains_key(query) {
-            if cache.len() >= self.capacity {
-                cache.evict();
+            if cache.described.len() >= self.capacity {
+                cache.evict_description();
             }
             let used = cache.next_tick();
             cache

@@ -455,6 +455,21 @@ async fn prepared_statements_are_cached_per_connection() {
     );
     conn.prepare_cached("SELECT $1::int4 + 1").await.unwrap();
     assert_eq!(conn.statement_cache().misses, 4, "the oldest was dropped");
+    // Query strings run on the unnamed statement keep their parameter types in a bound of
+    // their own: however many, they push no prepared statement out.
+    for n in 0..5_i32 {
+        let sql = format!("SELECT $1::int4 + {n}");
+        conn.query_one(sql.as_str(), &[&n]).await.unwrap();
+    }
+    let before = conn.statement_cache();
+    conn.prepare_cached("SELECT $1::int4 + 1").await.unwrap();
+    conn.prepare_cached("SELECT 3").await.unwrap();
+    let after = conn.statement_cache();
+    assert_eq!(
+        (after.hits - before.hits, after.misses - before.misses, after.size),
+        (2, 0, 4),
+        "the prepared statements stayed beside two descriptions"
+    );
     Member::fail(conn);
     let conn = pool.take_member(Duration::from_secs(5)).await.unwrap();
     let stats = conn.statement_cache();
