@@ -26,6 +26,30 @@ fn exclusive() -> QueueDeclareOptions {
     }
 }
 
+/// A request on `busy` once `silence()` has made the broker unreachable without a word fails
+/// within [`BOUND`], not never: lapin gives the connection up after two silent heartbeats.
+async fn fails_within_the_bound(
+    busy: &pooler::Member<AmqpManager>,
+    what: &str,
+    silence: impl FnOnce(),
+) {
+    busy.queue_declare("".into(), exclusive(), FieldTable::default())
+        .await
+        .unwrap();
+    silence();
+    let began = Instant::now();
+    let answer = tokio::time::timeout(
+        BOUND + Duration::from_secs(30),
+        busy.queue_declare("".into(), exclusive(), FieldTable::default()),
+    )
+    .await
+    .expect("the request did not hang past the bound");
+    let took = began.elapsed();
+    eprintln!("a request {what} failed after {took:?}");
+    assert!(answer.is_err(), "the request failed");
+    assert!(took <= BOUND, "failed after {took:?}, past {BOUND:?}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_request_on_a_dead_link_fails_within_two_heartbeats_and_no_channel_on_it_is_handed_out() {
     let Some(url) = service("POOLER_AMQP_URL", DEFAULT, host_port).await else {
@@ -40,21 +64,7 @@ async fn a_request_on_a_dead_link_fails_within_two_heartbeats_and_no_channel_on_
         .unwrap();
     let busy = pool.take_member(Duration::from_secs(5)).await.unwrap();
     let idle_id = Member::id(&pool.take_member(Duration::from_secs(5)).await.unwrap());
-    busy.queue_declare("".into(), exclusive(), FieldTable::default())
-        .await
-        .unwrap();
-    hole.set_down(true);
-    let began = Instant::now();
-    let answer = tokio::time::timeout(
-        BOUND + Duration::from_secs(30),
-        busy.queue_declare("".into(), exclusive(), FieldTable::default()),
-    )
-    .await
-    .expect("the request did not hang past the bound");
-    let took = began.elapsed();
-    eprintln!("a request on a dead link failed after {took:?}");
-    assert!(answer.is_err(), "the request failed");
-    assert!(took <= BOUND, "failed after {took:?}, past {BOUND:?}");
+    fails_within_the_bound(&busy, "on a dead link", || hole.set_down(true)).await;
     drop(busy);
     // The free channel leaves the pool once its driver hears the connection's error, which
     // lapin hands the channels one by one: the failed request may be told a moment first.
@@ -124,21 +134,7 @@ async fn a_frozen_broker_fails_requests_within_two_heartbeats_and_holds_no_close
         .await
         .unwrap();
     let busy = pool.take_member(Duration::from_secs(5)).await.unwrap();
-    busy.queue_declare("".into(), exclusive(), FieldTable::default())
-        .await
-        .unwrap();
-    freeze(true);
-    let began = Instant::now();
-    let answer = tokio::time::timeout(
-        BOUND + Duration::from_secs(30),
-        busy.queue_declare("".into(), exclusive(), FieldTable::default()),
-    )
-    .await
-    .expect("the request did not hang past the bound");
-    let took = began.elapsed();
-    eprintln!("a request to a frozen broker failed after {took:?}");
-    assert!(answer.is_err(), "the request failed");
-    assert!(took <= BOUND, "failed after {took:?}, past {BOUND:?}");
+    fails_within_the_bound(&busy, "to a frozen broker", || freeze(true)).await;
     drop(busy);
     // The connection is given up: its channels leave, and new ones cannot be opened while
     // the broker stays frozen (their handshake stalls past `member_start_timeout`).
