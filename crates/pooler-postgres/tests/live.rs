@@ -466,7 +466,11 @@ async fn prepared_statements_are_cached_per_connection() {
     conn.prepare_cached("SELECT 3").await.unwrap();
     let after = conn.statement_cache();
     assert_eq!(
-        (after.hits - before.hits, after.misses - before.misses, after.size),
+        (
+            after.hits - before.hits,
+            after.misses - before.misses,
+            after.size
+        ),
         (2, 0, 4),
         "the prepared statements stayed beside two descriptions"
     );
