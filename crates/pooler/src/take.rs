@@ -283,7 +283,9 @@ async fn within_loop<M: Manager>(
             Attempt::Check(member) => {
                 let s = *started.get_or_insert_with(|| Member::taken_at(&member));
                 let by = timeout.map(|t| s + t);
-                match shared.vet(member, Hook::Check, by).await {
+                // Boxed: a check is the rare path, and its future would make every queued
+                // take's (boxed once it queues) several times larger.
+                match Box::pin(shared.vet(member, Hook::Check, by)).await {
                     Some(mut member) => {
                         member.set_origin(Origin::Taken);
                         Attempt::Member(member)
