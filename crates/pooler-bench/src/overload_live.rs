@@ -181,11 +181,14 @@ fn simulated(mode: Mode, seeds: u64) -> ((f64, f64), (f64, f64)) {
 
 /// How far a live figure may stand from the simulation's range over seeds before `--check`
 /// fails: goodput share points under its lowest, and the share over its highest p99. Wider
-/// than the agreement docs/overload.md reports (2 points, 17 %): the live run shares two
-/// cores with the server, and a check that fails on a busy machine's noise proves nothing;
-/// it is there to catch the two parting ways.
+/// than the agreement docs/overload.md reports: the live run shares two cores with the
+/// server, and its tail moves with the machine (p99 239–306 ms in five runs on one machine,
+/// against the simulation's 218 at most), while its goodput holds (95–97 %). A check that
+/// fails on a busy machine's noise proves nothing; this one is there to catch the two
+/// parting ways (a database serving its waiting queries out of order once gave a p99 near
+/// 800 ms).
 const CHECK_SHARE_POINTS: f64 = 0.10;
-const CHECK_P99_OVER: f64 = 0.40;
+const CHECK_P99_OVER: f64 = 1.0;
 
 /// Runs the step live in `fixed` and `vegas`, prints each beside the simulation's range;
 /// with `check`, fails when a live figure stands past the margins above.
