@@ -387,7 +387,13 @@ where
                             }
                         }
                         Err(e) => {
-                            assert!(matches!(e.reason(), "timeout" | "queue_full"), "{e}");
+                            assert!(
+                                matches!(
+                                    e,
+                                    TakeError::Timeout { .. } | TakeError::QueueFull { .. }
+                                ),
+                                "{e}"
+                            );
                             refused += 1;
                         }
                     }
