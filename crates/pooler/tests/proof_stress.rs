@@ -215,8 +215,9 @@ async fn sixty_four_tasks_never_share_a_member_and_nothing_is_lost() {
                 }
                 if rng.random_bool(0.05) {
                     let max_count = rng.random_range(4..=12);
-                    // Admission comes and goes, with and without shedding and a start rate:
-                    // the count of members in use may not drift however takes end meanwhile.
+                    // Admission comes and goes, with and without shedding, a start rate, a
+                    // start cap and successors started ahead of lifetimes: the count of
+                    // members in use may not drift however takes end meanwhile.
                     let admission = [
                         pooler::AdmissionMode::Off,
                         pooler::AdmissionMode::Vegas,
@@ -231,6 +232,10 @@ async fn sixty_four_tasks_never_share_a_member_and_nothing_is_lost() {
                         .queue_target(rng.random_bool(0.3).then(|| ms(5)))
                         .queue_interval(ms(50))
                         .max_start_rate(rng.random_bool(0.3).then_some(500))
+                        .max_concurrent_starts(
+                            rng.random_bool(0.3).then(|| rng.random_range(1..=3)),
+                        )
+                        .max_lifetime_overlap(rng.random_bool(0.3).then(|| ms(100)))
                         .build()
                         .unwrap();
                     // Refused when too few members are free to lower max_count: fine.
@@ -279,6 +284,7 @@ async fn sixty_four_tasks_never_share_a_member_and_nothing_is_lost() {
         .to_builder()
         .cull_interval(Duration::ZERO)
         .max_lifetime(None)
+        .max_lifetime_overlap(None)
         .max_lifetime_jitter(Duration::ZERO)
         .health_check_interval(None)
         .build()

@@ -15,6 +15,7 @@
 
 #[path = "../common/mod.rs"]
 mod common;
+mod features;
 mod reference;
 
 use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};

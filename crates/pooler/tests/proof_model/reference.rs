@@ -1,20 +1,28 @@
-//! A reference model of one pool: a plain, sequential statement of the rules in docs/design.md ("Taking", "Failing starts") — the free
-//! list in order, the FIFO queue, the capacity, the starts each event decides, backoff — run
-//! in lockstep with the real pool. After every step the two must agree on what each take got
-//! (which member, or which error), which waiters were served and in what order, the members
-//! that exist (so the starts decided), and the counts.
+//! A reference model of one pool: a plain, sequential statement of the rules in
+//! docs/design.md ("Taking", "Failing starts", and for the features a sequence turns on,
+//! "Start throttling", "Shedding" and "Lifetimes") — the free list in order, the FIFO queue,
+//! the capacity, the starts each event decides, backoff, the start cap, the shedding window
+//! and stale takes, lifetimes ending and their successors started ahead — run in lockstep
+//! with the real pool. After every step the two must agree on what each take got (which
+//! member, or which error), which waiters were served and in what order, the members that
+//! exist (so the starts decided), and the counts.
 //!
 //! Time: the pool runs on tokio's paused clock, whose timers tick in whole milliseconds. So
 //! that no two kinds of event ever share a tick, operations happen at even milliseconds,
 //! backoff steps are even (100 ms × 2ⁿ: the pool runs without backoff jitter here), and every
-//! taker's timeout is odd: a member can never arrive in the very tick a taker gives up. Starts and stops complete at once (within the
-//! step), in the order they were spawned, as tasks do on a current-thread runtime.
+//! taker's timeout is odd: a member can never arrive in the very tick a taker gives up.
+//! Lifetimes and their overlaps are even too; a delayed start and a lifetime's timer may
+//! still meet in one tick, where the runtime's timer wheel picks the order, and the sequence
+//! ends there (rare: the test checks that most steps are compared). Starts and stops
+//! complete at once (within the step), in the order they were spawned, and a served taker
+//! collects its member when its task runs, as tasks do on a current-thread runtime.
 
-use std::collections::{BTreeSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use super::features::{Features, Window, features};
 use crate::common::*;
 use pooler::{Member, MemberOrder, MemberStatus, PoolConfig, TakeError};
 use proptest::prelude::*;
@@ -50,8 +58,21 @@ fn kind(e: &TakeError) -> &'static str {
             ..
         } => "timeout+cause",
         TakeError::QueueShrunk { .. } => "queue_shrunk",
+        TakeError::Stale { .. } => "stale",
         other => other.reason(),
     }
+}
+
+/// How often the sequences met each feature's rule: the test fails if one never came up.
+static SEEN: [AtomicUsize; 5] = [const { AtomicUsize::new(0) }; 5];
+const SHED: usize = 0;
+const STALE: usize = 1;
+const CAPPED: usize = 2;
+const PREPAID: usize = 3;
+const RETIRED: usize = 4;
+
+fn seen(what: usize) {
+    SEEN[what].fetch_add(1, SeqCst);
 }
 
 /// The first backoff step and its cap (docs/design.md).
@@ -70,6 +91,8 @@ enum Task {
     DriverEnd(u64),
     /// A taker's `take_member`, first polled.
     Taker(usize),
+    /// A queued taker (queued at the last field's time) handed this member, woken.
+    Wake(usize, u64, u64),
 }
 
 #[derive(Debug)]
@@ -99,8 +122,8 @@ pub(crate) struct Model {
     broken: BTreeSet<u64>,
     stopping: usize,
     starting: Vec<Start>,
-    /// Queued takers, oldest first, with their deadlines.
-    waiters: VecDeque<(usize, u64)>,
+    /// Queued takers, oldest first, with their deadlines and when they queued.
+    waiters: VecDeque<(usize, u64, u64)>,
     timeouts: Vec<u64>,
     outcomes: Vec<Outcome>,
     failures: u32,
@@ -111,11 +134,25 @@ pub(crate) struct Model {
     plan_ok: bool,
     attempts: usize,
     tasks: VecDeque<Task>,
+    /// `max_concurrent_starts` (`usize::MAX`: none).
+    cap: usize,
+    /// With `queue_target`.
+    shed: Option<Window>,
+    /// `max_lifetime` and `max_lifetime_overlap`.
+    lifetime: Option<(u64, Option<u64>)>,
+    /// When each live member's lifetime ends (kept until it stops).
+    expiry: BTreeMap<u64, u64>,
+    /// The lifetime ends still to be seen by the pool's timer.
+    expiries: BTreeMap<u64, u64>,
+    /// When each live member's successor starts, until it is seen.
+    early: BTreeMap<u64, u64>,
+    /// Successors started ahead of lifetimes still to end.
+    prepaid: usize,
 }
 
 impl Model {
     /// A pool just started: `init` members started (and succeeded) in parallel.
-    fn new(init: usize, max: usize, queue_max: usize) -> Model {
+    fn new(init: usize, max: usize, queue_max: usize, features: Features) -> Model {
         let mut m = Model {
             now: 0,
             init,
@@ -140,6 +177,15 @@ impl Model {
             plan_ok: true,
             attempts: 0,
             tasks: VecDeque::new(),
+            cap: features.cap.unwrap_or(usize::MAX),
+            shed: features
+                .shed
+                .map(|(target, interval)| Window::new(target, interval)),
+            lifetime: features.lifetime,
+            expiry: BTreeMap::new(),
+            expiries: BTreeMap::new(),
+            early: BTreeMap::new(),
+            prepaid: 0,
         };
         let ids = m.reserve(init, None);
         m.spawn(ids);
@@ -153,7 +199,13 @@ impl Model {
         )
     }
 
+    /// `n` starts, or as many as `max_concurrent_starts` leaves room for.
     fn reserve(&mut self, n: usize, at: Option<u64>) -> Vec<u64> {
+        let capped = n.min(self.cap.saturating_sub(self.starting.len()));
+        if capped < n {
+            seen(CAPPED);
+        }
+        let n = capped;
         (0..n)
             .map(|_| {
                 let id = self.next_id;
@@ -223,7 +275,7 @@ impl Model {
             if let Some(id) = idle {
                 self.in_use.insert(id);
                 if self.broken.contains(&id) {
-                    self.destroy(id);
+                    self.destroy(id, false);
                     continue;
                 }
                 return Ok(id);
@@ -258,31 +310,49 @@ impl Model {
         }
     }
 
-    /// Stops a member taken from use and owes its replacement.
-    fn destroy(&mut self, id: u64) {
+    /// Stops a member taken from use and owes its replacement — none for a lifetime's end
+    /// whose successor was started ahead.
+    fn destroy(&mut self, id: u64, lifetime: bool) {
         self.in_use.remove(&id);
-        self.stopping += 1;
-        self.owed = (self.owed + 1).min(self.max);
+        self.stops(id);
+        if lifetime && self.prepaid > 0 {
+            self.prepaid -= 1;
+        } else {
+            self.owed = (self.owed + 1).min(self.max);
+        }
         let starts = self.refill();
         self.tasks.push_back(Task::Stop);
         self.spawn(starts);
     }
 
-    /// A member becomes available: to the oldest waiter, else to the back of the free list.
+    /// A member leaves the live ones: it is stopping.
+    fn stops(&mut self, id: u64) {
+        self.stopping += 1;
+        self.expiry.remove(&id);
+        self.expiries.remove(&id);
+        self.early.remove(&id);
+    }
+
+    /// A member becomes available: to the oldest waiter (who collects it when its task
+    /// runs), else to the back of the free list.
     fn hand_off(&mut self, id: u64) {
-        if let Some((w, _)) = self.waiters.pop_front() {
-            self.outcomes[w] = Outcome::Served(id);
+        if let Some((w, _, since)) = self.waiters.pop_front() {
+            self.tasks.push_back(Task::Wake(w, id, since));
         } else {
             self.in_use.remove(&id);
             self.free.push_back(id);
         }
     }
 
+    /// A member given back: `ok` unless failed or dropped in a panic. An unfit one is
+    /// replaced, as is one whose lifetime has ended.
     fn give_back(&mut self, id: u64, ok: bool) {
-        if ok && !self.broken.contains(&id) && !self.dead.contains(&id) {
-            self.hand_off(id);
+        if !ok || self.broken.contains(&id) || self.dead.contains(&id) {
+            self.destroy(id, false);
+        } else if self.expiry.get(&id).is_some_and(|at| *at <= self.now) {
+            self.destroy(id, true);
         } else {
-            self.destroy(id);
+            self.hand_off(id);
         }
     }
 
@@ -299,6 +369,14 @@ impl Model {
                         self.retry_at = None;
                         self.last_error = false;
                         self.owed = self.owed.saturating_sub(1);
+                        if let Some((lifetime, overlap)) = self.lifetime {
+                            let at = self.now + lifetime;
+                            self.expiry.insert(id, at);
+                            self.expiries.insert(id, at);
+                            if let Some(overlap) = overlap {
+                                self.early.insert(id, at - overlap);
+                            }
+                        }
                         self.in_use.insert(id);
                         self.hand_off(id);
                     } else {
@@ -321,7 +399,7 @@ impl Model {
                     let was_free = self.free.iter().position(|f| *f == id);
                     if let Some(at) = was_free {
                         self.free.remove(at);
-                        self.stopping += 1;
+                        self.stops(id);
                         self.owed = (self.owed + 1).min(self.max);
                     } else if self.in_use.contains(&id) {
                         self.dead.insert(id);
@@ -333,18 +411,41 @@ impl Model {
                     self.spawn(starts);
                 }
                 Task::Taker(w) => {
-                    let deadline = self.now + self.timeouts[w];
+                    let now = self.now;
+                    let deadline = now + self.timeouts[w];
                     self.outcomes[w] = match self.take(deadline) {
                         Ok(id) => Outcome::Served(id),
                         Err(why @ ("unavailable" | "closed")) => Outcome::Failed(why),
-                        Err(why) if self.waiters.len() < self.queue_max => {
-                            let _ = why;
-                            self.waiters.push_back((w, deadline));
+                        // It would queue: an overloaded pool sheds it instead.
+                        Err(_)
+                            if self.waiters.len() < self.queue_max
+                                && self.shed.as_mut().is_some_and(|s| s.sheds(now)) =>
+                        {
+                            seen(SHED);
+                            Outcome::Failed("shed")
+                        }
+                        Err(_) if self.waiters.len() < self.queue_max => {
+                            self.waiters.push_back((w, deadline, now));
                             Outcome::Waiting
                         }
                         Err(why) if self.queue_max == 0 => Outcome::Failed(why),
                         Err(_) => Outcome::Failed("queue_full"),
                     };
+                }
+                Task::Wake(w, id, since) => {
+                    let (now, waited) = (self.now, self.now - since);
+                    let stale = self.shed.as_mut().is_some_and(|s| {
+                        s.waited(waited, now);
+                        s.stale(waited, now)
+                    });
+                    if stale {
+                        // Its turn came too late: the member goes on as the pool's own.
+                        seen(STALE);
+                        self.outcomes[w] = Outcome::Failed("stale");
+                        self.give_back(id, true);
+                    } else {
+                        self.outcomes[w] = Outcome::Served(id);
+                    }
                 }
             }
         }
@@ -354,8 +455,82 @@ impl Model {
     /// deadline passes.
     fn next_event(&self, until: u64) -> Option<u64> {
         let starts = self.starting.iter().filter_map(|s| s.at);
-        let deadlines = self.waiters.iter().map(|(_, d)| *d);
-        starts.chain(deadlines).filter(|t| *t <= until).min()
+        let deadlines = self.waiters.iter().map(|(_, d, _)| *d);
+        let lifetimes = self.expiries.values().chain(self.early.values()).copied();
+        starts
+            .chain(deadlines)
+            .chain(lifetimes)
+            .filter(|t| *t <= until)
+            .min()
+    }
+
+    /// Whether a delayed start and a lifetime's timer are both due at `t`: the two run in
+    /// the order the runtime's timer wheel keeps, which the rules do not say.
+    fn ambiguous(&self, t: u64) -> bool {
+        let start = self.starting.iter().any(|s| s.at == Some(t));
+        let lifetime = self
+            .expiries
+            .values()
+            .chain(self.early.values())
+            .any(|at| *at == t);
+        start && lifetime
+    }
+
+    /// The pool's timer for lifetimes at `now` (docs/design.md, "Lifetimes"): successors
+    /// of lifetimes about to end start first (within room, not while starts are failing),
+    /// prepaid; then free members whose lifetime has ended are retired, each owing a
+    /// replacement unless one was prepaid; members in use are retired when they come back.
+    fn lifetimes_due(&mut self) {
+        let now = self.now;
+        let early: Vec<u64> = self
+            .early
+            .iter()
+            .filter(|(_, at)| **at <= now)
+            .map(|(id, _)| *id)
+            .collect();
+        let mut successors = Vec::new();
+        if !early.is_empty() {
+            early.iter().for_each(|id| {
+                self.early.remove(id);
+            });
+            if self.failures == 0 {
+                successors = self.reserve(early.len().min(self.room()), None);
+                self.prepaid += successors.len();
+                if !successors.is_empty() {
+                    seen(PREPAID);
+                }
+            }
+        }
+        let due: Vec<u64> = self
+            .expiries
+            .iter()
+            .filter(|(_, at)| **at <= now)
+            .map(|(id, _)| *id)
+            .collect();
+        due.iter().for_each(|id| {
+            self.expiries.remove(id);
+        });
+        // Free ones, idle longest first.
+        let retired: Vec<u64> = self
+            .free
+            .iter()
+            .filter(|id| due.contains(id))
+            .copied()
+            .collect();
+        for id in &retired {
+            seen(RETIRED);
+            self.free.retain(|f| f != id);
+            self.stops(*id);
+            if self.prepaid > 0 {
+                self.prepaid -= 1;
+            } else {
+                self.owed = (self.owed + 1).min(self.max);
+            }
+            self.tasks.push_back(Task::Stop);
+        }
+        let starts = self.refill();
+        self.spawn(successors);
+        self.spawn(starts);
     }
 
     /// Moves the clock to `t` and lets what is due happen.
@@ -367,13 +542,20 @@ impl Model {
                 self.tasks.push_back(Task::Start(s.id));
             }
         }
+        let lifetimes = self.expiries.values().chain(self.early.values());
+        if lifetimes.into_iter().any(|at| *at <= t) {
+            self.lifetimes_due();
+        }
         let cause = self.last_error;
         let mut kept = VecDeque::new();
-        for (w, deadline) in self.waiters.drain(..) {
+        for (w, deadline, since) in std::mem::take(&mut self.waiters) {
             if deadline == t {
                 self.outcomes[w] = Outcome::Failed(if cause { "timeout+cause" } else { "timeout" });
+                if let Some(s) = &mut self.shed {
+                    s.waited(t - since, t);
+                }
             } else {
-                kept.push_back((w, deadline));
+                kept.push_back((w, deadline, since));
             }
         }
         self.waiters = kept;
@@ -424,8 +606,10 @@ fn pick(ids: impl IntoIterator<Item = u64>, i: usize) -> Option<u64> {
     (!ids.is_empty()).then(|| ids[i % ids.len()])
 }
 
-/// Runs `ops` on a real pool and on the model, comparing them after every step.
-pub(crate) fn run(ops: Vec<Op>, steps: Arc<AtomicUsize>) {
+/// Runs `ops` on a real pool with `features` and on the model, comparing them after every
+/// step, counting them in `steps`. A sequence ends early where the rules do not say what
+/// happens (two timers in one tick, [`Model::ambiguous`]).
+pub(crate) fn run(ops: Vec<Op>, features: Features, steps: Arc<AtomicUsize>) {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_time()
         .start_paused(true)
@@ -440,12 +624,13 @@ pub(crate) fn run(ops: Vec<Op>, steps: Arc<AtomicUsize>) {
             .backoff_jitter(false)
             .build()
             .unwrap();
+        let config = features.apply(config);
         let (pool, probe) = pool_with(config.clone(), Fake::default()).await;
-        let mut model = Model::new(1, 3, 3);
+        let mut model = Model::new(1, 3, 3, features);
         let held: Arc<Mutex<Vec<Member<Fake>>>> = Arc::default();
         let outcomes: Arc<Mutex<Vec<Outcome>>> = Arc::default();
         let mut takers = Vec::new();
-        for (step, op) in ops.iter().enumerate() {
+        'ops: for (step, op) in ops.iter().enumerate() {
             let mut try_take = None;
             match *op {
                 Op::TryTake => {
@@ -504,12 +689,12 @@ pub(crate) fn run(ops: Vec<Op>, steps: Arc<AtomicUsize>) {
                     }
                 }
                 Op::CancelWaiter(i) => {
-                    let queued: Vec<usize> = model.waiters.iter().map(|(w, _)| *w).collect();
+                    let queued: Vec<usize> = model.waiters.iter().map(|(w, ..)| *w).collect();
                     if !queued.is_empty() {
                         let w = queued[i % queued.len()];
                         takers[w].abort();
                         outcomes.lock().unwrap()[w] = Outcome::Cancelled;
-                        model.waiters.retain(|(q, _)| *q != w);
+                        model.waiters.retain(|(q, ..)| *q != w);
                         model.outcomes[w] = Outcome::Cancelled;
                     }
                 }
@@ -536,6 +721,9 @@ pub(crate) fn run(ops: Vec<Op>, steps: Arc<AtomicUsize>) {
                 Op::Advance(half) => {
                     let until = model.now + 2 * half;
                     while let Some(t) = model.next_event(until) {
+                        if model.ambiguous(t) {
+                            break 'ops;
+                        }
                         settle().await;
                         tokio::time::advance(Duration::from_millis(t - model.now)).await;
                         settle().await;
@@ -562,8 +750,13 @@ pub(crate) fn run(ops: Vec<Op>, steps: Arc<AtomicUsize>) {
                     )
                     .unwrap();
                     let shed = model.waiters.len().saturating_sub(queue_max);
-                    for (w, _) in model.waiters.drain(..shed) {
+                    let now = model.now;
+                    for (w, _, since) in model.waiters.drain(..shed).collect::<Vec<_>>() {
                         model.outcomes[w] = Outcome::Failed("queue_shrunk");
+                        // A wait that ends, however it ends, is a wait the shedder sees.
+                        if let Some(s) = &mut model.shed {
+                            s.waited(now - since, now);
+                        }
                     }
                     model.queue_max = queue_max;
                     model.fifo = fifo;
@@ -660,10 +853,19 @@ fn the_pool_does_what_the_reference_model_says() {
         .unwrap_or(500);
     let steps = Arc::new(AtomicUsize::new(0));
     let counted = steps.clone();
-    proptest!(ProptestConfig { cases, failure_persistence: None, ..ProptestConfig::default() }, |(ops in proptest::collection::vec(op(), 200))| {
-        run(ops, counted.clone());
+    proptest!(ProptestConfig { cases, failure_persistence: None, ..ProptestConfig::default() }, |(ops in proptest::collection::vec(op(), 200), features in features())| {
+        run(ops, features, counted.clone());
     });
     let steps = steps.load(SeqCst);
     eprintln!("reference model: {steps} steps compared");
-    assert!(steps >= cases as usize * 200, "{steps} steps");
+    // Sequences cut short by two timers in one tick are rare; most steps are compared.
+    assert!(steps >= cases as usize * 180, "{steps} steps");
+    let seen = SEEN.each_ref().map(|n| n.load(SeqCst));
+    eprintln!("reference model: shed, stale, capped, prepaid, retired: {seen:?}");
+    if cases >= 100 {
+        assert!(
+            seen.iter().all(|n| *n > 0),
+            "a feature's rule never came up: {seen:?}"
+        );
+    }
 }
