@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use pooler::PoolConfig;
+use pooler::{AdmissionMode, PoolConfig};
 use proptest::prelude::*;
 
 /// What one sequence turns on. Times are milliseconds.
@@ -14,6 +14,9 @@ pub(crate) struct Features {
     pub(crate) cap: Option<usize>,
     /// `queue_target` and `queue_interval`.
     pub(crate) shed: Option<(u64, u64)>,
+    /// `admission`, always with a `queue_target` here (a derived one follows the measured
+    /// latency, which the model does not restate).
+    pub(crate) admission: Option<AdmissionMode>,
     /// `max_lifetime` (even, so that lifetimes end at even milliseconds, never in a taker's
     /// tick) and `max_lifetime_overlap` (even too).
     pub(crate) lifetime: Option<(u64, Option<u64>)>,
@@ -27,6 +30,7 @@ impl Features {
         let mut b = config
             .to_builder()
             .max_concurrent_starts(self.cap)
+            .admission(self.admission.unwrap_or(AdmissionMode::Off))
             .queue_target(self.shed.map(|(target, _)| ms(target)))
             .max_lifetime_jitter(Duration::ZERO);
         if let Some((_, interval)) = self.shed {
@@ -43,7 +47,16 @@ impl Features {
 
 pub(crate) fn features() -> impl Strategy<Value = Features> {
     let cap = proptest::option::weighted(0.4, 1usize..=2);
-    let shed = proptest::option::weighted(0.4, (1u64..=30, 10u64..=300));
+    let shed = (1u64..=30, 10u64..=300);
+    let shed = prop_oneof![
+        Just((None, None)),
+        shed.clone().prop_map(|shed| (Some(shed), None)),
+        (
+            shed,
+            prop_oneof![Just(AdmissionMode::Vegas), Just(AdmissionMode::Gradient)]
+        )
+            .prop_map(|(shed, mode)| (Some(shed), Some(mode))),
+    ];
     let lifetime = proptest::option::weighted(
         0.4,
         (50u64..=300).prop_flat_map(|half| {
@@ -54,9 +67,10 @@ pub(crate) fn features() -> impl Strategy<Value = Features> {
             )
         }),
     );
-    (cap, shed, lifetime).prop_map(|(cap, shed, lifetime)| Features {
+    (cap, shed, lifetime).prop_map(|(cap, (shed, admission), lifetime)| Features {
         cap,
         shed,
+        admission,
         lifetime,
     })
 }

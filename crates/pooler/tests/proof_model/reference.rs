@@ -1,21 +1,27 @@
 //! A reference model of one pool: a plain, sequential statement of the rules in
 //! docs/design.md ("Taking", "Failing starts", and for the features a sequence turns on,
-//! "Start throttling", "Shedding" and "Lifetimes") — the free list in order, the FIFO queue,
-//! the capacity, the starts each event decides, backoff, the start cap, the shedding window
-//! and stale takes, lifetimes ending and their successors started ahead — run in lockstep
-//! with the real pool. After every step the two must agree on what each take got (which
-//! member, or which error), which waiters were served and in what order, the members that
-//! exist (so the starts decided), and the counts.
+//! "Start throttling", "Shedding", "Admission" and "Lifetimes") — the free list in order,
+//! the FIFO queue, the capacity, the starts each event decides, backoff, the start cap, the
+//! shedding window and stale takes, the admission limit's bound on members in use with its
+//! newest-first serving and bounded waits, lifetimes ending and their successors started
+//! ahead — run in lockstep with the real pool. After every step the two must agree on what
+//! each take got (which member, or which error), which waiters were served and in what
+//! order, the members that exist (so the starts decided), and the counts.
+//!
+//! The admission limit itself moves with the latencies the pool measures; the model does
+//! not restate the limiters (their unit tests and the overload simulation judge them). It
+//! reads the limit from the pool after each step and states what the limit does.
 //!
 //! Time: the pool runs on tokio's paused clock, whose timers tick in whole milliseconds. So
 //! that no two kinds of event ever share a tick, operations happen at even milliseconds,
 //! backoff steps are even (100 ms × 2ⁿ: the pool runs without backoff jitter here), and every
 //! taker's timeout is odd: a member can never arrive in the very tick a taker gives up.
-//! Lifetimes and their overlaps are even too; a delayed start and a lifetime's timer may
-//! still meet in one tick, where the runtime's timer wheel picks the order, and the sequence
-//! ends there (rare: the test checks that most steps are compared). Starts and stops
-//! complete at once (within the step), in the order they were spawned, and a served taker
-//! collects its member when its task runs, as tasks do on a current-thread runtime.
+//! Lifetimes and their overlaps are even too. Some timers may still meet in one tick — a
+//! delayed start, a lifetime's end, a waiter's bound under admission (any whole millisecond)
+//! and a tick that moved the limit — where the runtime's timer wheel picks the order; the
+//! sequence ends there (rare: the test checks that most steps are compared). Starts and
+//! stops complete at once (within the step), in the order they were spawned, and a served
+//! taker collects its member when its task runs, as tasks do on a current-thread runtime.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
@@ -64,16 +70,23 @@ fn kind(e: &TakeError) -> &'static str {
 }
 
 /// How often the sequences met each feature's rule: the test fails if one never came up.
-static SEEN: [AtomicUsize; 5] = [const { AtomicUsize::new(0) }; 5];
+static SEEN: [AtomicUsize; 9] = [const { AtomicUsize::new(0) }; 9];
 const SHED: usize = 0;
 const STALE: usize = 1;
 const CAPPED: usize = 2;
 const PREPAID: usize = 3;
 const RETIRED: usize = 4;
+const OVER_LIMIT: usize = 5;
+const NEWEST: usize = 6;
+const BOUNDED: usize = 7;
+const LIMITED: usize = 8;
 
 fn seen(what: usize) {
     SEEN[what].fetch_add(1, SeqCst);
 }
+
+/// The housekeeping tick's period, ms.
+const TICK: u64 = 100;
 
 /// The first backoff step and its cap (docs/design.md).
 fn backoff(failures: u32) -> u64 {
@@ -93,6 +106,18 @@ enum Task {
     Taker(usize),
     /// A queued taker (queued at the last field's time) handed this member, woken.
     Wake(usize, u64, u64),
+}
+
+/// A queued take.
+#[derive(Debug, Clone, Copy)]
+struct Waiter {
+    w: usize,
+    /// When it queued.
+    since: u64,
+    /// When it leaves if not served: its deadline, or with admission on its bound in the
+    /// queue (`stale`).
+    end: u64,
+    stale: bool,
 }
 
 #[derive(Debug)]
@@ -122,8 +147,8 @@ pub(crate) struct Model {
     broken: BTreeSet<u64>,
     stopping: usize,
     starting: Vec<Start>,
-    /// Queued takers, oldest first, with their deadlines and when they queued.
-    waiters: VecDeque<(usize, u64, u64)>,
+    /// Queued takers, oldest first.
+    waiters: VecDeque<Waiter>,
     timeouts: Vec<u64>,
     outcomes: Vec<Outcome>,
     failures: u32,
@@ -148,6 +173,17 @@ pub(crate) struct Model {
     early: BTreeMap<u64, u64>,
     /// Successors started ahead of lifetimes still to end.
     prepaid: usize,
+    /// The admission limit (`usize::MAX`: admission off). It moves with the latencies the
+    /// pool measures, which the model does not restate: it is read from the pool after each
+    /// step, and the model states what the limit does to takes, returns and starts.
+    limit: usize,
+    /// With admission on, the queue target: past it a standing queue is served newest
+    /// first, and a take waits at most twice it.
+    lifo_after: Option<u64>,
+    /// When the queue last stopped being empty, while `lifo_after` is set.
+    queued_since: Option<u64>,
+    /// The pool's next housekeeping tick (which may lower the limit), with admission on.
+    next_tick: Option<u64>,
 }
 
 impl Model {
@@ -186,6 +222,12 @@ impl Model {
             expiries: BTreeMap::new(),
             early: BTreeMap::new(),
             prepaid: 0,
+            limit: usize::MAX,
+            lifo_after: features
+                .admission
+                .and(features.shed.map(|(target, _)| target)),
+            queued_since: None,
+            next_tick: features.admission.map(|_| TICK),
         };
         let ids = m.reserve(init, None);
         m.spawn(ids);
@@ -244,13 +286,21 @@ impl Model {
         self.starting.iter().any(|s| s.at.is_none_or(|at| at <= by))
     }
 
-    /// The starts the pool needs: to hold `init`, serve every waiter, pay what is owed.
+    /// Waiters a new member could serve: those the admission limit lets hold one.
+    fn wanting(&self) -> usize {
+        self.waiters
+            .len()
+            .min(self.limit.saturating_sub(self.in_use.len()))
+    }
+
+    /// The starts the pool needs: to hold `init`, serve every waiter the limit lets hold a
+    /// member, pay what is owed.
     fn refill(&mut self) -> Vec<u64> {
         let live = self.in_use.len() + self.free.len();
         let need = self
             .init
             .saturating_sub(live)
-            .max(self.waiters.len())
+            .max(self.wanting())
             .max(self.owed)
             .saturating_sub(self.starting.len())
             .min(self.room());
@@ -267,13 +317,13 @@ impl Model {
     /// it decided.
     fn take(&mut self, deadline: u64) -> Result<u64, &'static str> {
         loop {
-            let idle = if self.fifo {
-                self.free.pop_front()
-            } else {
-                self.free.pop_back()
-            };
-            if let Some(id) = idle {
-                self.in_use.insert(id);
+            // Over the admission limit a start would not help: the take waits for a member
+            // in use to come back.
+            if self.in_use.len() >= self.limit {
+                seen(OVER_LIMIT);
+                return Err("over_limit");
+            }
+            if let Some(id) = self.pop() {
                 if self.broken.contains(&id) {
                     self.destroy(id, false);
                     continue;
@@ -310,10 +360,22 @@ impl Model {
         }
     }
 
+    /// A free member by `member_order`, now in use.
+    fn pop(&mut self) -> Option<u64> {
+        let id = if self.fifo {
+            self.free.pop_front()
+        } else {
+            self.free.pop_back()
+        }?;
+        self.in_use.insert(id);
+        Some(id)
+    }
+
     /// Stops a member taken from use and owes its replacement — none for a lifetime's end
-    /// whose successor was started ahead.
+    /// whose successor was started ahead. Its place under the limit goes to a waiter.
     fn destroy(&mut self, id: u64, lifetime: bool) {
         self.in_use.remove(&id);
+        self.hand_free();
         self.stops(id);
         if lifetime && self.prepaid > 0 {
             self.prepaid -= 1;
@@ -333,15 +395,96 @@ impl Model {
         self.early.remove(&id);
     }
 
-    /// A member becomes available: to the oldest waiter (who collects it when its task
-    /// runs), else to the back of the free list.
-    fn hand_off(&mut self, id: u64) {
-        if let Some((w, _, since)) = self.waiters.pop_front() {
-            self.tasks.push_back(Task::Wake(w, id, since));
+    /// Joins the queue; with admission on, a take waits twice the target at most, and no
+    /// longer than half its own budget once it has waited the target (docs/design.md,
+    /// "Admission"). Timers fire at the first whole millisecond at or after their instant.
+    fn enqueue(&mut self, w: usize, timeout: u64) {
+        let since = self.now;
+        let (end, stale) = match self.lifo_after {
+            Some(target) => {
+                let bound_us = (2 * target * 1000).min((target * 1000).max(timeout * 500));
+                if bound_us < timeout * 1000 {
+                    (since + bound_us.div_ceil(1000), true)
+                } else {
+                    (since + timeout, false)
+                }
+            }
+            None => (since + timeout, false),
+        };
+        if self.lifo_after.is_some() && self.waiters.is_empty() {
+            self.queued_since = Some(since);
+        }
+        self.waiters.push_back(Waiter {
+            w,
+            since,
+            end,
+            stale,
+        });
+    }
+
+    /// The queue lost a waiter.
+    fn left(&mut self) {
+        if self.waiters.is_empty() {
+            self.queued_since = None;
+        }
+    }
+
+    /// Hands `id` (in use) to a waiter — the oldest, or the newest once a standing queue
+    /// has passed the target — who collects it when its task runs.
+    fn serve(&mut self, id: u64) {
+        let newest = match (self.lifo_after, self.queued_since) {
+            (Some(after), Some(since)) => self.now - since > after,
+            _ => false,
+        };
+        let waiter = if newest {
+            seen(NEWEST);
+            self.waiters.pop_back()
         } else {
+            self.waiters.pop_front()
+        };
+        let waiter = waiter.expect("a waiter to serve");
+        self.left();
+        self.tasks.push_back(Task::Wake(waiter.w, id, waiter.since));
+    }
+
+    /// A member in use given back in good order: to a waiter while the limit allows, else
+    /// to the back of the free list.
+    fn give(&mut self, id: u64) {
+        if self.waiters.is_empty() || self.in_use.len() > self.limit {
             self.in_use.remove(&id);
             self.free.push_back(id);
+        } else {
+            self.serve(id);
         }
+    }
+
+    /// A member just started: to a waiter while the limit allows, else free.
+    fn admit(&mut self, id: u64) {
+        if self.in_use.len() < self.limit && !self.waiters.is_empty() {
+            self.in_use.insert(id);
+            self.serve(id);
+        } else {
+            self.free.push_back(id);
+        }
+    }
+
+    /// Free members to waiters while the limit allows (it rose, or a member left use).
+    fn hand_free(&mut self) {
+        while self.in_use.len() < self.limit && !self.waiters.is_empty() {
+            let Some(id) = self.pop() else {
+                break;
+            };
+            self.serve(id);
+        }
+    }
+
+    /// The limit read from the pool after a step.
+    fn set_limit(&mut self, limit: Option<usize>) {
+        self.limit = limit.unwrap_or(usize::MAX);
+        if self.limit < self.max {
+            seen(LIMITED);
+        }
+        self.hand_free();
     }
 
     /// A member given back: `ok` unless failed or dropped in a panic. An unfit one is
@@ -352,7 +495,7 @@ impl Model {
         } else if self.expiry.get(&id).is_some_and(|at| *at <= self.now) {
             self.destroy(id, true);
         } else {
-            self.hand_off(id);
+            self.give(id);
         }
     }
 
@@ -377,8 +520,7 @@ impl Model {
                                 self.early.insert(id, at - overlap);
                             }
                         }
-                        self.in_use.insert(id);
-                        self.hand_off(id);
+                        self.admit(id);
                     } else {
                         if start.epoch == self.epoch {
                             self.failures += 1;
@@ -412,8 +554,8 @@ impl Model {
                 }
                 Task::Taker(w) => {
                     let now = self.now;
-                    let deadline = now + self.timeouts[w];
-                    self.outcomes[w] = match self.take(deadline) {
+                    let timeout = self.timeouts[w];
+                    self.outcomes[w] = match self.take(now + timeout) {
                         Ok(id) => Outcome::Served(id),
                         Err(why @ ("unavailable" | "closed")) => Outcome::Failed(why),
                         // It would queue: an overloaded pool sheds it instead.
@@ -425,7 +567,7 @@ impl Model {
                             Outcome::Failed("shed")
                         }
                         Err(_) if self.waiters.len() < self.queue_max => {
-                            self.waiters.push_back((w, deadline, now));
+                            self.enqueue(w, timeout);
                             Outcome::Waiting
                         }
                         Err(why) if self.queue_max == 0 => Outcome::Failed(why),
@@ -455,25 +597,30 @@ impl Model {
     /// deadline passes.
     fn next_event(&self, until: u64) -> Option<u64> {
         let starts = self.starting.iter().filter_map(|s| s.at);
-        let deadlines = self.waiters.iter().map(|(_, d, _)| *d);
+        let ends = self.waiters.iter().map(|w| w.end);
         let lifetimes = self.expiries.values().chain(self.early.values()).copied();
         starts
-            .chain(deadlines)
+            .chain(ends)
             .chain(lifetimes)
+            .chain(self.next_tick)
             .filter(|t| *t <= until)
             .min()
     }
 
-    /// Whether a delayed start and a lifetime's timer are both due at `t`: the two run in
-    /// the order the runtime's timer wheel keeps, which the rules do not say.
-    fn ambiguous(&self, t: u64) -> bool {
+    /// Whether two timers due at `t` run in an order the rules do not say (the runtime's
+    /// timer wheel keeps it), and it matters: a delayed start and a lifetime's timer, or
+    /// either and a waiter's bound in the queue (whole milliseconds of any parity), or
+    /// either and a tick that moved the admission limit (to `limit`, read from the pool).
+    fn ambiguous(&self, t: u64, limit: Option<usize>) -> bool {
         let start = self.starting.iter().any(|s| s.at == Some(t));
         let lifetime = self
             .expiries
             .values()
             .chain(self.early.values())
             .any(|at| *at == t);
-        start && lifetime
+        let moved = self.next_tick == Some(t) && limit.unwrap_or(usize::MAX) != self.limit;
+        let ends = self.waiters.iter().any(|w| w.end == t);
+        (start && lifetime) || ((start || lifetime) && (moved || ends))
     }
 
     /// The pool's timer for lifetimes at `now` (docs/design.md, "Lifetimes"): successors
@@ -533,9 +680,14 @@ impl Model {
         self.spawn(starts);
     }
 
-    /// Moves the clock to `t` and lets what is due happen.
-    fn fire(&mut self, t: u64) {
+    /// Moves the clock to `t` and lets what is due happen; `limit` is the admission limit
+    /// the pool has then (a tick may have lowered it).
+    fn fire(&mut self, t: u64, limit: Option<usize>) {
         self.now = t;
+        if self.next_tick == Some(t) {
+            self.next_tick = Some(t + TICK);
+            self.set_limit(limit);
+        }
         for s in &mut self.starting {
             if s.at == Some(t) {
                 s.at = None;
@@ -548,17 +700,25 @@ impl Model {
         }
         let cause = self.last_error;
         let mut kept = VecDeque::new();
-        for (w, deadline, since) in std::mem::take(&mut self.waiters) {
-            if deadline == t {
-                self.outcomes[w] = Outcome::Failed(if cause { "timeout+cause" } else { "timeout" });
+        for waiter in std::mem::take(&mut self.waiters) {
+            if waiter.end == t {
+                self.outcomes[waiter.w] = Outcome::Failed(match (waiter.stale, cause) {
+                    (true, _) => {
+                        seen(BOUNDED);
+                        "stale"
+                    }
+                    (false, true) => "timeout+cause",
+                    (false, false) => "timeout",
+                });
                 if let Some(s) = &mut self.shed {
-                    s.waited(t - since, t);
+                    s.waited(t - waiter.since, t);
                 }
             } else {
-                kept.push_back((w, deadline, since));
+                kept.push_back(waiter);
             }
         }
         self.waiters = kept;
+        self.left();
         self.run();
     }
 }
@@ -627,6 +787,7 @@ pub(crate) fn run(ops: Vec<Op>, features: Features, steps: Arc<AtomicUsize>) {
         let config = features.apply(config);
         let (pool, probe) = pool_with(config.clone(), Fake::default()).await;
         let mut model = Model::new(1, 3, 3, features);
+        model.set_limit(pool.admission().map(|a| a.limit));
         let held: Arc<Mutex<Vec<Member<Fake>>>> = Arc::default();
         let outcomes: Arc<Mutex<Vec<Outcome>>> = Arc::default();
         let mut takers = Vec::new();
@@ -685,16 +846,20 @@ pub(crate) fn run(ops: Vec<Op>, features: Features, steps: Arc<AtomicUsize>) {
                                 assert!(unwound.is_err());
                             }
                         }
+                        // The hold's latency may have moved the limit before the member
+                        // went back.
+                        model.set_limit(pool.admission().map(|a| a.limit));
                         model.give_back(id, matches!(op, Op::Return(_)));
                     }
                 }
                 Op::CancelWaiter(i) => {
-                    let queued: Vec<usize> = model.waiters.iter().map(|(w, ..)| *w).collect();
+                    let queued: Vec<usize> = model.waiters.iter().map(|q| q.w).collect();
                     if !queued.is_empty() {
                         let w = queued[i % queued.len()];
                         takers[w].abort();
                         outcomes.lock().unwrap()[w] = Outcome::Cancelled;
-                        model.waiters.retain(|(q, ..)| *q != w);
+                        model.waiters.retain(|q| q.w != w);
+                        model.left();
                         model.outcomes[w] = Outcome::Cancelled;
                     }
                 }
@@ -721,13 +886,14 @@ pub(crate) fn run(ops: Vec<Op>, features: Features, steps: Arc<AtomicUsize>) {
                 Op::Advance(half) => {
                     let until = model.now + 2 * half;
                     while let Some(t) = model.next_event(until) {
-                        if model.ambiguous(t) {
-                            break 'ops;
-                        }
                         settle().await;
                         tokio::time::advance(Duration::from_millis(t - model.now)).await;
                         settle().await;
-                        model.fire(t);
+                        let limit = pool.admission().map(|a| a.limit);
+                        if model.ambiguous(t, limit) {
+                            break 'ops;
+                        }
+                        model.fire(t, limit);
                         compare(&pool, &probe, &model, &outcomes, &held, step, op);
                     }
                     settle().await;
@@ -751,7 +917,7 @@ pub(crate) fn run(ops: Vec<Op>, features: Features, steps: Arc<AtomicUsize>) {
                     .unwrap();
                     let shed = model.waiters.len().saturating_sub(queue_max);
                     let now = model.now;
-                    for (w, _, since) in model.waiters.drain(..shed).collect::<Vec<_>>() {
+                    for Waiter { w, since, .. } in model.waiters.drain(..shed).collect::<Vec<_>>() {
                         model.outcomes[w] = Outcome::Failed("queue_shrunk");
                         // A wait that ends, however it ends, is a wait the shedder sees.
                         if let Some(s) = &mut model.shed {
@@ -760,6 +926,7 @@ pub(crate) fn run(ops: Vec<Op>, features: Features, steps: Arc<AtomicUsize>) {
                     }
                     model.queue_max = queue_max;
                     model.fifo = fifo;
+                    model.set_limit(pool.admission().map(|a| a.limit));
                     let starts = model.refill();
                     model.spawn(starts);
                 }
@@ -793,6 +960,18 @@ fn compare(
     op: &Op,
 ) {
     let at = format!("step {n} {op:?} at {} ms", model.now);
+    // `POOLER_MODEL_TRACE=1`: each comparison's state, to follow a failing sequence.
+    if std::env::var_os("POOLER_MODEL_TRACE").is_some() {
+        eprintln!(
+            "{at}: limit {:?} (model {}), in use {:?}, free {:?}, queued {:?} since {:?}",
+            pool.admission().map(|a| a.limit),
+            model.limit,
+            model.in_use,
+            model.free,
+            model.waiters,
+            model.queued_since
+        );
+    }
     assert_eq!(
         *outcomes.lock().unwrap(),
         model.outcomes,
@@ -861,7 +1040,10 @@ fn the_pool_does_what_the_reference_model_says() {
     // Sequences cut short by two timers in one tick are rare; most steps are compared.
     assert!(steps >= cases as usize * 180, "{steps} steps");
     let seen = SEEN.each_ref().map(|n| n.load(SeqCst));
-    eprintln!("reference model: shed, stale, capped, prepaid, retired: {seen:?}");
+    eprintln!(
+        "reference model: shed, stale, capped, prepaid, retired, over the limit, newest \
+         first, bounded wait, limit below max_count: {seen:?}"
+    );
     if cases >= 100 {
         assert!(
             seen.iter().all(|n| *n > 0),
