@@ -7,7 +7,9 @@
 #![cfg(feature = "mysql")]
 #![allow(clippy::disallowed_methods)] // tests spawn their own consumers
 
-use pooler::Pool;
+use std::time::Duration;
+
+use pooler::{Pool, PoolConfig, Shutdown};
 use pooler_diesel_async::DieselManager;
 use pooler_diesel_async::diesel_async::{AsyncMysqlConnection, SimpleAsyncConnection};
 use pooler_testkit::blackhole::Blackhole;
@@ -39,4 +41,58 @@ async fn an_idle_member_on_a_dead_link_is_checked_and_never_handed_out() {
         conn.batch_execute("SELECT 1").await.is_ok()
     })
     .await;
+}
+
+/// A server killed (SIGKILL, a MariaDB of the test's own) and started again on its port
+/// while writers run (`pooler_testkit::scenarios::restarted_under_writers`), as pooler-mysql
+/// is: connections the kill ended are never handed out, the pool serves again by itself
+/// once the server listens, and every acknowledged write is there after the restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_server_is_served_again_and_loses_nothing() {
+    use pooler_diesel_async::diesel::dsl::{select, sql};
+    use pooler_diesel_async::diesel::sql_types::{Nullable, Text};
+    use pooler_diesel_async::diesel_async::RunQueryDsl;
+    let Some(mut server) = pooler_testkit::mariadb::MariaDbServer::start() else {
+        return;
+    };
+    server.sql("CREATE TABLE test.r (v BIGINT PRIMARY KEY) ENGINE = InnoDB");
+    let pool = Pool::start(
+        PoolConfig::new("diesel-mysql-restart", 4, 4),
+        DieselManager::<AsyncMysqlConnection>::new(server.url()),
+    )
+    .await
+    .unwrap();
+    let seen = scenarios::restarted_under_writers(
+        &pool,
+        |mut conn, v| async move {
+            let insert = format!("INSERT INTO r (v) VALUES ({v})");
+            conn.batch_execute(&insert).await.is_ok()
+        },
+        |down| {
+            if down {
+                server.kill();
+            } else {
+                server.restart();
+            }
+        },
+        async || {
+            let mut conn = pool.take_member(Duration::from_secs(5)).await.unwrap();
+            conn.batch_execute("SET SESSION group_concat_max_len = 1073741824")
+                .await
+                .unwrap();
+            let all: Option<String> =
+                select(sql::<Nullable<Text>>("(SELECT GROUP_CONCAT(v) FROM r)"))
+                    .get_result(&mut *conn)
+                    .await
+                    .unwrap();
+            all.unwrap_or_default()
+                .split(',')
+                .filter(|v| !v.is_empty())
+                .map(|v| v.parse().unwrap())
+                .collect()
+        },
+    )
+    .await;
+    eprintln!("a server killed and started again: {seen:?}");
+    scenarios::closes_within(&pool, Shutdown::Graceful, Duration::from_secs(3)).await;
 }

@@ -13,6 +13,8 @@
 //!   down silently (no FIN, no RST).
 //! - [`pgbouncer`]: a PgBouncer of the test's own in front of a PostgreSQL server.
 //! - [`redis`]: `redis-server`s of the test's own: a server, a replica, a Sentinel.
+//! - [`mariadb`] and [`rabbitmq`]: a MariaDB server and a RabbitMQ broker of the test's
+//!   own, to kill and start again on the same port.
 #![allow(clippy::disallowed_methods)] // test support spawns its own tasks
 
 use std::net::SocketAddr;
@@ -26,6 +28,7 @@ use tokio::task::JoinHandle;
 pub mod blackhole;
 pub mod mariadb;
 pub mod pgbouncer;
+pub mod rabbitmq;
 pub mod redis;
 pub mod scenarios;
 pub mod tls;
