@@ -13,7 +13,7 @@ use crate::cold::Empty;
 use crate::error::{StartError, TakeError};
 use crate::features::Features;
 use crate::held::Held;
-use crate::hot::{Found, Refused, Wait};
+use crate::hot::{Found, Refused, Wait, wait};
 use crate::leak::Caller;
 use crate::manager::{self, Manager};
 use crate::member::{Member, Origin};
@@ -47,22 +47,22 @@ impl Deadline {
     }
 }
 
-/// One take attempt's outcome.
-pub(crate) enum Attempt<M: Manager> {
+/// One take attempt's outcome; `K` is what a queued take holds ([`Wait::Key`]: nothing that
+/// exists for a take that never waits).
+pub(crate) enum Attempt<M: Manager, K = WaitKey> {
     /// A member, ready for its taker.
     Member(Member<M>),
     /// A member idle past `idle_check_threshold`: check it first.
     Check(Member<M>),
     /// A place in the queue; whether this attempt started members (it grew the pool).
-    Queued(WaitKey, bool),
+    Queued(K, bool),
     Failed(TakeError),
     /// The member found was unusable and is being replaced: attempt again.
     Again,
 }
 
-/// How a member's use ended, as the slow return reads it.
 /// What a take that found nothing free decided under both locks.
-enum Decided<T> {
+enum Decided<T, K> {
     /// A member came back meanwhile.
     Found(Held<T>, u32),
     Closed,
@@ -70,13 +70,13 @@ enum Decided<T> {
     /// the take may wait (no start would help), and `queue_max`.
     OverLimit {
         limit: usize,
-        queued: Option<Result<WaitKey, Refused>>,
+        queued: Option<Result<K, Refused>>,
         queue_max: usize,
     },
     /// Why no member, and the queue's answer if the take may wait.
     Empty {
         why: Empty,
-        queued: Option<Result<WaitKey, Refused>>,
+        queued: Option<Result<K, Refused>>,
         grew: bool,
         last_error: Option<StartError>,
         queue_max: usize,
@@ -87,13 +87,13 @@ impl<M: Manager> Shared<M> {
     /// A take's first attempt (`counted`): the member if the fast path found one, else what
     /// the attempt came to.
     #[inline(always)]
-    pub(crate) fn first(
+    pub(crate) fn first<W: Wait>(
         self: &Arc<Self>,
-        wait: Wait,
+        wait: W,
         deadline: Deadline,
-    ) -> Result<Member<M>, Attempt<M>> {
+    ) -> Result<Member<M>, Attempt<M, W::Key>> {
         let flags = self.features.flags();
-        let zero_wait = wait == Wait::Queue && flags & Features::ZERO_WAITS != 0;
+        let zero_wait = W::QUEUES && flags & Features::ZERO_WAITS != 0;
         match self.hot.take(wait, true, zero_wait) {
             Found::Member(held, timed) => match self.fast_member(held, false, timed) {
                 Ok(member) => Ok(member),
@@ -105,7 +105,11 @@ impl<M: Manager> Shared<M> {
     }
 
     /// A later attempt of the same take (not counted as a new one).
-    pub(crate) fn again(self: &Arc<Self>, wait: Wait, deadline: Deadline) -> Attempt<M> {
+    pub(crate) fn again<W: Wait>(
+        self: &Arc<Self>,
+        wait: W,
+        deadline: Deadline,
+    ) -> Attempt<M, W::Key> {
         match self.hot.take(wait, false, false) {
             Found::Member(held, timed) => self.taken(held, wait, false, timed),
             found => self.found(found, wait, deadline),
@@ -114,12 +118,12 @@ impl<M: Manager> Shared<M> {
 
     /// What a take that found no member does next.
     #[cold]
-    pub(crate) fn found(
+    pub(crate) fn found<W: Wait>(
         self: &Arc<Self>,
-        found: Found<Held<M::Member>>,
-        wait: Wait,
+        found: Found<Held<M::Member>, W::Key>,
+        wait: W,
         deadline: Deadline,
-    ) -> Attempt<M> {
+    ) -> Attempt<M, W::Key> {
         match found {
             Found::Member(held, timed) => self.taken(held, wait, false, timed),
             Found::Queued(key) => Attempt::Queued(key, false),
@@ -135,13 +139,13 @@ impl<M: Manager> Shared<M> {
     /// or a start that already asked `is_broken`. `timed`: the hold is timed for the use
     /// histogram, standing for this many (0: not timed).
     #[inline]
-    fn taken(
+    fn taken<W: Wait>(
         self: &Arc<Self>,
         held: Held<M::Member>,
-        wait: Wait,
+        wait: W,
         vetted: bool,
         timed: u32,
-    ) -> Attempt<M> {
+    ) -> Attempt<M, W::Key> {
         match self.fast_member(held, vetted, timed) {
             Ok(member) => Attempt::Member(member),
             Err(held) => self.taken_with_features(held, wait, vetted, timed),
@@ -153,7 +157,7 @@ impl<M: Manager> Shared<M> {
     pub(crate) fn collected(self: &Arc<Self>, held: Held<M::Member>) -> Attempt<M> {
         let admits = self.features.flags() & Features::ADMIT != 0;
         let timed = u32::from(self.metrics.use_live() || admits);
-        self.taken(held, Wait::Queue, true, timed)
+        self.taken(held, wait::Queue, true, timed)
     }
 
     /// The member for its taker when no feature needs a look at it, its hold is not timed,
@@ -182,13 +186,13 @@ impl<M: Manager> Shared<M> {
 
     /// [`taken`](Self::taken) when a feature needs more than the fast path does.
     #[cold]
-    pub(crate) fn taken_with_features(
+    pub(crate) fn taken_with_features<W: Wait>(
         self: &Arc<Self>,
         held: Held<M::Member>,
-        wait: Wait,
+        _: W,
         vetted: bool,
         timed: u32,
-    ) -> Attempt<M> {
+    ) -> Attempt<M, W::Key> {
         let flags = self.features.flags();
         let exact =
             timed > 0 || flags & (Features::LIFETIMES | Features::LEAKS | Features::IDLE) != 0;
@@ -214,7 +218,7 @@ impl<M: Manager> Shared<M> {
             self.auto_grow();
         }
         let idle_for = Duration::from_nanos(stamp.saturating_sub(held.meta.since()));
-        let check = wait == Wait::Queue
+        let check = W::QUEUES
             && self
                 .features
                 .idle_check()
@@ -239,14 +243,14 @@ impl<M: Manager> Shared<M> {
 
     /// A take that found nothing free while a start could follow: the cold engine decides.
     #[cold]
-    fn attempt_cold(self: &Arc<Self>, wait: Wait, deadline: Deadline) -> Attempt<M> {
+    fn attempt_cold<W: Wait>(self: &Arc<Self>, wait: W, deadline: Deadline) -> Attempt<M, W::Key> {
         let decided = self.step(|s| {
             // A member may have come back meanwhile, or the limit's members be in use.
-            match s.hot.take(Wait::No, false, false) {
+            match s.hot.take(wait::No, false, false) {
                 Found::Member(held, timed) => return Decided::Found(held, timed),
                 Found::Closed => return Decided::Closed,
                 Found::OverLimit(limit) => {
-                    let queued = (wait == Wait::Queue).then(|| s.hot.enqueue());
+                    let queued = W::QUEUES.then(|| W::join(&mut s.hot));
                     let queue_max = s.hot.queue_max();
                     return Decided::OverLimit {
                         limit,
@@ -256,16 +260,13 @@ impl<M: Manager> Shared<M> {
                 }
                 _ => {}
             }
-            let deadline = match wait {
-                Wait::No => s.now,
-                Wait::Queue => deadline.at(s.now),
-            };
+            let deadline = if W::QUEUES { deadline.at(s.now) } else { s.now };
             let (why, starts) = s.cold.engine.take(s.now, deadline, s.hot.view());
             let grew = !starts.is_empty();
             s.effects.starts.push(starts);
-            let queued = match (why, wait) {
-                (Empty::Closed | Empty::Unavailable, _) | (_, Wait::No) => None,
-                (_, Wait::Queue) => Some(s.hot.enqueue()),
+            let queued = match why {
+                Empty::Closed | Empty::Unavailable => None,
+                _ => W::QUEUES.then(|| W::join(&mut s.hot)),
             };
             Decided::Empty {
                 why,

@@ -31,6 +31,7 @@
 //!    set exactly while that rule is on and the queue is not empty.
 
 use std::collections::VecDeque;
+use std::convert::Infallible;
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
@@ -41,21 +42,56 @@ use crate::config::MemberOrder;
 use crate::sync::{Mutex, MutexGuard, lock};
 use crate::waiters::{Look, WaitKey, Waiters};
 
-/// Whether a take that finds nothing free may wait.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Wait {
-    No,
-    Queue,
+/// Whether a take that finds nothing free may wait, as a type ([`wait::No`] or
+/// [`wait::Queue`]): what a take that never waits finds has no place in the queue to hold,
+/// since its key type has no value — the compiler, not a check, says it never queues.
+pub(crate) trait Wait: Copy {
+    /// What a queued take holds: a [`WaitKey`], or for a take that never waits, nothing
+    /// that can exist.
+    type Key;
+    /// Whether the take may wait.
+    const QUEUES: bool;
+    /// Joins the queue of `core`, or says why not.
+    fn join<T, E>(core: &mut Locked<'_, T, E>) -> Result<Self::Key, Refused>;
 }
 
-/// What a take found.
+/// The two ways a take treats the queue.
+pub(crate) mod wait {
+    /// A take that never waits (`try_take_member`, a timeout of zero).
+    #[derive(Debug, Clone, Copy)]
+    pub(crate) struct No;
+
+    /// A take that may wait in the queue.
+    #[derive(Debug, Clone, Copy)]
+    pub(crate) struct Queue;
+}
+
+impl Wait for wait::No {
+    type Key = Infallible;
+    const QUEUES: bool = false;
+    #[inline(always)]
+    fn join<T, E>(_: &mut Locked<'_, T, E>) -> Result<Infallible, Refused> {
+        Err(Refused::NoQueue)
+    }
+}
+
+impl Wait for wait::Queue {
+    type Key = WaitKey;
+    const QUEUES: bool = true;
+    #[inline(always)]
+    fn join<T, E>(core: &mut Locked<'_, T, E>) -> Result<WaitKey, Refused> {
+        core.enqueue()
+    }
+}
+
+/// What a take found; `K` is what a queued take holds ([`Wait::Key`]).
 #[derive(Debug, PartialEq, Eq)]
-pub(crate) enum Found<T> {
+pub(crate) enum Found<T, K = WaitKey> {
     /// A member, now in use, and whether its hold is to be timed: 0 if not, otherwise how
     /// many holds the timed one stands for (see [`State::sample`]).
     Member(T, u32),
     /// Nothing free, the pool saturated: the take waits at this key.
-    Queued(WaitKey),
+    Queued(K),
     /// Nothing free, the pool saturated, and the take cannot wait (or may not: `queue_max`
     /// is 0): the pool is at capacity.
     Full,
@@ -74,7 +110,7 @@ pub(crate) enum Found<T> {
 pub(crate) enum Refused {
     Closed,
     QueueFull,
-    /// `queue_max` is 0.
+    /// `queue_max` is 0, or the take never waits.
     NoQueue,
 }
 
@@ -206,7 +242,12 @@ impl<T, E> Hot<T, E> {
     /// A take's first look. `counted`: a new attempt (not a retry within one); `zero_wait`:
     /// a member found now is a wait of zero for the wait histogram.
     #[inline(always)]
-    pub(crate) fn take(&self, wait: Wait, counted: bool, zero_wait: bool) -> Found<T> {
+    pub(crate) fn take<W: Wait>(
+        &self,
+        wait: W,
+        counted: bool,
+        zero_wait: bool,
+    ) -> Found<T, W::Key> {
         self.lock().take(wait, counted, zero_wait)
     }
 
@@ -315,7 +356,12 @@ impl<T, E> Locked<'_, T, E> {
 
     /// See [`Hot::take`]; also called under the cold lock.
     #[inline(always)]
-    pub(crate) fn take(&mut self, wait: Wait, counted: bool, zero_wait: bool) -> Found<T> {
+    pub(crate) fn take<W: Wait>(
+        &mut self,
+        wait: W,
+        counted: bool,
+        zero_wait: bool,
+    ) -> Found<T, W::Key> {
         self.0.takes += u64::from(counted);
         if self.0.closed {
             return Found::Closed;
@@ -332,7 +378,7 @@ impl<T, E> Locked<'_, T, E> {
     /// [`take`](Self::take) when no member may be had now: queued, refused, or for the cold
     /// engine to decide.
     #[inline]
-    fn found_none(&mut self, wait: Wait) -> Found<T> {
+    fn found_none<W: Wait>(&mut self, _: W) -> Found<T, W::Key> {
         let s = &mut *self.0;
         // Over the admission limit a start would not help: the take waits for a member in
         // use to come back (or is refused).
@@ -345,14 +391,11 @@ impl<T, E> Locked<'_, T, E> {
         } else {
             Found::Full
         };
-        match wait {
-            Wait::No => refused,
-            Wait::Queue => match self.enqueue() {
-                Ok(key) => Found::Queued(key),
-                Err(Refused::QueueFull) => Found::QueueFull(self.0.queue_max),
-                Err(Refused::NoQueue) => refused,
-                Err(Refused::Closed) => Found::Closed,
-            },
+        match W::join(self) {
+            Ok(key) => Found::Queued(key),
+            Err(Refused::QueueFull) => Found::QueueFull(self.0.queue_max),
+            Err(Refused::NoQueue) => refused,
+            Err(Refused::Closed) => Found::Closed,
         }
     }
 

@@ -256,7 +256,7 @@ mod tests {
 
     use super::*;
     use crate::cold::Limits;
-    use crate::hot::Wait;
+    use crate::hot::wait;
     use crate::manager::MemberContext;
 
     struct Numbers;
@@ -294,7 +294,7 @@ mod tests {
     }
 
     fn take(hot: &H) -> Held<u64> {
-        match hot.take(Wait::No, true, false) {
+        match hot.take(wait::No, true, false) {
             crate::hot::Found::Member(held, _) => held,
             other => panic!("no member: {other:?}"),
         }
@@ -371,7 +371,7 @@ mod tests {
         let (_a, _b) = (take(&hot), take(&hot));
         // Nothing free, no room: a take is refused by the hot core alone.
         assert!(matches!(
-            hot.take(Wait::No, true, false),
+            hot.take(wait::No, true, false),
             crate::hot::Found::Full
         ));
         let ((), _) = cold.step::<Numbers, _>(&hot, &clock, |s| {
@@ -383,7 +383,7 @@ mod tests {
             s.cold.engine.set_limits(limits, view);
         });
         assert!(matches!(
-            hot.take(Wait::No, true, false),
+            hot.take(wait::No, true, false),
             crate::hot::Found::Cold
         ));
     }

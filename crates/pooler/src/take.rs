@@ -10,6 +10,7 @@
 //! whether it queued, whether it started members, and how long it waited. With no subscriber
 //! listening the span is never built: a check of the global level filter.
 
+use std::convert::Infallible;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -24,7 +25,7 @@ use crate::checkout::{Attempt, Deadline};
 use crate::error::TakeError;
 use crate::health::Hook;
 use crate::held::Held;
-use crate::hot::{Found, Wait};
+use crate::hot::{Found, wait};
 use crate::leak::Caller;
 use crate::manager::Manager;
 use crate::member::{Member, Origin};
@@ -65,34 +66,81 @@ impl<M: Manager> Future for Take<'_, M> {
     #[inline]
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.get_mut();
-        if this.waits.is_none() {
-            if this.timeout.is_some_and(|t| t.is_zero()) {
-                return Poll::Ready(at_once(this.shared, this.caller));
+        if let Some(waits) = &mut this.waits {
+            return waits.as_mut().poll(cx);
+        }
+        let (shared, caller, timeout) = (this.shared, this.caller, this.timeout);
+        if timeout.is_some_and(|t| t.is_zero()) {
+            return Poll::Ready(at_once(shared, caller));
+        }
+        let waits = if traced() {
+            match begin_traced(shared, caller, timeout) {
+                Ok(decided) => return Poll::Ready(decided),
+                Err(waits) => waits,
             }
-            if traced() {
-                if let Some(decided) = this.first_traced() {
-                    return Poll::Ready(decided);
+        } else {
+            // The first attempt ([`first`]'s, written out here: through the function, its
+            // nested result cost every take 24 instructions more). A member found at once,
+            // even with a feature's look at it, builds no waiting future.
+            let deadline = timeout.map_or(Deadline::Never, Deadline::In);
+            let attempt = match shared.first(wait::Queue, deadline) {
+                Ok(member) => return Poll::Ready(Ok(member)),
+                Err(Attempt::Failed(e)) => return Poll::Ready(Err(e)),
+                Err(Attempt::Member(member)) => {
+                    shared.note_taken(&member, caller);
+                    return Poll::Ready(Ok(member));
                 }
-            } else {
-                let deadline = this.timeout.map_or(Deadline::Never, Deadline::In);
-                let attempt = match this.shared.first(Wait::Queue, deadline) {
-                    Ok(member) => return Poll::Ready(Ok(member)),
-                    Err(Attempt::Failed(e)) => return Poll::Ready(Err(e)),
-                    // Found at once, with a feature's look at it: no waiting future either.
-                    Err(Attempt::Member(member)) => {
-                        this.shared.note_taken(&member, this.caller);
-                        return Poll::Ready(Ok(member));
-                    }
-                    Err(attempt) => attempt,
-                };
-                let waits = within(this.shared, this.caller, this.timeout, attempt);
-                this.waits = Some(Box::pin(waits));
-            }
+                Err(attempt) => attempt,
+            };
+            Box::pin(within(shared, caller, timeout, attempt))
+        };
+        this.waits.insert(waits).as_mut().poll(cx)
+    }
+}
+
+/// A take's first poll when a subscriber may listen: the same first attempt ([`first`]), in
+/// the take's span, and the rest of the take instrumented with it.
+#[cold]
+fn begin_traced<'a, M: Manager>(
+    shared: &'a Arc<Shared<M>>,
+    caller: Caller,
+    timeout: Option<Duration>,
+) -> Result<Result<Member<M>, TakeError>, Waits<'a, M>> {
+    let span = span(shared);
+    let entered = span.enter();
+    match first(shared, caller, timeout) {
+        Ok(decided) => {
+            let outcome = decided
+                .as_ref()
+                .map_or_else(TakeError::reason, |_| "at_once");
+            span.record("outcome", outcome);
+            Ok(decided)
         }
-        match &mut this.waits {
-            Some(waits) => waits.as_mut().poll(cx),
-            None => unreachable!("set above"),
+        Err(attempt) => {
+            drop(entered);
+            let waits = within(shared, caller, timeout, attempt);
+            Err(Box::pin(waits.instrument(span)))
         }
+    }
+}
+
+/// The first attempt of a take that may wait: the member or the refusal if it was decided,
+/// else the attempt the rest of the take goes on from (a place in the queue, a member to
+/// check, an unusable member being replaced). [`Take::poll`] runs the same inline.
+fn first<M: Manager>(
+    shared: &Arc<Shared<M>>,
+    caller: Caller,
+    timeout: Option<Duration>,
+) -> Result<Result<Member<M>, TakeError>, Attempt<M>> {
+    let deadline = timeout.map_or(Deadline::Never, Deadline::In);
+    match shared.first(wait::Queue, deadline) {
+        Ok(member) => Ok(Ok(member)),
+        Err(Attempt::Failed(e)) => Ok(Err(e)),
+        Err(Attempt::Member(member)) => {
+            shared.note_taken(&member, caller);
+            Ok(Ok(member))
+        }
+        Err(attempt) => Err(attempt),
     }
 }
 
@@ -120,37 +168,6 @@ fn span<M: Manager>(shared: &Shared<M>) -> Span {
         grew = Empty,
         waited_us = Empty,
     )
-}
-
-impl<M: Manager> Take<'_, M> {
-    /// The first attempt when a subscriber may listen: as the untraced one, in the take's
-    /// span. The outcome if the take was decided, else the rest of the take is set up.
-    #[cold]
-    fn first_traced(&mut self) -> Option<Result<Member<M>, TakeError>> {
-        let span = span(self.shared);
-        let entered = span.enter();
-        let deadline = self.timeout.map_or(Deadline::Never, Deadline::In);
-        let attempt = match self.shared.first(Wait::Queue, deadline) {
-            Ok(member) => {
-                span.record("outcome", "at_once");
-                return Some(Ok(member));
-            }
-            Err(Attempt::Failed(e)) => {
-                span.record("outcome", e.reason());
-                return Some(Err(e));
-            }
-            Err(Attempt::Member(member)) => {
-                span.record("outcome", "at_once");
-                self.shared.note_taken(&member, self.caller);
-                return Some(Ok(member));
-            }
-            Err(attempt) => attempt,
-        };
-        drop(entered);
-        let waits = within(self.shared, self.caller, self.timeout, attempt);
-        self.waits = Some(Box::pin(waits.instrument(span)));
-        None
-    }
 }
 
 /// A take that never waits, on behalf of `caller`.
@@ -186,13 +203,13 @@ fn at_once_untraced<M: Manager>(
     shared: &Arc<Shared<M>>,
     caller: Caller,
 ) -> Result<Member<M>, TakeError> {
-    match shared.hot.take(Wait::No, true, false) {
+    match shared.hot.take(wait::No, true, false) {
         Found::Member(held, timed) => match shared.fast_member(held, false, timed) {
             Ok(member) => Ok(member),
             Err(held) => at_once_slow(
                 shared,
                 caller,
-                shared.taken_with_features(held, Wait::No, false, timed),
+                shared.taken_with_features(held, wait::No, false, timed),
             ),
         },
         // The common refusal, kept small.
@@ -200,7 +217,7 @@ fn at_once_untraced<M: Manager>(
         found => at_once_slow(
             shared,
             caller,
-            shared.found(found, Wait::No, Deadline::In(Duration::ZERO)),
+            shared.found(found, wait::No, Deadline::In(Duration::ZERO)),
         ),
     }
 }
@@ -209,7 +226,7 @@ fn at_once_untraced<M: Manager>(
 fn at_once_slow<M: Manager>(
     shared: &Arc<Shared<M>>,
     caller: Caller,
-    mut attempt: Attempt<M>,
+    mut attempt: Attempt<M, Infallible>,
 ) -> Result<Member<M>, TakeError> {
     loop {
         attempt = match attempt {
@@ -219,8 +236,8 @@ fn at_once_slow<M: Manager>(
                 return Ok(member);
             }
             Attempt::Failed(e) => return Err(e),
-            Attempt::Again => shared.again(Wait::No, Deadline::In(Duration::ZERO)),
-            Attempt::Queued(..) => unreachable!("a take that never waits never queues"),
+            Attempt::Again => shared.again(wait::No, Deadline::In(Duration::ZERO)),
+            Attempt::Queued(never, _) => match never {},
         };
     }
 }
@@ -279,7 +296,7 @@ async fn within_loop<M: Manager>(
                 return Ok((member, waited(started)));
             }
             Attempt::Failed(e) => return Err((e, waited(started))),
-            Attempt::Again => shared.again(Wait::Queue, deadline(started)),
+            Attempt::Again => shared.again(wait::Queue, deadline(started)),
             Attempt::Check(member) => {
                 let s = *started.get_or_insert_with(|| Member::taken_at(&member));
                 let by = timeout.map(|t| s + t);
@@ -296,7 +313,7 @@ async fn within_loop<M: Manager>(
                         return Err((e, waited(started)));
                     }
                     // Failed and replaced: take again.
-                    None => shared.again(Wait::Queue, deadline(started)),
+                    None => shared.again(wait::Queue, deadline(started)),
                 }
             }
             Attempt::Queued(key, grew) => {

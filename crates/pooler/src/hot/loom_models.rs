@@ -33,7 +33,7 @@ fn built(
         setup(&mut h);
     }
     let held = (0..taken)
-        .map(|_| match hot.take(Wait::No, true, false) {
+        .map(|_| match hot.take(wait::No, true, false) {
             Found::Member(m, _) => m,
             other => panic!("{other:?}"),
         })
@@ -69,7 +69,7 @@ fn returning(hot: H, m: u32) -> thread::JoinHandle<Vec<u32>> {
 /// back.
 fn take_then_give_up(hot: &H) -> (Option<u32>, Vec<u32>) {
     let mut stopped = Vec::new();
-    let held = match hot.take(Wait::Queue, true, false) {
+    let held = match hot.take(wait::Queue, true, false) {
         Found::Member(m, _) => Some(m),
         Found::Queued(key) => {
             thread::yield_now();
@@ -86,7 +86,7 @@ fn take_then_give_up(hot: &H) -> (Option<u32>, Vec<u32>) {
 
 /// A taker that queues if it must and waits until served (or refused by a close).
 fn take_and_wait(hot: &H) -> Option<u32> {
-    match hot.take(Wait::Queue, true, false) {
+    match hot.take(wait::Queue, true, false) {
         Found::Member(m, _) => Some(m),
         Found::Queued(key) => {
             loom::future::block_on(std::future::poll_fn(|cx| hot.poll(key, cx))).ok()
@@ -120,7 +120,7 @@ fn loom_take_races_return_races_a_waiter_giving_up() {
         let m = held.pop().unwrap();
         let (a, b) = (hot.clone(), hot.clone());
         let waiter = thread::spawn(move || take_then_give_up(&a));
-        let taker = thread::spawn(move || match b.take(Wait::No, true, false) {
+        let taker = thread::spawn(move || match b.take(wait::No, true, false) {
             Found::Member(m, _) => Some(m),
             _ => None,
         });

@@ -17,12 +17,12 @@ fn with_free(order: MemberOrder, members: &[u32]) -> H {
 fn lifo_and_fifo_hand_out_by_order() {
     let hot = with_free(MemberOrder::Lifo, &[1, 2, 3]);
     assert!(matches!(
-        hot.take(Wait::No, true, false),
+        hot.take(wait::No, true, false),
         Found::Member(3, 0)
     ));
     let hot = with_free(MemberOrder::Fifo, &[1, 2, 3]);
     assert!(matches!(
-        hot.take(Wait::No, true, false),
+        hot.take(wait::No, true, false),
         Found::Member(1, 0)
     ));
     assert_eq!(
@@ -39,18 +39,18 @@ fn lifo_and_fifo_hand_out_by_order() {
 #[test]
 fn nothing_free_asks_the_cold_engine_unless_saturated() {
     let hot = with_free(MemberOrder::Lifo, &[]);
-    assert_eq!(hot.take(Wait::Queue, true, false), Found::Cold);
+    assert_eq!(hot.take(wait::Queue, true, false), Found::Cold);
     hot.lock().set_saturated(true);
-    assert_eq!(hot.take(Wait::No, true, false), Found::Full);
+    assert_eq!(hot.take(wait::No, true, false), Found::Full);
     assert!(matches!(
-        hot.take(Wait::Queue, true, false),
+        hot.take(wait::Queue, true, false),
         Found::Queued(_)
     ));
     assert!(matches!(
-        hot.take(Wait::Queue, true, false),
+        hot.take(wait::Queue, true, false),
         Found::Queued(_)
     ));
-    assert_eq!(hot.take(Wait::Queue, true, false), Found::QueueFull(2));
+    assert_eq!(hot.take(wait::Queue, true, false), Found::QueueFull(2));
     assert_eq!(hot.lock().take_counts(), (5, 0));
 }
 
@@ -58,14 +58,14 @@ fn nothing_free_asks_the_cold_engine_unless_saturated() {
 fn a_return_goes_to_the_oldest_waiter_and_wakes_it() {
     let hot = with_free(MemberOrder::Lifo, &[7]);
     assert!(matches!(
-        hot.take(Wait::Queue, true, true),
+        hot.take(wait::Queue, true, true),
         Found::Member(7, 0)
     ));
     hot.lock().set_saturated(true);
-    let Found::Queued(first) = hot.take(Wait::Queue, true, false) else {
+    let Found::Queued(first) = hot.take(wait::Queue, true, false) else {
         panic!()
     };
-    let Found::Queued(second) = hot.take(Wait::Queue, true, false) else {
+    let Found::Queued(second) = hot.take(wait::Queue, true, false) else {
         panic!()
     };
     assert!(hot.give(7, 1).is_ok());
@@ -96,7 +96,7 @@ fn one_hold_per_clock_stamp_is_timed_and_stands_for_those_since() {
         if ticked {
             let _ = hot.lock().ticked();
         }
-        let Found::Member(m, timed) = hot.take(Wait::No, true, false) else {
+        let Found::Member(m, timed) = hot.take(wait::No, true, false) else {
             panic!()
         };
         weights.push(timed);
@@ -122,7 +122,7 @@ fn admission_times_every_hold_only_while_more_than_half_the_limit_is_in_use() {
     for m in 1..=4 {
         assert!(matches!(hot.lock().admit(m), Ok(None)));
     }
-    let timed = |hot: &H| match hot.take(Wait::No, true, false) {
+    let timed = |hot: &H| match hot.take(wait::No, true, false) {
         Found::Member(m, timed) => (m, timed),
         _ => panic!("a member"),
     };
@@ -177,7 +177,7 @@ fn a_tick_that_used_little_of_the_limit_brings_it_down_and_an_idle_one_does_not(
     assert_eq!(hot.lock().view().limit, 20);
     let mut moves = 0;
     for _ in 0..40 {
-        let Found::Member(m, _) = hot.take(Wait::No, true, false) else {
+        let Found::Member(m, _) = hot.take(wait::No, true, false) else {
             panic!()
         };
         hot.give(m, 0).unwrap();
@@ -193,8 +193,8 @@ fn a_tick_that_used_little_of_the_limit_brings_it_down_and_an_idle_one_does_not(
 fn the_peak_remembers_when_it_was_last_seen() {
     let hot = with_free(MemberOrder::Lifo, &[1, 2]);
     let (a, b) = (
-        hot.take(Wait::No, true, false),
-        hot.take(Wait::No, true, false),
+        hot.take(wait::No, true, false),
+        hot.take(wait::No, true, false),
     );
     let (Found::Member(a, _), Found::Member(b, _)) = (a, b) else {
         panic!()
@@ -209,7 +209,7 @@ fn the_peak_remembers_when_it_was_last_seen() {
 fn close_hands_back_the_free_and_refuses_the_waiters() {
     let hot = with_free(MemberOrder::Lifo, &[]);
     hot.lock().set_saturated(true);
-    let Found::Queued(key) = hot.take(Wait::Queue, true, false) else {
+    let Found::Queued(key) = hot.take(wait::Queue, true, false) else {
         panic!()
     };
     let (free, wakers) = hot.lock().close(|| "closed");
@@ -219,7 +219,7 @@ fn close_hands_back_the_free_and_refuses_the_waiters() {
         "a waiter with no waker yet"
     );
     assert_eq!(hot.leave(key), Some(Err("closed")));
-    assert_eq!(hot.take(Wait::Queue, true, false), Found::Closed);
+    assert_eq!(hot.take(wait::Queue, true, false), Found::Closed);
     assert_eq!(hot.give(3, 0), Err(3));
 }
 
@@ -245,20 +245,20 @@ fn served(hot: &H, key: WaitKey) -> Option<u32> {
 #[test]
 fn over_the_limit_a_take_waits_in_the_one_queue_beside_free_members() {
     let hot = limited(2, &[1, 2, 3], None);
-    let a = hot.take(Wait::Queue, true, false);
-    let b = hot.take(Wait::Queue, true, false);
+    let a = hot.take(wait::Queue, true, false);
+    let b = hot.take(wait::Queue, true, false);
     let (Found::Member(a, _), Found::Member(b, _)) = (a, b) else {
         panic!()
     };
     // A member is free and the pool not saturated, but two are in use: no start would help.
-    assert_eq!(hot.take(Wait::No, true, false), Found::OverLimit(2));
-    let Found::Queued(first) = hot.take(Wait::Queue, true, false) else {
+    assert_eq!(hot.take(wait::No, true, false), Found::OverLimit(2));
+    let Found::Queued(first) = hot.take(wait::Queue, true, false) else {
         panic!()
     };
-    let Found::Queued(second) = hot.take(Wait::Queue, true, false) else {
+    let Found::Queued(second) = hot.take(wait::Queue, true, false) else {
         panic!()
     };
-    assert_eq!(hot.take(Wait::Queue, true, false), Found::QueueFull(2));
+    assert_eq!(hot.take(wait::Queue, true, false), Found::QueueFull(2));
     let view = hot.lock().view();
     assert_eq!((view.free, view.queued, view.wanting()), (1, 2, 0));
     // A member given back goes to the oldest waiter, not to the free list.
@@ -275,11 +275,11 @@ fn over_the_limit_a_take_waits_in_the_one_queue_beside_free_members() {
 #[test]
 fn raising_or_lifting_the_limit_hands_free_members_to_waiters_and_lowering_it_closes_nothing() {
     let hot = limited(1, &[1, 2, 3], None);
-    let Found::Member(held, _) = hot.take(Wait::Queue, true, false) else {
+    let Found::Member(held, _) = hot.take(wait::Queue, true, false) else {
         panic!()
     };
     let keys: Vec<WaitKey> = (0..2)
-        .map(|_| match hot.take(Wait::Queue, true, false) {
+        .map(|_| match hot.take(wait::Queue, true, false) {
             Found::Queued(key) => key,
             other => panic!("{other:?}"),
         })
@@ -295,7 +295,7 @@ fn raising_or_lifting_the_limit_hands_free_members_to_waiters_and_lowering_it_cl
     // the free list, not to a waiter, until the count is under the limit again.
     let _ = hot.lock().set_admission(AdmissionMode::Vegas, 1, None);
     assert_eq!(hot.lock().view().in_use, 3);
-    let Found::Queued(waiting) = hot.take(Wait::Queue, true, false) else {
+    let Found::Queued(waiting) = hot.take(wait::Queue, true, false) else {
         panic!()
     };
     assert!(hot.give(held, 3).is_ok());
@@ -316,12 +316,12 @@ async fn a_standing_queue_is_served_newest_first_past_the_target() {
     // Two takes queue 10 ms apart over a limit of one; the member comes back at `after`.
     async fn first_served(after: Duration) -> usize {
         let hot = limited(1, &[1], Some(50 * MS));
-        let Found::Member(held, _) = hot.take(Wait::Queue, true, false) else {
+        let Found::Member(held, _) = hot.take(wait::Queue, true, false) else {
             panic!()
         };
         let mut keys = Vec::new();
         for _ in 0..2 {
-            let Found::Queued(key) = hot.take(Wait::Queue, true, false) else {
+            let Found::Queued(key) = hot.take(wait::Queue, true, false) else {
                 panic!()
             };
             keys.push(key);
