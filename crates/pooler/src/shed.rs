@@ -93,6 +93,12 @@ impl Shedder {
         }
     }
 
+    /// Whether a `queue_target` is set (a relaxed load: no lock).
+    #[inline]
+    pub(crate) fn is_on(&self) -> bool {
+        self.on.load(Relaxed)
+    }
+
     /// A take that began waiting in the queue at `since` stopped waiting now (served, or
     /// given up at its deadline).
     pub(crate) fn waited(&self, since: Instant) {

@@ -23,6 +23,7 @@ use tracing::{Instrument, Span};
 
 use crate::checkout::{Attempt, Deadline};
 use crate::error::TakeError;
+use crate::features::Features;
 use crate::health::Hook;
 use crate::held::Held;
 use crate::hot::{Found, wait};
@@ -252,6 +253,9 @@ async fn within<M: Manager>(
     attempt: Attempt<M>,
 ) -> Result<Member<M>, TakeError> {
     let taken = within_loop(shared, caller, bounded(timeout), attempt).await;
+    if !traced() {
+        return taken.map(|(member, _)| member).map_err(|(e, _)| e);
+    }
     let span = Span::current();
     if !span.is_disabled() {
         let (outcome, waited) = match &taken {
@@ -270,7 +274,11 @@ async fn within<M: Manager>(
 }
 
 /// [`within`]'s loop; says how long the take waited (from its first attempt that queued or
-/// checked).
+/// checked), for the take's span (none with no subscriber).
+///
+/// The instant the wait began is read only when something needs it — a deadline, shedding,
+/// admission's bound on a queued take, the wait histogram, a span — so a queued `take()`
+/// with none of them reads no clock.
 async fn within_loop<M: Manager>(
     shared: &Arc<Shared<M>>,
     caller: Caller,
@@ -280,7 +288,14 @@ async fn within_loop<M: Manager>(
     // The instant of the first attempt that queued or checked: the wait and the deadline
     // count from there.
     let mut started: Option<Instant> = None;
-    let waited = |started: Option<Instant>| started.map(|s| s.elapsed());
+    let traced = traced();
+    let waited = |started: Option<Instant>| started.filter(|_| traced).map(|s| s.elapsed());
+    let admits = shared.features.flags() & Features::ADMIT != 0;
+    let clocked = timeout.is_some()
+        || traced
+        || admits
+        || shared.shedder.is_on()
+        || shared.metrics.wait_live();
     let deadline = |started: Option<Instant>| match (timeout, started) {
         (None, _) => Deadline::Never,
         (Some(t), None) => Deadline::In(t),
@@ -317,15 +332,21 @@ async fn within_loop<M: Manager>(
                 }
             }
             Attempt::Queued(key, grew) => {
-                let span = Span::current();
-                span.record("queued", true);
-                if grew {
-                    span.record("grew", true);
+                if traced {
+                    let span = Span::current();
+                    span.record("queued", true);
+                    if grew {
+                        span.record("grew", true);
+                    }
                 }
-                let s = *started.get_or_insert_with(|| shared.clock.now());
+                let s = match started {
+                    Some(s) => Some(s),
+                    None if clocked => Some(*started.insert(shared.clock.now())),
+                    None => None,
+                };
                 // An overloaded pool (`queue_target`) sheds the take instead of queueing it;
                 // a member handed over in that instant is taken all the same.
-                if let Some((target, delay)) = shared.shedder.shed(s) {
+                if let Some((target, delay)) = s.and_then(|s| shared.shedder.shed(s)) {
                     match shared.hot.leave(key) {
                         None => return Err((shared.shed_error(target, delay), None)),
                         Some(Ok(held)) => {
@@ -345,13 +366,19 @@ async fn within_loop<M: Manager>(
                 // target (docs/design.md, "Admission"): past the target the queue is served
                 // newest first, so its turn would not come soon, and a refusal at its
                 // deadline would leave its caller nothing.
-                let stale = shared.hot.queue_target().map(|target| {
+                // (The target is the hot core's, and there only while admission is on.)
+                let target = if admits {
+                    shared.hot.queue_target()
+                } else {
+                    None
+                };
+                let stale = target.map(|target| {
                     let twice = target.saturating_mul(2);
                     let waited = timeout.map_or(twice, |t| twice.min(target.max(t / 2)));
-                    (target, waited, s.checked_add(waited))
+                    (target, waited, s.and_then(|s| s.checked_add(waited)))
                 });
                 let ends = [
-                    timeout.and_then(|t| s.checked_add(t)),
+                    timeout.and_then(|t| s.and_then(|s| s.checked_add(t))),
                     stale.and_then(|(.., at)| at),
                 ];
                 let served = match ends.into_iter().flatten().min() {
@@ -362,6 +389,7 @@ async fn within_loop<M: Manager>(
                             waiting.done = true;
                             match shared.hot.leave(key) {
                                 None => {
+                                    let s = s.expect("a take with an end began its wait");
                                     shared.shedder.waited(s);
                                     let e = match (stale, timeout) {
                                         (Some((target, limit, _)), t)
@@ -379,10 +407,18 @@ async fn within_loop<M: Manager>(
                         }
                     },
                 };
-                shared.shedder.waited(s);
-                let now = Instant::now();
+                // With shedding on (the wait's beginning was read then), the wait is the
+                // shedder's to see, and a member served to it the shedder's to judge.
+                let shedding = s.filter(|_| shared.shedder.is_on());
+                if let Some(s) = shedding {
+                    shared.shedder.waited(s);
+                }
+                let stale = |s: Instant| {
+                    let now = Instant::now();
+                    shared.shedder.stale(now - s, now)
+                };
                 match served {
-                    Ok(held) => match shared.shedder.stale(now - s, now) {
+                    Ok(held) => match shedding.and_then(stale) {
                         // Its turn came too late: the member goes on to the next waiter,
                         // returned as the pool's own (no user had it: its return is no
                         // user's, and measures nothing).
