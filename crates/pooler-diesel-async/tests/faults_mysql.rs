@@ -52,10 +52,9 @@ async fn a_restarted_server_is_served_again_and_loses_nothing() {
     use pooler_diesel_async::diesel::dsl::{select, sql};
     use pooler_diesel_async::diesel::sql_types::{Nullable, Text};
     use pooler_diesel_async::diesel_async::RunQueryDsl;
-    let Some(mut server) = pooler_testkit::mariadb::MariaDbServer::start() else {
+    let Some(mut server) = pooler_testkit::mariadb::MariaDbServer::with_writes_table() else {
         return;
     };
-    server.sql("CREATE TABLE test.r (v BIGINT PRIMARY KEY) ENGINE = InnoDB");
     let pool = Pool::start(
         PoolConfig::new("diesel-mysql-restart", 4, 4),
         DieselManager::<AsyncMysqlConnection>::new(server.url()),

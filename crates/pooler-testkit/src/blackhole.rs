@@ -45,11 +45,7 @@ impl Blackhole {
             .status()
             .is_ok_and(|s| s.success());
         if !socat {
-            assert!(
-                std::env::var("POOLER_REQUIRE_SERVICES").as_deref() != Ok("1"),
-                "socat is needed and POOLER_REQUIRE_SERVICES=1"
-            );
-            eprintln!("skipping: socat is not on the PATH");
+            crate::cannot_run("socat (on the PATH)");
             return None;
         }
         // Unique per process and per call: tests in one binary may run side by side.
@@ -86,14 +82,7 @@ impl Blackhole {
             forwarders: Vec::new(),
         };
         if !made {
-            assert!(
-                std::env::var("POOLER_REQUIRE_SERVICES").as_deref() != Ok("1"),
-                "a network namespace could not be made (root and iproute2 are needed) and \
-                 POOLER_REQUIRE_SERVICES=1"
-            );
-            eprintln!(
-                "skipping: a network namespace could not be made (root and iproute2 are needed)"
-            );
+            crate::cannot_run("a network namespace (root and iproute2)");
             return None;
         }
         // Host end: the pair's host address forwards to the server on loopback.

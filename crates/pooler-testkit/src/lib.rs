@@ -73,6 +73,17 @@ pub fn signal(pid: u32, which: &str) {
     }
 }
 
+/// A test cannot run here for want of `what`: says so and returns `false` (the test
+/// skips) — or fails under `POOLER_REQUIRE_SERVICES=1`, where nothing may be skipped.
+pub(crate) fn cannot_run(what: &str) -> bool {
+    assert!(
+        std::env::var("POOLER_REQUIRE_SERVICES").as_deref() != Ok("1"),
+        "{what} is needed and POOLER_REQUIRE_SERVICES=1"
+    );
+    eprintln!("skipping: {what} is needed");
+    false
+}
+
 /// The URL in `var`, or `default`, if its host:port answers. `None` means skip the test: it
 /// prints why. Panics instead when `POOLER_REQUIRE_SERVICES=1`.
 ///

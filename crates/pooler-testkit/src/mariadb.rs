@@ -73,6 +73,20 @@ impl MariaDbServer {
         Some(server)
     }
 
+    /// [`start`](Self::start), with the table the writers of
+    /// [`restarted_under_writers`](crate::scenarios::restarted_under_writers) write to:
+    /// `test.r (v BIGINT PRIMARY KEY)`, InnoDB (what it acknowledges survives a kill).
+    ///
+    /// # Panics
+    ///
+    /// As [`start`](Self::start).
+    #[must_use]
+    pub fn with_writes_table() -> Option<MariaDbServer> {
+        let server = MariaDbServer::start()?;
+        server.sql("CREATE TABLE test.r (v BIGINT PRIMARY KEY) ENGINE = InnoDB");
+        Some(server)
+    }
+
     /// Starts `mariadbd` on the data directory and port, and waits until it answers.
     fn run(&mut self) {
         let mut command = Command::new("mariadbd");

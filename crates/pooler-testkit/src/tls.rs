@@ -132,10 +132,5 @@ pub fn tool(program: &str) -> bool {
     if runs("--version") || runs("version") {
         return true;
     }
-    assert!(
-        std::env::var("POOLER_REQUIRE_SERVICES").as_deref() != Ok("1"),
-        "{program} is needed and POOLER_REQUIRE_SERVICES=1"
-    );
-    eprintln!("skipping: {program} is not on the PATH");
-    false
+    crate::cannot_run(&format!("{program} (on the PATH)"))
 }
