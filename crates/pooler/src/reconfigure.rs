@@ -9,6 +9,7 @@ use crate::lifetime;
 use crate::manager::Manager;
 use crate::metrics::Reason;
 use crate::shared::Shared;
+use crate::step::Step;
 
 /// One thing [`Pool::reconfigure`](crate::Pool::reconfigure) did, in the order it did them
 /// (pooler's `pool_reconfigure/2` order; the guide maps each to pooler's name).
@@ -49,7 +50,11 @@ impl<M: Manager> Shared<M> {
         use ReconfigureAction as A;
         new.validate()?;
         let name = self.name.clone();
-        let (actions, at) = self.step(|s| {
+        // The decision is one step; what it sets outside the two locks (the features the
+        // checkout path reads, the shedder's window, the leak table, the recorder's gauges)
+        // is set after the locks are released and before its effects are carried out, so
+        // that the starts it spawns read the new timeouts (docs/design.md, "Reconfigure").
+        let (decided, effects) = self.cold.step(&self.hot, &self.clock, |s: &mut Step<'_, M>| {
             let old = s.cold.config.clone();
             if new.name != old.name {
                 return Err(ConfigError::NameChanged {
@@ -90,20 +95,13 @@ impl<M: Manager> Shared<M> {
                 .hot
                 .set_admission(new.admission, new.max_count, new.queue_target);
             s.effects.wake.extend(wakers);
-            self.features.set(&new);
             // With admission on, the target in force is the hot core's (derived from the
             // latency unless set); the shedder follows it.
             let target = s.hot.queue_target().or(new.queue_target_in_force());
-            if new.queue_target_in_force() != old.queue_target_in_force()
+            let shedder = (new.queue_target_in_force() != old.queue_target_in_force()
                 || new.queue_interval != old.queue_interval
-                || new.admission != old.admission
-            {
-                self.shedder.set(target, new.queue_interval, s.now);
-            }
-            if new.leak_detection_threshold.is_none() {
-                self.leaks.clear();
-            }
-            self.metrics.limits(new.init_count, new.max_count);
+                || new.admission != old.admission)
+                .then_some((target, new.queue_interval, s.now));
 
             let view = s.hot.view();
             let live = view.live() + s.cold.engine.starting();
@@ -160,8 +158,26 @@ impl<M: Manager> Shared<M> {
             if old.member_order != new.member_order {
                 actions.push(A::MemberOrderChanged(new.member_order));
             }
-            Ok((actions, s.now))
-        })?;
+            Ok((actions, s.now, shedder))
+        });
+        let (actions, at, shedder) = match decided {
+            Ok(decided) => decided,
+            Err(e) => {
+                debug_assert!(effects.is_empty(), "a rejected reconfigure changes nothing");
+                return Err(e);
+            }
+        };
+        self.features.set(&new);
+        if let Some((target, interval, now)) = shedder {
+            self.shedder.set(target, interval, now);
+        }
+        if new.leak_detection_threshold.is_none() {
+            self.leaks.clear();
+        }
+        self.metrics.limits(new.init_count, new.max_count);
+        if !effects.is_empty() {
+            self.apply(effects);
+        }
         self.reconfigured.send_replace(at);
         tracing::info!(pool = %self.name, actions = ?actions, "reconfigured");
         Ok(actions)
