@@ -414,3 +414,82 @@ async fn admission_batches_are_counted_by_what_the_limit_did() {
         assert_eq!(moves(reason), 0, "{reason}");
     }
 }
+
+/// A recorder that reads the pool from inside a gauge's update (as one that logs the pool's
+/// state with each value might).
+mod reentrant {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::{Arc, OnceLock};
+
+    use metrics::{
+        Counter, Gauge, GaugeFn, Histogram, Key, KeyName, Metadata, Recorder, SharedString, Unit,
+    };
+
+    use crate::common::Fake;
+
+    #[derive(Default)]
+    pub(super) struct Reader {
+        pub(super) pool: OnceLock<pooler::Pool<Fake>>,
+        pub(super) reads: AtomicUsize,
+    }
+
+    impl GaugeFn for Reader {
+        fn increment(&self, _: f64) {}
+        fn decrement(&self, _: f64) {}
+        fn set(&self, _: f64) {
+            if let Some(pool) = self.pool.get() {
+                let _ = pool.utilization();
+                self.reads.fetch_add(1, Ordering::SeqCst);
+            }
+        }
+    }
+
+    #[derive(Default)]
+    pub(super) struct Reentrant(pub(super) Arc<Reader>);
+
+    impl Recorder for Reentrant {
+        fn describe_counter(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+        fn describe_gauge(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+        fn describe_histogram(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+        fn register_counter(&self, _: &Key, _: &Metadata<'_>) -> Counter {
+            Counter::noop()
+        }
+        fn register_gauge(&self, _: &Key, _: &Metadata<'_>) -> Gauge {
+            Gauge::from_arc(self.0.clone())
+        }
+        fn register_histogram(&self, _: &Key, _: &Metadata<'_>) -> Histogram {
+            Histogram::noop()
+        }
+    }
+}
+
+/// A recorder is user code: the pool never calls it under its locks, so one that reads the
+/// pool from inside an update does not deadlock — through a reconfigure (whose gauges of the
+/// limits change) and a publish.
+#[tokio::test(start_paused = true)]
+async fn a_recorder_that_reads_the_pool_never_deadlocks_it() {
+    let recorder = reentrant::Reentrant::default();
+    let _local = metrics::set_default_local_recorder(&recorder);
+    let config = PoolConfig::new("reentrant", 1, 2);
+    let (pool, _probe) = pool_with(config.clone(), Fake::default()).await;
+    let reader = recorder.0.clone();
+    assert!(reader.pool.set(pool.clone()).is_ok());
+    // On a thread of its own, so that a deadlock fails the test instead of hanging it.
+    let (done, finished) = std::sync::mpsc::channel();
+    let other = pool.clone();
+    std::thread::spawn(move || {
+        let grown = config.to_builder().max_count(3).build().unwrap();
+        let _ = done.send(other.reconfigure(grown).map(|_| other.publish_metrics()));
+    });
+    let Ok(outcome) = finished.recv_timeout(Duration::from_secs(10)) else {
+        // The pool's lock stays held for ever: unwinding would block on it in the pool's
+        // drop. End the test binary instead.
+        eprintln!("the reconfigure or the publish deadlocked in the recorder");
+        std::process::abort();
+    };
+    assert!(outcome.is_ok(), "{outcome:?}");
+    assert!(
+        reader.reads.load(std::sync::atomic::Ordering::SeqCst) > 0,
+        "the recorder read the pool"
+    );
+}
