@@ -54,112 +54,115 @@ impl<M: Manager> Shared<M> {
         // checkout path reads, the shedder's window, the leak table, the recorder's gauges)
         // is set after the locks are released and before its effects are carried out, so
         // that the starts it spawns read the new timeouts (docs/design.md, "Reconfigure").
-        let (decided, effects) = self.cold.step(&self.hot, &self.clock, |s: &mut Step<'_, M>| {
-            let old = s.cold.config.clone();
-            if new.name != old.name {
-                return Err(ConfigError::NameChanged {
-                    pool: old.name,
-                    new_name: new.name.clone(),
-                });
-            }
-            if s.cold.engine.is_closed() {
-                return Err(ConfigError::Closed { pool: old.name });
-            }
-            let view = s.hot.view();
-            // Members already stopping are part of the excess (docs/design.md,
-            // "Reconfigure"): only the members that would stay beyond the new cap must be
-            // stopped, from the free ones.
-            let staying = view.live() + s.cold.engine.starting();
-            let to_stop = staying.saturating_sub(new.max_count);
-            if to_stop > view.free {
-                return Err(ConfigError::NotEnoughFree {
-                    pool: old.name,
-                    max_count: new.max_count,
-                    needed: to_stop,
-                    free: view.free,
-                });
-            }
-
-            // Nothing below can fail: apply everything.
-            let mut actions: Vec<_> = old.changed_keys(&new).into_iter().map(A::Changed).collect();
-            let stopped = s.retire_free(to_stop, Reason::Reconfigured, |_| true);
-            let (refused, wakers) = s.hot.shed(new.queue_max, || TakeError::QueueShrunk {
-                pool: name.clone(),
-                queue_max: new.queue_max,
-            });
-            s.effects.wake.extend(wakers);
-            s.hot.set_limits(new.member_order, new.queue_max);
-            s.cold.engine.set_limits(Limits::of(&new), s.hot.view());
-            s.cold.config = new.clone();
-            let wakers = s
-                .hot
-                .set_admission(new.admission, new.max_count, new.queue_target);
-            s.effects.wake.extend(wakers);
-            // With admission on, the target in force is the hot core's (derived from the
-            // latency unless set); the shedder follows it.
-            let target = s.hot.queue_target().or(new.queue_target_in_force());
-            let shedder = (new.queue_target_in_force() != old.queue_target_in_force()
-                || new.queue_interval != old.queue_interval
-                || new.admission != old.admission)
-                .then_some((target, new.queue_interval, s.now));
-
-            let view = s.hot.view();
-            let live = view.live() + s.cold.engine.starting();
-            let started = if new.init_count > old.init_count && new.init_count > live {
-                let starts = s.cold.engine.grow(new.init_count - live, s.now, view);
-                let n = starts.slots.len();
-                s.effects.starts.push(starts);
-                n
-            } else {
-                0
-            };
-            let cull = new.init_count < old.init_count || new.max_age < old.max_age;
-            if cull {
-                s.cull();
-            }
-            let ttl = old.max_lifetime != new.max_lifetime
-                || old.max_lifetime_jitter != new.max_lifetime_jitter;
-            if ttl {
-                let mut stamps = Vec::new();
-                s.cold.engine.reschedule(|born, meta| {
-                    let at = lifetime::expiry(born, new.max_lifetime, new.max_lifetime_jitter);
-                    stamps.push((meta.clone(), at));
-                    at
-                });
-                for (meta, at) in stamps {
-                    meta.set_expires_at(at.map(|at| s.stamp_of(at)));
+        let (decided, effects) = self
+            .cold
+            .step(&self.hot, &self.clock, |s: &mut Step<'_, M>| {
+                let old = s.cold.config.clone();
+                if new.name != old.name {
+                    return Err(ConfigError::NameChanged {
+                        pool: old.name,
+                        new_name: new.name.clone(),
+                    });
                 }
-            }
-            s.effects.expiry = true;
-            s.refill();
+                if s.cold.engine.is_closed() {
+                    return Err(ConfigError::Closed { pool: old.name });
+                }
+                let view = s.hot.view();
+                // Members already stopping are part of the excess (docs/design.md,
+                // "Reconfigure"): only the members that would stay beyond the new cap must be
+                // stopped, from the free ones.
+                let staying = view.live() + s.cold.engine.starting();
+                let to_stop = staying.saturating_sub(new.max_count);
+                if to_stop > view.free {
+                    return Err(ConfigError::NotEnoughFree {
+                        pool: old.name,
+                        max_count: new.max_count,
+                        needed: to_stop,
+                        free: view.free,
+                    });
+                }
 
-            if started > 0 {
-                actions.push(A::Started(started));
-            }
-            if stopped > 0 {
-                actions.push(A::Retired(stopped));
-            }
-            if refused > 0 {
-                actions.push(A::Shed(refused));
-            }
-            if old.cull_interval != new.cull_interval || old.max_age != new.max_age {
-                actions.push(A::CullTimerReset);
-            }
-            if cull {
-                actions.push(A::Culled);
-            }
-            if ttl {
-                actions.push(A::LifetimesRecomputed);
-            }
-            if old.group != new.group {
-                actions.extend(old.group.clone().map(A::LeftGroup));
-                actions.extend(new.group.clone().map(A::JoinedGroup));
-            }
-            if old.member_order != new.member_order {
-                actions.push(A::MemberOrderChanged(new.member_order));
-            }
-            Ok((actions, s.now, shedder))
-        });
+                // Nothing below can fail: apply everything.
+                let mut actions: Vec<_> =
+                    old.changed_keys(&new).into_iter().map(A::Changed).collect();
+                let stopped = s.retire_free(to_stop, Reason::Reconfigured, |_| true);
+                let (refused, wakers) = s.hot.shed(new.queue_max, || TakeError::QueueShrunk {
+                    pool: name.clone(),
+                    queue_max: new.queue_max,
+                });
+                s.effects.wake.extend(wakers);
+                s.hot.set_limits(new.member_order, new.queue_max);
+                s.cold.engine.set_limits(Limits::of(&new), s.hot.view());
+                s.cold.config = new.clone();
+                let wakers = s
+                    .hot
+                    .set_admission(new.admission, new.max_count, new.queue_target);
+                s.effects.wake.extend(wakers);
+                // With admission on, the target in force is the hot core's (derived from the
+                // latency unless set); the shedder follows it.
+                let target = s.hot.queue_target().or(new.queue_target_in_force());
+                let shedder = (new.queue_target_in_force() != old.queue_target_in_force()
+                    || new.queue_interval != old.queue_interval
+                    || new.admission != old.admission)
+                    .then_some((target, new.queue_interval, s.now));
+
+                let view = s.hot.view();
+                let live = view.live() + s.cold.engine.starting();
+                let started = if new.init_count > old.init_count && new.init_count > live {
+                    let starts = s.cold.engine.grow(new.init_count - live, s.now, view);
+                    let n = starts.slots.len();
+                    s.effects.starts.push(starts);
+                    n
+                } else {
+                    0
+                };
+                let cull = new.init_count < old.init_count || new.max_age < old.max_age;
+                if cull {
+                    s.cull();
+                }
+                let ttl = old.max_lifetime != new.max_lifetime
+                    || old.max_lifetime_jitter != new.max_lifetime_jitter;
+                if ttl {
+                    let mut stamps = Vec::new();
+                    s.cold.engine.reschedule(|born, meta| {
+                        let at = lifetime::expiry(born, new.max_lifetime, new.max_lifetime_jitter);
+                        stamps.push((meta.clone(), at));
+                        at
+                    });
+                    for (meta, at) in stamps {
+                        meta.set_expires_at(at.map(|at| s.stamp_of(at)));
+                    }
+                }
+                s.effects.expiry = true;
+                s.refill();
+
+                if started > 0 {
+                    actions.push(A::Started(started));
+                }
+                if stopped > 0 {
+                    actions.push(A::Retired(stopped));
+                }
+                if refused > 0 {
+                    actions.push(A::Shed(refused));
+                }
+                if old.cull_interval != new.cull_interval || old.max_age != new.max_age {
+                    actions.push(A::CullTimerReset);
+                }
+                if cull {
+                    actions.push(A::Culled);
+                }
+                if ttl {
+                    actions.push(A::LifetimesRecomputed);
+                }
+                if old.group != new.group {
+                    actions.extend(old.group.clone().map(A::LeftGroup));
+                    actions.extend(new.group.clone().map(A::JoinedGroup));
+                }
+                if old.member_order != new.member_order {
+                    actions.push(A::MemberOrderChanged(new.member_order));
+                }
+                Ok((actions, s.now, shedder))
+            });
         let (actions, at, shedder) = match decided {
             Ok(decided) => decided,
             Err(e) => {
