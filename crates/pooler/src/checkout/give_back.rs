@@ -110,11 +110,18 @@ impl<M: Manager> Shared<M> {
     }
 
     /// What follows a judged batch outside the hot core (its wakers woken): the count by
-    /// what the limit did, and a new derived queue target for the shedder.
+    /// what the limit did, members started for the waiters a raised limit lets through when
+    /// none is free for them, and a new derived queue target for the shedder.
     fn judged(&self, judged: Judged) {
         debug_assert!(judged.wakers.is_empty(), "woken first");
         if let Some(moved) = judged.moved {
             self.metrics.limit_judged(moved);
+        }
+        // Raised: the free members went to the waiters it lets through under the hot lock;
+        // the rest wait for members that may not exist yet, which the cold engine starts as
+        // for any waiter (docs/design.md, "Admission").
+        if judged.raised && self.hot.wanting() > 0 {
+            self.step(|s| s.refill());
         }
         if let Some(target) = judged.target {
             self.shedder.retarget(target);

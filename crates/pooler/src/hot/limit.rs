@@ -16,6 +16,8 @@ use crate::config::PoolConfig;
 pub(crate) struct Judged {
     /// How the limit moved, if the hold ended a batch.
     pub(crate) moved: Option<LimitMove>,
+    /// The limit is higher than before the hold ended.
+    pub(crate) raised: bool,
     /// Waiters a grown limit lets through, to wake after the lock.
     pub(crate) wakers: Vec<Waker>,
     /// A new derived queue target, for the holders outside the hot core (the shedder).
@@ -54,6 +56,11 @@ impl<T, E> Hot<T, E> {
         drop(h);
         judged.wakers.drain(..).for_each(Waker::wake);
         (given, judged)
+    }
+
+    /// Waiters a new member could serve now ([`View::wanting`](super::View::wanting)).
+    pub(crate) fn wanting(&self) -> usize {
+        self.lock().view().wanting()
     }
 
     /// The queue target in force while admission is on.
@@ -159,6 +166,7 @@ impl<T, E> Locked<'_, T, E> {
         // The limit moves only when a batch ends.
         judged.moved = limiter.sample(held, s.in_use, now);
         if judged.moved.is_some() {
+            judged.raised = limiter.limit() > s.limit;
             s.limit = limiter.limit();
             if s.derive_target
                 && let Some(target) = limiter.derived_target()

@@ -478,24 +478,39 @@ impl Model {
         }
     }
 
-    /// The limit read from the pool after a step.
-    fn set_limit(&mut self, limit: Option<usize>) {
+    /// The limit read from the pool after a step; whether it rose.
+    fn set_limit(&mut self, limit: Option<usize>) -> bool {
+        let raised = limit.unwrap_or(usize::MAX) > self.limit;
         self.limit = limit.unwrap_or(usize::MAX);
         if self.limit < self.max {
             seen(LIMITED);
         }
         self.hand_free();
+        raised
     }
 
     /// A member given back: `ok` unless failed or dropped in a panic. An unfit one is
-    /// replaced, as is one whose lifetime has ended.
-    fn give_back(&mut self, id: u64, ok: bool) {
-        if !ok || self.broken.contains(&id) || self.dead.contains(&id) {
-            self.destroy(id, false);
-        } else if self.expiry.get(&id).is_some_and(|at| *at <= self.now) {
-            self.destroy(id, true);
+    /// replaced, as is one whose lifetime has ended. `raised`: the hold moved the admission
+    /// limit up, so waiters it lets through and no free member serves get members started —
+    /// before the member is replaced, after it is given on.
+    fn give_back(&mut self, id: u64, ok: bool, raised: bool) {
+        let expired = self.expiry.get(&id).is_some_and(|at| *at <= self.now);
+        if !ok || self.broken.contains(&id) || self.dead.contains(&id) || expired {
+            self.start_for_raised(raised);
+            let lifetime = ok && !self.broken.contains(&id) && !self.dead.contains(&id);
+            self.destroy(id, lifetime);
         } else {
             self.give(id);
+            self.start_for_raised(raised);
+        }
+    }
+
+    /// After a hold that raised the limit: starts for the waiters it lets through, if any
+    /// wants one.
+    fn start_for_raised(&mut self, raised: bool) {
+        if raised && self.wanting() > 0 {
+            let starts = self.refill();
+            self.spawn(starts);
         }
     }
 
@@ -544,13 +559,14 @@ impl Model {
                         self.stops(id);
                         self.owed = (self.owed + 1).min(self.max);
                     } else if self.in_use.contains(&id) {
+                        // Marked, and replaced when it comes back: nothing else changes.
                         self.dead.insert(id);
                     }
-                    let starts = self.refill();
                     if was_free.is_some() {
+                        let starts = self.refill();
                         self.tasks.push_back(Task::Stop);
+                        self.spawn(starts);
                     }
-                    self.spawn(starts);
                 }
                 Task::Taker(w) => {
                     let now = self.now;
@@ -584,7 +600,7 @@ impl Model {
                         // Its turn came too late: the member goes on as the pool's own.
                         seen(STALE);
                         self.outcomes[w] = Outcome::Failed("stale");
-                        self.give_back(id, true);
+                        self.give_back(id, true, false);
                     } else {
                         self.outcomes[w] = Outcome::Served(id);
                     }
@@ -686,7 +702,7 @@ impl Model {
         self.now = t;
         if self.next_tick == Some(t) {
             self.next_tick = Some(t + TICK);
-            self.set_limit(limit);
+            let _ = self.set_limit(limit);
         }
         for s in &mut self.starting {
             if s.at == Some(t) {
@@ -787,7 +803,7 @@ pub(crate) fn run(ops: Vec<Op>, features: Features, steps: Arc<AtomicUsize>) {
         let config = features.apply(config);
         let (pool, probe) = pool_with(config.clone(), Fake::default()).await;
         let mut model = Model::new(1, 3, 3, features);
-        model.set_limit(pool.admission().map(|a| a.limit));
+        let _ = model.set_limit(pool.admission().map(|a| a.limit));
         let held: Arc<Mutex<Vec<Member<Fake>>>> = Arc::default();
         let outcomes: Arc<Mutex<Vec<Outcome>>> = Arc::default();
         let mut takers = Vec::new();
@@ -848,8 +864,8 @@ pub(crate) fn run(ops: Vec<Op>, features: Features, steps: Arc<AtomicUsize>) {
                         }
                         // The hold's latency may have moved the limit before the member
                         // went back.
-                        model.set_limit(pool.admission().map(|a| a.limit));
-                        model.give_back(id, matches!(op, Op::Return(_)));
+                        let raised = model.set_limit(pool.admission().map(|a| a.limit));
+                        model.give_back(id, matches!(op, Op::Return(_)), raised);
                     }
                 }
                 Op::CancelWaiter(i) => {
@@ -926,7 +942,7 @@ pub(crate) fn run(ops: Vec<Op>, features: Features, steps: Arc<AtomicUsize>) {
                     }
                     model.queue_max = queue_max;
                     model.fifo = fifo;
-                    model.set_limit(pool.admission().map(|a| a.limit));
+                    let _ = model.set_limit(pool.admission().map(|a| a.limit));
                     let starts = model.refill();
                     model.spawn(starts);
                 }
@@ -963,13 +979,20 @@ fn compare(
     // `POOLER_MODEL_TRACE=1`: each comparison's state, to follow a failing sequence.
     if std::env::var_os("POOLER_MODEL_TRACE").is_some() {
         eprintln!(
-            "{at}: limit {:?} (model {}), in use {:?}, free {:?}, queued {:?} since {:?}",
+            "{at}: limit {:?} (model {}), in use {:?}, free {:?}, queued {:?} since {:?}, \
+             starting {:?}, owed {}, dead {:?}, broken {:?}\n  real {:?}\n  model {:?}",
             pool.admission().map(|a| a.limit),
             model.limit,
             model.in_use,
             model.free,
             model.waiters,
-            model.queued_since
+            model.queued_since,
+            model.starting.iter().map(|s| s.id).collect::<Vec<_>>(),
+            model.owed,
+            model.dead,
+            model.broken,
+            outcomes.lock().unwrap(),
+            model.outcomes,
         );
     }
     assert_eq!(
@@ -1050,4 +1073,131 @@ fn the_pool_does_what_the_reference_model_says() {
             "a feature's rule never came up: {seen:?}"
         );
     }
+}
+
+/// Found by the model: with admission on, a hold whose end raised the limit let a queued
+/// take through with no member free for it and room to start one, and nothing started one —
+/// the take waited for a return (here, out its deadline). Now the raise starts members for
+/// the waiters it lets through (docs/design.md, "Admission").
+#[test]
+fn a_raised_limit_starts_members_for_the_waiters_it_lets_through() {
+    let ops = vec![
+        Op::TryTake,
+        Op::Advance(29),
+        Op::Return(0usize),
+        Op::Return(0usize),
+        Op::Break(0usize),
+        Op::TryTake,
+        Op::Return(0usize),
+        Op::TryTake,
+        Op::Advance(21),
+        Op::TryTake,
+        Op::TryTake,
+        Op::TryTake,
+        Op::Return(802217187451153382usize),
+        Op::TryTake,
+        Op::TryTake,
+        Op::Fail(0usize),
+        Op::TryTake,
+        Op::TryTake,
+        Op::TryTake,
+        Op::CancelWaiter(0usize),
+        Op::Advance(0),
+        Op::TryTake,
+        Op::Fail(5755896004409638123usize),
+        Op::TryTake,
+        Op::Return(7180538703773028530usize),
+        Op::Fail(0usize),
+        Op::TryTake,
+        Op::Return(0usize),
+        Op::TryTake,
+        Op::Crash(2957697278014809746usize),
+        Op::Fail(0usize),
+        Op::TryTake,
+        Op::TryTake,
+        Op::TryTake,
+        Op::Starts(false),
+        Op::Return(0usize),
+        Op::TryTake,
+        Op::TryTake,
+        Op::Fail(0usize),
+        Op::TryTake,
+        Op::TryTake,
+        Op::Fail(0usize),
+        Op::Advance(0),
+        Op::TryTake,
+        Op::TryTake,
+        Op::TryTake,
+        Op::Advance(20),
+        Op::TryTake,
+        Op::TryTake,
+        Op::Advance(7),
+        Op::Advance(95),
+        Op::TryTake,
+        Op::TryTake,
+        Op::TryTake,
+        Op::TryTake,
+        Op::Advance(106),
+        Op::TryTake,
+        Op::Advance(73),
+        Op::Advance(97),
+        Op::TryTake,
+        Op::Advance(113),
+        Op::TryTake,
+        Op::Starts(true),
+        Op::TryTake,
+        Op::TryTake,
+        Op::TryTake,
+        Op::Advance(2),
+        Op::TryTake,
+        Op::TryTake,
+        Op::TryTake,
+        Op::TryTake,
+        Op::Advance(99),
+        Op::TryTake,
+        Op::TryTake,
+        Op::TryTake,
+        Op::TryTake,
+        Op::TryTake,
+        Op::Advance(11),
+        Op::TryTake,
+        Op::TryTake,
+        Op::TryTake,
+        Op::TryTake,
+        Op::TryTake,
+        Op::TryTake,
+        Op::Advance(127),
+        Op::TryTake,
+        Op::TryTake,
+        Op::TryTake,
+        Op::Return(0usize),
+        Op::TryTake,
+        Op::TryTake,
+        Op::TryTake,
+        Op::Fail(0usize),
+        Op::TryTake,
+        Op::TryTake,
+        Op::Return(0usize),
+        Op::Return(0usize),
+        Op::TryTake,
+        Op::Fail(0usize),
+        Op::TryTake,
+        Op::CancelWaiter(0usize),
+        Op::TryTake,
+        Op::Take(0),
+        Op::TryTake,
+        Op::Take(0),
+        Op::Break(552751310807574907usize),
+        Op::Crash(904155752907467711usize),
+        Op::Return(6606300179774121662usize),
+        Op::Crash(0usize),
+    ];
+    let features = Features {
+        shed: Some((1, 10)),
+        admission: Some(pooler::AdmissionMode::Vegas),
+        ..Features::default()
+    };
+    let steps = Arc::new(AtomicUsize::new(0));
+    run(ops, features, steps.clone());
+    assert_eq!(steps.load(SeqCst), 109, "every step compared");
 }
