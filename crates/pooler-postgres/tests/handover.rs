@@ -142,21 +142,28 @@ async fn timeouts_around_a_begin_never_lose_the_next_users_write() {
 async fn a_copy_in_cancelled_early_settles_by_itself() {
     let Some(url) = url().await else { return };
     let admin = admin(&url).await;
+    // A table of its own: two `CREATE TABLE IF NOT EXISTS` of one name at once can both
+    // miss it and one then fails on PostgreSQL's catalog (tests here run side by side).
     admin
-        .batch_execute("CREATE TABLE IF NOT EXISTS pooler_copy (v INT)")
+        .batch_execute("CREATE TABLE IF NOT EXISTS pooler_copy_early (v INT)")
         .await
         .unwrap();
     let pool = one_of_one(&url, "pg-copy-early", Recycle::default()).await;
     let conn = take(&pool).await;
     // Prepared first, so the one poll sends the Bind, Execute and Sync, and the drop the
     // CopyFail — all written before the server's CopyInResponse is read.
-    let statement = conn.prepare("COPY pooler_copy FROM STDIN").await.unwrap();
+    let statement = conn
+        .prepare("COPY pooler_copy_early FROM STDIN")
+        .await
+        .unwrap();
     for round in 0..6 {
         if round % 2 == 0 {
             poll_once_and_drop(conn.copy_in::<_, bytes::Bytes>(&statement)).await;
         } else {
-            poll_once_and_drop(conn.copy_in::<_, bytes::Bytes>("COPY pooler_copy FROM STDIN"))
-                .await;
+            poll_once_and_drop(
+                conn.copy_in::<_, bytes::Bytes>("COPY pooler_copy_early FROM STDIN"),
+            )
+            .await;
         }
         conn.simple_query("").await.unwrap();
         let status = tokio::time::timeout(Duration::from_secs(2), conn.settled()).await;
@@ -178,7 +185,7 @@ async fn a_connection_left_in_copy_is_replaced_at_once() {
     let Some(url) = url().await else { return };
     let admin = admin(&url).await;
     admin
-        .batch_execute("CREATE TABLE IF NOT EXISTS pooler_copy (v INT)")
+        .batch_execute("CREATE TABLE IF NOT EXISTS pooler_copy_left (v INT)")
         .await
         .unwrap();
     for recycle in [Recycle::Observed, Recycle::Nothing] {
@@ -186,7 +193,7 @@ async fn a_connection_left_in_copy_is_replaced_at_once() {
         let conn = take(&pool).await;
         let first = Member::id(&conn);
         let sink = conn
-            .copy_in::<_, bytes::Bytes>("COPY pooler_copy FROM STDIN")
+            .copy_in::<_, bytes::Bytes>("COPY pooler_copy_left FROM STDIN")
             .await
             .unwrap();
         let kept = if recycle == Recycle::Nothing {
