@@ -2,7 +2,13 @@
 //! reset runs, how a cancelled query is seen, the session check that finds what a reset
 //! leaves (MySQL), and the dead-link bounds added to a URL that names none.
 
+use std::future::Future;
+
+#[cfg(feature = "postgres")]
+use diesel::ConnectionError;
+use diesel::ConnectionResult;
 use diesel_async::pooled_connection::PoolableConnection;
+use pooler::MemberContext;
 
 /// How a return tells that a user left session state no statement of the reset clears
 /// (MySQL: docs/design.md, "diesel-async"): the session is recorded as the pool leaves it,
@@ -49,6 +55,18 @@ pub trait PooledConnection: PoolableConnection + 'static {
     #[must_use]
     fn live_url(url: &str) -> String {
         url.to_owned()
+    }
+
+    /// Opens a connection to `url` for the pool, as [`DieselManager::new`](crate::DieselManager::new)
+    /// does: to [`live_url`](PooledConnection::live_url)`(url)`, with the connection's I/O, where
+    /// the driver lets the pool run it, in a task of the member's (`ctx`), so that a connection
+    /// that ends — the server closed it, a dead link found by the keepalives — leaves the pool
+    /// at once, free or starting, and is never handed out (PostgreSQL). Default:
+    /// `AsyncConnection::establish`.
+    fn open(url: &str, ctx: &MemberContext) -> impl Future<Output = ConnectionResult<Self>> + Send {
+        let _ = ctx;
+        let url = Self::live_url(url);
+        async move { Self::establish(&url).await }
     }
 }
 
@@ -164,6 +182,31 @@ impl PooledConnection for diesel_async::AsyncPgConnection {
 
     fn live_url(url: &str) -> String {
         with_pg_liveness(url)
+    }
+
+    /// As diesel-async's own `establish` (tokio-postgres without TLS: `sslmode=prefer` goes
+    /// plain, `require` fails), except that the connection's I/O runs in the member's driver
+    /// task rather than in one diesel-async spawns outside the pool: the pool sees the
+    /// connection end (docs/design.md, "diesel-async"). diesel-async's `notifications_stream`
+    /// is fed by its own task only, so it yields nothing on these connections.
+    fn open(url: &str, ctx: &MemberContext) -> impl Future<Output = ConnectionResult<Self>> + Send {
+        let url = Self::live_url(url);
+        async move {
+            let config: tokio_postgres::Config =
+                url.parse().map_err(|e: tokio_postgres::Error| {
+                    ConnectionError::InvalidConnectionUrl(e.to_string())
+                })?;
+            let (client, connection) = config
+                .connect(tokio_postgres::NoTls)
+                .await
+                .map_err(|e| ConnectionError::BadConnection(e.to_string()))?;
+            // Its end — an I/O error, the server's close, or the client dropped — is the
+            // member's death; the error itself reaches the user's query through the client.
+            ctx.spawn(async move {
+                let _ = connection.await;
+            });
+            Self::try_from(client).await
+        }
     }
 }
 

@@ -71,7 +71,8 @@ type Establish<C> =
 /// A free connection's health check (the pool's `health_interval`) is `SELECT 1`.
 pub struct DieselManager<C> {
     url: String,
-    establish: Establish<C>,
+    /// The user's way of opening a connection (`establish_with`); `None`: `C::open`.
+    establish: Option<Establish<C>>,
     on_return: Option<Cow<'static, str>>,
     hooks: Hooks<C>,
     /// The last number a returned connection was asked to echo.
@@ -112,15 +113,16 @@ impl<C> std::fmt::Debug for DieselManager<C> {
 }
 
 impl<C: PooledConnection> DieselManager<C> {
-    /// A manager opening connections to `url` with `C::establish`, with the dead-link bounds
-    /// ([`PooledConnection::live_url`]) added where `url` sets none.
+    /// A manager opening connections to `url` with [`PooledConnection::open`]: the dead-link
+    /// bounds ([`PooledConnection::live_url`]) added where `url` sets none, and (PostgreSQL)
+    /// the connection's I/O run in a task of the pool's, so that a connection that ends
+    /// leaves the pool at once (diesel-async's `notifications_stream` then yields nothing:
+    /// see [`establish_with`](DieselManager::establish_with)).
     #[must_use]
     pub fn new(url: impl Into<String>) -> Self {
         DieselManager {
             url: url.into(),
-            establish: Arc::new(|url: String| {
-                Box::pin(async move { C::establish(&C::live_url(&url)).await })
-            }),
+            establish: None,
             on_return: None,
             hooks: Hooks::default(),
             nonce: Arc::default(),
@@ -130,15 +132,18 @@ impl<C: PooledConnection> DieselManager<C> {
     }
 
     /// The same manager, opening each connection with `establish` (given the URL) instead of
-    /// `C::establish`: for TLS, or a connection built by hand (`AsyncPgConnection::
-    /// try_from_client_and_connection`).
+    /// [`PooledConnection::open`]: for TLS, a connection built by hand (`AsyncPgConnection::
+    /// try_from_client_and_connection`), or diesel-async's own task driving it (its
+    /// `notifications_stream`, for `LISTEN`). The URL is passed as given, without the
+    /// dead-link bounds, and the pool learns that a free connection ended only when it is
+    /// taken and fails.
     #[must_use]
     pub fn establish_with<F, Fut>(mut self, establish: F) -> Self
     where
         F: Fn(String) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = ConnectionResult<C>> + Send + 'static,
     {
-        self.establish = Arc::new(move |url| Box::pin(establish(url)));
+        self.establish = Some(Arc::new(move |url| Box::pin(establish(url))));
         self
     }
 
@@ -254,10 +259,12 @@ where
     type Member = C;
     type Error = DieselError;
 
-    async fn start(&self, _ctx: &MemberContext) -> Result<C, DieselError> {
-        let mut conn = (self.establish)(self.url.clone())
-            .await
-            .map_err(DieselError::Connection)?;
+    async fn start(&self, ctx: &MemberContext) -> Result<C, DieselError> {
+        let opened = match &self.establish {
+            Some(establish) => establish(self.url.clone()).await,
+            None => C::open(&self.url, ctx).await,
+        };
+        let mut conn = opened.map_err(DieselError::Connection)?;
         if self.transaction_pooling {
             conn.set_prepared_statement_cache_size(diesel::connection::CacheSize::Disabled);
         }

@@ -144,3 +144,43 @@ async fn the_next_user_starts_from_a_fresh_session() {
     drop(conn);
     pool.close(Shutdown::Graceful).await;
 }
+
+/// A connection the server ends while it is free (`pg_terminate_backend`: an administrator,
+/// a failover, `idle_session_timeout`) leaves the pool as soon as its socket closes, before
+/// anyone takes it: the pool drives the connection itself and sees it end. The next take
+/// gets a new session that works.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_the_server_ends_while_free_leaves_the_pool_and_is_never_handed_out() {
+    use pooler_diesel_async::diesel::sql_query;
+    use std::time::Instant;
+    let Some(url) = url().await else { return };
+    let pool = pool(&url, 1).await;
+    let (id, pid) = {
+        let mut conn = pool.take_member(Duration::from_secs(5)).await.unwrap();
+        (pooler::Member::id(&conn), session(&mut conn).await)
+    };
+    let mut admin = AsyncPgConnection::establish(&url).await.unwrap();
+    sql_query(format!("SELECT pg_terminate_backend({pid})"))
+        .execute(&mut admin)
+        .await
+        .unwrap();
+    // The socket's close reaches the pool within milliseconds; the bound is for a busy CI.
+    let began = Instant::now();
+    while pool.stats().iter().any(|m| m.id == id) {
+        assert!(
+            began.elapsed() < Duration::from_secs(5),
+            "the ended connection is still in the pool after 5 s: {:?}",
+            pool.stats()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let mut conn = pool.take_member(Duration::from_secs(5)).await.unwrap();
+    assert_ne!(
+        pooler::Member::id(&conn),
+        id,
+        "the ended connection was handed out"
+    );
+    assert_ne!(session(&mut conn).await, pid);
+    drop(conn);
+    pool.close(Shutdown::Graceful).await;
+}
