@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use pooler::{Manager, MemberContext};
 use rand::Rng;
+use tokio::time::Instant;
 
 /// What happened to a pool's simulated members.
 #[derive(Debug, Default)]
@@ -22,7 +23,22 @@ pub(crate) struct Sim {
     start_latency: Duration,
     failure_rate: f64,
     crash_rate: f64,
+    outage: Option<Outage>,
     pub(crate) counts: Arc<SimCounts>,
+}
+
+/// A time the simulated server is down: every member's connection dies as it begins, and
+/// every start until it ends fails.
+#[derive(Debug, Clone, Copy)]
+struct Outage {
+    from: Instant,
+    until: Instant,
+}
+
+impl Outage {
+    fn covers(&self, at: Instant) -> bool {
+        self.from <= at && at < self.until
+    }
 }
 
 /// A simulated connection.
@@ -55,6 +71,13 @@ pub(crate) struct SimMember {
     /// The chance, each second, that a member's connection dies. Default: 0.
     #[serde(default)]
     crash_rate: f64,
+    /// When the simulated server goes down, counted from the demo's start, as `"6s"`.
+    /// Default: never.
+    #[serde(default)]
+    outage_at: Option<String>,
+    /// How long it stays down, as `"2s"`. Default: 1 s.
+    #[serde(default)]
+    outage_for: Option<String>,
 }
 
 fn rate(key: &str, r: f64) -> Result<f64, String> {
@@ -76,10 +99,29 @@ impl Sim {
                 humantime::parse_duration(&text).map_err(|e| format!("`start_latency`: {e}"))?
             }
         };
+        let time = |key: &str, text: &str| {
+            humantime::parse_duration(text).map_err(|e| format!("`{key}`: {e}"))
+        };
+        let outage = match (member.outage_at, member.outage_for) {
+            (None, None) => None,
+            (None, Some(_)) => return Err("`outage_for` needs `outage_at`".to_owned()),
+            (Some(at), lasting) => {
+                let from = Instant::now() + time("outage_at", &at)?;
+                let lasting = match lasting {
+                    Some(text) => time("outage_for", &text)?,
+                    None => Duration::from_secs(1),
+                };
+                Some(Outage {
+                    from,
+                    until: from + lasting,
+                })
+            }
+        };
         Ok(Sim {
             start_latency,
             failure_rate: rate("failure_rate", member.failure_rate)?,
             crash_rate: rate("crash_rate", member.crash_rate)?,
+            outage,
             counts: Arc::default(),
         })
     }
@@ -91,17 +133,29 @@ impl Manager for Sim {
 
     async fn start(&self, ctx: &MemberContext) -> Result<SimConn, SimError> {
         tokio::time::sleep(self.start_latency).await;
+        let down = self.outage.is_some_and(|o| o.covers(Instant::now()));
+        if down {
+            self.counts.failed_starts.fetch_add(1, Ordering::Relaxed);
+            return Err(SimError("connection refused (simulated outage)"));
+        }
         if rand::rng().random_bool(self.failure_rate) {
             self.counts.failed_starts.fetch_add(1, Ordering::Relaxed);
             return Err(SimError("connection refused (simulated)"));
         }
         self.counts.started.fetch_add(1, Ordering::Relaxed);
-        let (crash_rate, counts) = (self.crash_rate, self.counts.clone());
-        // The connection's driver: once a second it may lose the server, and the member dies.
+        let (crash_rate, outage, counts) = (self.crash_rate, self.outage, self.counts.clone());
+        // The connection's driver: once a second it may lose the server, and the member dies;
+        // an outage ends it as it begins.
         ctx.spawn(async move {
+            let mut tick = Instant::now();
             loop {
-                tokio::time::sleep(Duration::from_secs(1)).await;
-                if rand::rng().random_bool(crash_rate) {
+                tick += Duration::from_secs(1);
+                let ahead = outage.map(|o| o.from).filter(|from| *from > Instant::now());
+                let wake = ahead.map_or(tick, |from| from.min(tick));
+                tokio::time::sleep_until(wake).await;
+                let dies = outage.is_some_and(|o| o.covers(Instant::now()))
+                    || (wake == tick && rand::rng().random_bool(crash_rate));
+                if dies {
                     counts.crashed.fetch_add(1, Ordering::Relaxed);
                     return;
                 }

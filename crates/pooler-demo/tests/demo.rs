@@ -66,7 +66,9 @@ fn a_bad_file_lists_its_problems_and_exits_2() {
     std::fs::write(
         &path,
         "[[pools]]\nname = \"x\"\nkind = \"sim\"\ninit_count = 9\nmax_count = 2\nmember = { crash_rate = 7 }\n\n\
-         [[pools]]\nname = \"y\"\nkind = \"sim\"\ninit_count = 1\nmax_count = 1\nmax_age = \"later\"\n",
+         [[pools]]\nname = \"y\"\nkind = \"sim\"\ninit_count = 1\nmax_count = 1\nmax_age = \"later\"\n\n\
+         [[pools]]\nname = \"z\"\nkind = \"sim\"\nmember = { outage_at = \"soon\" }\n\n\
+         [[pools]]\nname = \"w\"\nkind = \"sim\"\nmember = { outage_for = \"1s\" }\n",
     )
     .unwrap();
     let out = demo()
@@ -84,6 +86,14 @@ fn a_bad_file_lists_its_problems_and_exits_2() {
     );
     assert!(
         stderr.contains("pool `y`: bad time value for `max_age`"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("pool `z`: bad value for `member`: `outage_at`:"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("pool `w`: bad value for `member`: `outage_for` needs `outage_at`"),
         "{stderr}"
     );
     let _ = std::fs::remove_dir_all(dir);
@@ -160,7 +170,9 @@ async fn the_same_binary_drives_real_postgres_redis_mysql_and_amqp_pools() {
 
 /// The default run shows every lifecycle feature it promises, in pooler's own events: growth
 /// in batches, queueing, a crash replaced, culling, retirement at max_lifetime, and a failed
-/// start backed off. (The built-in file's rates make each of these near certain in 20 s.)
+/// start backed off. (The built-in file's rates make each of these near certain in 20 s; the
+/// jobs pool's outage at 6 s makes the backoff certain: its starts fail one after another
+/// there, and after a lone failure the next start waits out a step.)
 #[test]
 fn the_default_run_shows_every_lifecycle_feature() {
     let stdout = run_ok(&["--plain"]);
