@@ -105,6 +105,15 @@ pub(crate) enum Found<T, K = WaitKey> {
     Cold,
 }
 
+/// What a waiting taker's look at its slot found, when not still waiting.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Polled<T, E> {
+    /// Its outcome: a member or a refusal.
+    Served(Result<T, E>),
+    /// Still waiting, under rules that changed since it bounded its wait.
+    Rearm,
+}
+
 /// Why a take could not join the queue.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Refused {
@@ -262,11 +271,13 @@ impl<T, E> Hot<T, E> {
         Ok(())
     }
 
-    /// A waiting taker looks at its slot.
-    pub(crate) fn poll(&self, key: WaitKey, cx: &mut Context<'_>) -> Poll<Result<T, E>> {
+    /// A waiting taker looks at its slot: still waiting, served, or told that the rules its
+    /// wait is bounded by changed (admission turned on or off), so it bounds it anew.
+    pub(crate) fn poll(&self, key: WaitKey, cx: &mut Context<'_>) -> Poll<Polled<T, E>> {
         match lock(&self.state).waiters.look(key, cx.waker()) {
             Look::Waiting => Poll::Pending,
-            Look::Served(outcome) => Poll::Ready(outcome),
+            Look::Rearm => Poll::Ready(Polled::Rearm),
+            Look::Served(outcome) => Poll::Ready(Polled::Served(outcome)),
         }
     }
 

@@ -26,7 +26,7 @@ use crate::error::TakeError;
 use crate::features::Features;
 use crate::health::Hook;
 use crate::held::Held;
-use crate::hot::{Found, wait};
+use crate::hot::{Found, Polled, wait};
 use crate::leak::Caller;
 use crate::manager::Manager;
 use crate::member::{Member, Origin};
@@ -339,7 +339,7 @@ async fn within_loop<M: Manager>(
                         span.record("grew", true);
                     }
                 }
-                let s = match started {
+                let mut s = match started {
                     Some(s) => Some(s),
                     None if clocked => Some(*started.insert(shared.clock.now())),
                     None => None,
@@ -361,51 +361,64 @@ async fn within_loop<M: Manager>(
                     key,
                     done: false,
                 };
-                // With admission on (a queue target is then in force), a take waits twice it at
-                // most, and no longer than half its own budget once it has waited the
-                // target (docs/design.md, "Admission"): past the target the queue is served
-                // newest first, so its turn would not come soon, and a refusal at its
-                // deadline would leave its caller nothing.
-                // (The target is the hot core's, and there only while admission is on.)
-                let target = if admits {
-                    shared.hot.queue_target()
-                } else {
-                    None
-                };
-                let stale = target.map(|target| {
-                    let twice = target.saturating_mul(2);
-                    let waited = timeout.map_or(twice, |t| twice.min(target.max(t / 2)));
-                    (target, waited, s.and_then(|s| s.checked_add(waited)))
-                });
-                let ends = [
-                    timeout.and_then(|t| s.and_then(|s| s.checked_add(t))),
-                    stale.and_then(|(.., at)| at),
-                ];
-                let served = match ends.into_iter().flatten().min() {
-                    None => (&mut waiting).await,
-                    Some(at) => match tokio::time::timeout_at(at, &mut waiting).await {
-                        Ok(served) => served,
-                        Err(_) => {
-                            waiting.done = true;
-                            match shared.hot.leave(key) {
-                                None => {
-                                    let s = s.expect("a take with an end began its wait");
-                                    shared.shedder.waited(s);
-                                    let e = match (stale, timeout) {
-                                        (Some((target, limit, _)), t)
-                                            if t.is_none_or(|t| limit < t) =>
-                                        {
-                                            shared.stale_error(target, s.elapsed())
-                                        }
-                                        (_, t) => shared.timed_out(t.unwrap_or_default()),
-                                    };
-                                    return Err((e, waited(started)));
+                // Bounded anew when a reconfigure turns admission on or off, or moves its
+                // queue target, while the take waits (the queue then says `Rearm`).
+                let mut rearmed = false;
+                let served = loop {
+                    // With admission on (a queue target is then in force), a take waits
+                    // twice it at most, and no longer than half its own budget once it has
+                    // waited the target (docs/design.md, "Admission"): past the target the
+                    // queue is served newest first, so its turn would not come soon, and a
+                    // refusal at its deadline would leave its caller nothing. (The target is
+                    // the hot core's, and there only while admission is on; a take that read
+                    // no clock when it queued counts from the reconfigure.)
+                    let target = if admits || rearmed {
+                        shared.hot.queue_target()
+                    } else {
+                        None
+                    };
+                    if target.is_some() && s.is_none() {
+                        s = Some(*started.insert(shared.clock.now()));
+                    }
+                    let stale = target.map(|target| {
+                        let twice = target.saturating_mul(2);
+                        let waited = timeout.map_or(twice, |t| twice.min(target.max(t / 2)));
+                        (target, waited, s.and_then(|s| s.checked_add(waited)))
+                    });
+                    let ends = [
+                        timeout.and_then(|t| s.and_then(|s| s.checked_add(t))),
+                        stale.and_then(|(.., at)| at),
+                    ];
+                    let polled = match ends.into_iter().flatten().min() {
+                        None => (&mut waiting).await,
+                        Some(at) => match tokio::time::timeout_at(at, &mut waiting).await {
+                            Ok(polled) => polled,
+                            Err(_) => {
+                                waiting.done = true;
+                                match shared.hot.leave(key) {
+                                    None => {
+                                        let s = s.expect("a take with an end began its wait");
+                                        shared.shedder.waited(s);
+                                        let e = match (stale, timeout) {
+                                            (Some((target, limit, _)), t)
+                                                if t.is_none_or(|t| limit < t) =>
+                                            {
+                                                shared.stale_error(target, s.elapsed())
+                                            }
+                                            (_, t) => shared.timed_out(t.unwrap_or_default()),
+                                        };
+                                        return Err((e, waited(started)));
+                                    }
+                                    // Served in the very instant the timer fired: take it.
+                                    Some(served) => Polled::Served(served),
                                 }
-                                // Served in the very instant the timer fired: take it.
-                                Some(served) => served,
                             }
-                        }
-                    },
+                        },
+                    };
+                    match polled {
+                        Polled::Served(served) => break served,
+                        Polled::Rearm => rearmed = true,
+                    }
                 };
                 // With shedding on (the wait's beginning was read then), the wait is the
                 // shedder's to see, and a member served to it the shedder's to judge.
@@ -449,11 +462,11 @@ struct Waiting<'a, M: Manager> {
 }
 
 impl<M: Manager> Future for Waiting<'_, M> {
-    type Output = Result<Held<M::Member>, TakeError>;
+    type Output = Polled<Held<M::Member>, TakeError>;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let polled = self.shared.hot.poll(self.key, cx);
-        if polled.is_ready() {
+        if let Poll::Ready(Polled::Served(_)) = polled {
             self.done = true;
         }
         polled

@@ -10,6 +10,9 @@
 //!    it up. Only its taker removes a slot from the slab.
 //! 2. The links are consistent: following `next` from `head` visits exactly the waiting slots
 //!    and ends at `tail`; `prev` mirrors `next`.
+//! 3. A waiting slot is marked *rearm* from a change of the rules its taker bounded its wait
+//!    by ([`rearm`](Waiters::rearm): admission turned on or off) until its taker next looks:
+//!    that look says so, once.
 
 use std::task::Waker;
 
@@ -29,6 +32,7 @@ enum Slot<T, E> {
         prev: Option<usize>,
         next: Option<usize>,
         waker: Option<Waker>,
+        rearm: bool,
     },
     Served {
         ticket: u64,
@@ -48,6 +52,8 @@ impl<T, E> Slot<T, E> {
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum Look<T, E> {
     Waiting,
+    /// Still waiting, and the rules the wait was bounded by changed since the last look.
+    Rearm,
     Served(Result<T, E>),
 }
 
@@ -91,6 +97,7 @@ impl<T, E> Waiters<T, E> {
             prev: self.tail,
             next: None,
             waker: None,
+            rearm: false,
         });
         match self.tail {
             Some(tail) => self.set_next(tail, Some(index)),
@@ -176,18 +183,43 @@ impl<T, E> Waiters<T, E> {
             "a slot is its own taker's"
         );
         match &mut self.slots[key.index] {
-            Slot::Waiting { waker: kept, .. } => {
+            Slot::Waiting {
+                waker: kept, rearm, ..
+            } => {
                 match kept {
                     Some(kept) if kept.will_wake(waker) => {}
                     _ => *kept = Some(waker.clone()),
                 }
-                Look::Waiting
+                if std::mem::take(rearm) {
+                    Look::Rearm
+                } else {
+                    Look::Waiting
+                }
             }
             Slot::Served { .. } => match self.slots.remove(key.index) {
                 Slot::Served { outcome, .. } => Look::Served(outcome),
                 Slot::Waiting { .. } => unreachable!("matched as served"),
             },
         }
+    }
+
+    /// Marks every waiting slot *rearm* (invariant 3), oldest first, and returns the wakers of
+    /// those whose takers have looked, for the caller to wake once its lock is released.
+    pub(crate) fn rearm(&mut self) -> Vec<Waker> {
+        let mut wakers = Vec::with_capacity(self.len);
+        let mut at = self.head;
+        while let Some(index) = at {
+            let Slot::Waiting {
+                next, waker, rearm, ..
+            } = &mut self.slots[index]
+            else {
+                unreachable!("only waiting slots are linked")
+            };
+            *rearm = true;
+            wakers.extend(waker.clone());
+            at = *next;
+        }
+        wakers
     }
 
     /// A taker gives up its place: `None` if it was still waiting (it leaves the queue), or the
@@ -272,6 +304,22 @@ mod tests {
         assert!(w.is_empty());
         assert!(matches!(w.serve_newest(Ok(4)), Err(Ok(4))));
         assert_eq!(w.leave(b), Some(Ok(3)));
+        w.check();
+    }
+
+    #[test]
+    fn a_rearm_is_seen_once_by_each_waiting_taker() {
+        let mut w: Waiters<u32, ()> = Waiters::default();
+        let (a, b, c) = (w.push(), w.push(), w.push());
+        assert_eq!(w.look(a, &noop()), Look::Waiting);
+        assert!(w.serve_oldest(Ok(1)).is_ok());
+        assert_eq!(w.rearm().len(), 0, "b and c never looked: no waker to wake");
+        assert_eq!(w.look(b, &noop()), Look::Rearm);
+        assert_eq!(w.look(b, &noop()), Look::Waiting, "once");
+        assert_eq!(w.rearm().len(), 1, "b's waker");
+        assert_eq!(w.look(a, &noop()), Look::Served(Ok(1)), "served before");
+        assert_eq!(w.look(c, &noop()), Look::Rearm);
+        assert_eq!(w.look(b, &noop()), Look::Rearm);
         w.check();
     }
 

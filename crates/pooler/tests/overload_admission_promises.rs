@@ -1,7 +1,7 @@
 //! A take over the admission limit waits in the pool's one queue and keeps every promise of
 //! it: a close serves it `Closed`, a closed pool answers `Closed` whatever its limit,
 //! `queue_max` counts it with the takes waiting for a member, and a take that gives up hands
-//! its place on.
+//! its place on. A reconfigure of the admission rules reaches the takes already waiting.
 #![allow(clippy::disallowed_methods)] // tests spawn their own consumers
 
 mod common;
@@ -153,4 +153,110 @@ async fn a_take_that_gives_up_over_the_limit_leaves_no_place() {
     drop(a);
     drop(b.await.unwrap().expect("served next"));
     assert_eq!(pool.admission().unwrap().admitted, 0);
+}
+
+/// A reconfigure that turns admission on gives the takes already waiting the bound a take
+/// that queued under it has: twice the queue target, counted from the reconfigure for a take
+/// that read no clock when it queued. Without it, a `take()` queued before would wait for
+/// ever at the back of a queue served newest first.
+#[tokio::test(start_paused = true)]
+async fn admission_turned_on_bounds_the_takes_already_waiting() {
+    for mode in MODES {
+        let plain = PoolConfig::new("gate", 1, 1);
+        let (pool, _) = pool_with(plain.clone(), Fake::default()).await;
+        let held = pool.try_take_member().unwrap();
+        let p = pool.clone();
+        let untimed = tokio::spawn(async move { p.take().await });
+        let timed = spawn_take(&pool, Duration::from_secs(10));
+        settle().await;
+        let target = Duration::from_millis(10);
+        let admitted = plain
+            .to_builder()
+            .admission(mode)
+            .queue_target(target)
+            .build()
+            .unwrap();
+        pool.reconfigure(admitted).unwrap();
+        settle().await;
+        assert!(!untimed.is_finished() && !timed.is_finished());
+        tokio::time::advance(target * 2 + Duration::from_millis(1)).await;
+        settle().await;
+        for waiter in [untimed, timed] {
+            assert!(
+                waiter.is_finished(),
+                "{mode:?}: still waiting past twice the target"
+            );
+            let e = waiter.await.unwrap().unwrap_err();
+            assert!(matches!(e, TakeError::Stale { .. }), "{mode:?}: {e}");
+        }
+        drop(held);
+        pool.close(Shutdown::Immediate).await;
+    }
+}
+
+/// The other way: a reconfigure that turns admission off lifts the bound from the takes
+/// waiting under it, and they wait as any take does — for their own deadline, or a member.
+#[tokio::test(start_paused = true)]
+async fn admission_turned_off_lifts_the_bound_from_the_takes_waiting() {
+    for mode in MODES {
+        let target = Duration::from_millis(10);
+        let admitted = PoolConfig::new("gate", 1, 1)
+            .to_builder()
+            .admission(mode)
+            .queue_target(target)
+            .build()
+            .unwrap();
+        let (pool, _) = pool_with(admitted.clone(), Fake::default()).await;
+        let held = pool.try_take_member().unwrap();
+        let p = pool.clone();
+        let untimed = tokio::spawn(async move { p.take().await });
+        settle().await;
+        let mut plain = admitted.clone();
+        plain.admission = AdmissionMode::Off;
+        plain.queue_target = None;
+        pool.reconfigure(plain).unwrap();
+        tokio::time::advance(Duration::from_secs(1)).await;
+        settle().await;
+        assert!(
+            !untimed.is_finished(),
+            "{mode:?}: refused with admission off"
+        );
+        drop(held);
+        settle().await;
+        assert!(
+            untimed.await.unwrap().is_ok(),
+            "{mode:?}: served the member"
+        );
+        pool.close(Shutdown::Immediate).await;
+    }
+}
+
+/// A reconfigure that moves the queue target moves the bound of the takes already waiting:
+/// queued under a target of a second, a take is refused twice the new target of 10 ms after
+/// it queued.
+#[tokio::test(start_paused = true)]
+async fn a_new_queue_target_rebounds_the_takes_waiting() {
+    for mode in MODES {
+        let config = |target| {
+            PoolConfig::new("gate", 1, 1)
+                .to_builder()
+                .admission(mode)
+                .queue_target(target)
+                .build()
+                .unwrap()
+        };
+        let (pool, _) = pool_with(config(Duration::from_secs(1)), Fake::default()).await;
+        let held = pool.try_take_member().unwrap();
+        let p = pool.clone();
+        let untimed = tokio::spawn(async move { p.take().await });
+        settle().await;
+        pool.reconfigure(config(Duration::from_millis(10))).unwrap();
+        tokio::time::advance(Duration::from_millis(21)).await;
+        settle().await;
+        assert!(untimed.is_finished(), "{mode:?}: still waiting");
+        let e = untimed.await.unwrap().unwrap_err();
+        assert!(matches!(e, TakeError::Stale { .. }), "{mode:?}: {e}");
+        drop(held);
+        pool.close(Shutdown::Immediate).await;
+    }
 }

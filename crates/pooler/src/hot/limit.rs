@@ -134,6 +134,7 @@ impl<T, E> Locked<'_, T, E> {
         queue_target: Option<Duration>,
     ) -> Vec<Waker> {
         let s = &mut *self.0;
+        let bound_by = s.lifo_after;
         s.limiter = Limiter::for_mode(mode, max, s.limiter.take());
         s.limit = s.limiter.as_ref().map_or(usize::MAX, Limiter::limit);
         s.pressed = false;
@@ -150,6 +151,13 @@ impl<T, E> Locked<'_, T, E> {
         };
         let mut wakers = Vec::new();
         self.hand_free(&mut wakers);
+        // Admission turned on or off, or its queue target changed: the takes still waiting
+        // bound their waits anew (a take under admission waits twice the target at most;
+        // docs/design.md, "Admission").
+        let s = &mut *self.0;
+        if s.lifo_after != bound_by {
+            wakers.extend(s.waiters.rearm());
+        }
         debug_assert!(self.holds());
         wakers
     }

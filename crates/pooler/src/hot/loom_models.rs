@@ -89,7 +89,10 @@ fn take_and_wait(hot: &H) -> Option<u32> {
     match hot.take(wait::Queue, true, false) {
         Found::Member(m, _) => Some(m),
         Found::Queued(key) => {
-            loom::future::block_on(std::future::poll_fn(|cx| hot.poll(key, cx))).ok()
+            match loom::future::block_on(std::future::poll_fn(|cx| hot.poll(key, cx))) {
+                Polled::Served(outcome) => outcome.ok(),
+                Polled::Rearm => unreachable!("no model changes the admission rules"),
+            }
         }
         _ => None,
     }

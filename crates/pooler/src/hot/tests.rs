@@ -73,7 +73,7 @@ fn a_return_goes_to_the_oldest_waiter_and_wakes_it() {
     let waker = Waker::noop();
     assert_eq!(
         hot.poll(first, &mut Context::from_waker(waker)),
-        Poll::Ready(Ok(7))
+        Poll::Ready(Polled::Served(Ok(7)))
     );
     let h = hot.lock();
     assert_eq!(
@@ -236,8 +236,9 @@ fn limited(limit: usize, members: &[u32], queue_target: Option<Duration>) -> H {
 
 fn served(hot: &H, key: WaitKey) -> Option<u32> {
     match hot.poll(key, &mut Context::from_waker(Waker::noop())) {
-        Poll::Ready(Ok(member)) => Some(member),
-        Poll::Ready(Err(e)) => panic!("refused: {e}"),
+        Poll::Ready(Polled::Served(Ok(member))) => Some(member),
+        Poll::Ready(Polled::Served(Err(e))) => panic!("refused: {e}"),
+        Poll::Ready(Polled::Rearm) => panic!("rearmed: no rule changed"),
         Poll::Pending => None,
     }
 }
