@@ -65,11 +65,6 @@ pub(crate) use driven::Driven;
 use framing::Framing;
 use sides::{Reader, Writer};
 
-/// The code of SSLRequest (and GSSENCRequest one above it): the server answers it with a
-/// single unframed byte.
-const SSL_REQUEST: u32 = 80_877_103;
-const GSSENC_REQUEST: u32 = 80_877_104;
-
 /// The clock the busy periods are read on: nanoseconds since the first reading.
 fn now_nanos() -> u64 {
     static EPOCH: std::sync::OnceLock<tokio::time::Instant> = std::sync::OnceLock::new();
@@ -77,8 +72,7 @@ fn now_nanos() -> u64 {
     u64::try_from(epoch.elapsed().as_nanos()).unwrap_or(u64::MAX)
 }
 
-/// How many times [`Seen::quiet`] looks again at a driver being polled before it says "not
-/// quiet".
+/// How often [`Seen::quiet`] looks again at a driver being polled before saying "not quiet".
 const BUSY_SPINS: u32 = 256;
 
 /// A session's transaction status, as the server last stated it.
@@ -94,8 +88,8 @@ pub enum TxStatus {
     /// connection's driver has been woken and not yet run (it may hold a request not yet
     /// written), or the connection is closed. tokio-postgres ends a statement's future at its
     /// CommandComplete, which wakes the driver (the answer's channel freed) before its
-    /// ReadyForQuery has been read or the driver has run again: the statement methods of
-    /// [`PgConnection`](crate::PgConnection) wait that moment out before they return, and
+    /// ReadyForQuery is read or the driver runs again: [`PgConnection`](crate::PgConnection)'s
+    /// statement methods wait that out before they return, and
     /// [`PgConnection::settled`](crate::PgConnection::settled) waits for it (no round trip).
     Unsettled,
 }
@@ -509,6 +503,7 @@ mod tests {
     use std::task::Waker;
 
     use super::framing::{Header, Visit};
+    use super::sides::SSL_REQUEST;
     use super::*;
 
     fn message(kind: u8, payload: &[u8]) -> Vec<u8> {

@@ -31,7 +31,6 @@
 //!    set exactly while that rule is on and the queue is not empty.
 
 use std::collections::VecDeque;
-use std::convert::Infallible;
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
@@ -41,48 +40,6 @@ use crate::admission::Limiter;
 use crate::config::MemberOrder;
 use crate::sync::{Mutex, MutexGuard, lock};
 use crate::waiters::{Look, WaitKey, Waiters};
-
-/// Whether a take that finds nothing free may wait, as a type ([`wait::No`] or
-/// [`wait::Queue`]): what a take that never waits finds has no place in the queue to hold,
-/// since its key type has no value — the compiler, not a check, says it never queues.
-pub(crate) trait Wait: Copy {
-    /// What a queued take holds: a [`WaitKey`], or for a take that never waits, nothing
-    /// that can exist.
-    type Key;
-    /// Whether the take may wait.
-    const QUEUES: bool;
-    /// Joins the queue of `core`, or says why not.
-    fn join<T, E>(core: &mut Locked<'_, T, E>) -> Result<Self::Key, Refused>;
-}
-
-/// The two ways a take treats the queue.
-pub(crate) mod wait {
-    /// A take that never waits (`try_take_member`, a timeout of zero).
-    #[derive(Debug, Clone, Copy)]
-    pub(crate) struct No;
-
-    /// A take that may wait in the queue.
-    #[derive(Debug, Clone, Copy)]
-    pub(crate) struct Queue;
-}
-
-impl Wait for wait::No {
-    type Key = Infallible;
-    const QUEUES: bool = false;
-    #[inline(always)]
-    fn join<T, E>(_: &mut Locked<'_, T, E>) -> Result<Infallible, Refused> {
-        Err(Refused::NoQueue)
-    }
-}
-
-impl Wait for wait::Queue {
-    type Key = WaitKey;
-    const QUEUES: bool = true;
-    #[inline(always)]
-    fn join<T, E>(core: &mut Locked<'_, T, E>) -> Result<WaitKey, Refused> {
-        core.enqueue()
-    }
-}
 
 /// What a take found; `K` is what a queued take holds ([`Wait::Key`]).
 #[derive(Debug, PartialEq, Eq)]
@@ -518,31 +475,14 @@ impl<T, E> Locked<'_, T, E> {
         debug_assert!(self.holds());
         wakers.pop()
     }
-
-    /// Hands free members to waiters while the limit allows (after it rose, or a member in
-    /// use left); their wakers.
-    fn hand_free(&mut self, wakers: &mut Vec<Waker>) {
-        while self.0.in_use < self.0.limit && !self.0.waiters.is_empty() {
-            let Some(member) = self.pop(false) else {
-                break;
-            };
-            match self.serve(member) {
-                Ok(waker) => wakers.extend(waker),
-                Err(member) => {
-                    // Nobody to serve after all: back where it was, not in use.
-                    self.0.in_use -= 1;
-                    self.0.free.push_back(member);
-                    break;
-                }
-            }
-        }
-    }
 }
 
 mod lifecycle;
 mod limit;
+pub(crate) mod wait;
 
 pub(crate) use limit::Judged;
+pub(crate) use wait::Wait;
 
 #[cfg(all(test, not(pooler_loom)))]
 mod tests;

@@ -3,11 +3,16 @@
 
 use std::sync::atomic::Ordering;
 
+use super::Seen;
 use super::framing::{Header, Visit};
-use super::{GSSENC_REQUEST, SSL_REQUEST, Seen};
 use crate::role::Listen;
 use crate::session::{Dirt, Scan};
 use crate::verdicts::Verdicts;
+
+/// The code of SSLRequest (and GSSENCRequest one above it): the server answers it with a
+/// single unframed byte.
+pub(super) const SSL_REQUEST: u32 = 80_877_103;
+const GSSENC_REQUEST: u32 = 80_877_104;
 
 /// The client's side: requests counted, SQL scanned.
 pub(super) struct Writer<'a> {

@@ -1,6 +1,7 @@
 //! The admission limit in the hot core (docs/design.md, "Admission"): which holds are timed
-//! for the limiter, the limiter fed the holds that end and the housekeeping tick, and its
-//! settings. Invariant 5 of the hot core (`hot.rs`) is kept here.
+//! for the limiter, the limiter fed the holds that end and the housekeeping tick, its
+//! settings, and the hand-off of free members to waiters the limit lets through. Invariant 5
+//! of the hot core (`hot.rs`) is kept here.
 
 use std::task::Waker;
 use std::time::Duration;
@@ -206,5 +207,24 @@ impl<T, E> Locked<'_, T, E> {
     #[cfg(all(test, not(pooler_loom)))]
     pub(crate) fn limit(&self) -> usize {
         self.0.limit
+    }
+
+    /// Hands free members to waiters while the limit allows (after it rose, or a member in
+    /// use left); their wakers.
+    pub(super) fn hand_free(&mut self, wakers: &mut Vec<Waker>) {
+        while self.0.in_use < self.0.limit && !self.0.waiters.is_empty() {
+            let Some(member) = self.pop(false) else {
+                break;
+            };
+            match self.serve(member) {
+                Ok(waker) => wakers.extend(waker),
+                Err(member) => {
+                    // Nobody to serve after all: back where it was, not in use.
+                    self.0.in_use -= 1;
+                    self.0.free.push_back(member);
+                    break;
+                }
+            }
+        }
     }
 }
