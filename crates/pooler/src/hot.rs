@@ -67,8 +67,7 @@ pub(crate) enum Found<T, K = WaitKey> {
 pub(crate) enum Polled<T, E> {
     /// Its outcome: a member or a refusal.
     Served(Result<T, E>),
-    /// Still waiting, under rules that changed since it bounded its wait, or with the end it
-    /// left to be watched now near.
+    /// Still waiting, under rules that changed since it bounded its wait.
     Rearm,
 }
 

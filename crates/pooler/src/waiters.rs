@@ -11,12 +11,11 @@
 //! 2. The links are consistent: following `next` from `head` visits exactly the waiting slots
 //!    and ends at `tail`; `prev` mirrors `next`.
 //! 3. A waiting slot is marked *rearm* from a change of the rules its taker bounded its wait
-//!    by ([`rearm`](Waiters::rearm): admission turned on, off or moved), or from the moment
-//!    its wait's end comes near ([`due`](Waiters::due)), until its taker next looks: that
-//!    look says so, once. A slot's `until` is the end its taker left with its last look
-//!    ([`NO_END`]: none to watch for), and is `NO_END` once `due` has marked it; no waiting
-//!    slot's `until` is earlier than `earliest`, so a `due` by an earlier instant need not
-//!    look.
+//!    by ([`rearm`](Waiters::rearm): admission turned on or off), or from the moment its wait's
+//!    end comes near ([`due`](Waiters::due)), until its taker next looks: that look says so,
+//!    once. A slot's `until` is the end its taker left with its last look ([`NO_END`]: none
+//!    to watch for), and is `NO_END` once `due` has marked it; no waiting slot's `until` is
+//!    earlier than `earliest`, so a `due` by an earlier instant need not look.
 
 use std::task::Waker;
 
@@ -61,8 +60,7 @@ pub(crate) const NO_END: u64 = u64::MAX;
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum Look<T, E> {
     Waiting,
-    /// Still waiting, and since the last look the rules the wait was bounded by changed or
-    /// the end left to be watched came near.
+    /// Still waiting, and the rules the wait was bounded by changed since the last look.
     Rearm,
     Served(Result<T, E>),
 }
