@@ -1,5 +1,4 @@
 use super::*;
-use crate::waiters::NO_END;
 use loom::sync::Arc;
 use loom::thread;
 
@@ -90,7 +89,7 @@ fn take_and_wait(hot: &H) -> Option<u32> {
     match hot.take(wait::Queue, true, false) {
         Found::Member(m, _) => Some(m),
         Found::Queued(key) => {
-            match loom::future::block_on(std::future::poll_fn(|cx| hot.poll(key, cx, NO_END))) {
+            match loom::future::block_on(std::future::poll_fn(|cx| hot.poll(key, cx))) {
                 Polled::Served(outcome) => outcome.ok(),
                 Polled::Rearm => unreachable!("no model changes the admission rules"),
             }
