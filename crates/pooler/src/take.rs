@@ -339,14 +339,12 @@ async fn within_loop<M: Manager>(
                         span.record("grew", true);
                     }
                 }
-                let mut s = match started {
-                    Some(s) => Some(s),
-                    None if clocked => Some(*started.insert(shared.clock.now())),
-                    None => None,
-                };
+                if started.is_none() && clocked {
+                    started = Some(shared.clock.now());
+                }
                 // An overloaded pool (`queue_target`) sheds the take instead of queueing it;
                 // a member handed over in that instant is taken all the same.
-                if let Some((target, delay)) = s.and_then(|s| shared.shedder.shed(s)) {
+                if let Some((target, delay)) = started.and_then(|s| shared.shedder.shed(s)) {
                     match shared.hot.leave(key) {
                         None => return Err((shared.shed_error(target, delay), None)),
                         Some(Ok(held)) => {
@@ -377,16 +375,16 @@ async fn within_loop<M: Manager>(
                     } else {
                         None
                     };
-                    if target.is_some() && s.is_none() {
-                        s = Some(*started.insert(shared.clock.now()));
+                    if target.is_some() && started.is_none() {
+                        started = Some(shared.clock.now());
                     }
                     let stale = target.map(|target| {
                         let twice = target.saturating_mul(2);
                         let waited = timeout.map_or(twice, |t| twice.min(target.max(t / 2)));
-                        (target, waited, s.and_then(|s| s.checked_add(waited)))
+                        (target, waited, started.and_then(|s| s.checked_add(waited)))
                     });
                     let ends = [
-                        timeout.and_then(|t| s.and_then(|s| s.checked_add(t))),
+                        timeout.and_then(|t| started.and_then(|s| s.checked_add(t))),
                         stale.and_then(|(.., at)| at),
                     ];
                     let polled = match ends.into_iter().flatten().min() {
@@ -397,7 +395,7 @@ async fn within_loop<M: Manager>(
                                 waiting.done = true;
                                 match shared.hot.leave(key) {
                                     None => {
-                                        let s = s.expect("a take with an end began its wait");
+                                        let s = started.expect("a take with an end began its wait");
                                         shared.shedder.waited(s);
                                         let e = match (stale, timeout) {
                                             (Some((target, limit, _)), t)
@@ -422,7 +420,7 @@ async fn within_loop<M: Manager>(
                 };
                 // With shedding on (the wait's beginning was read then), the wait is the
                 // shedder's to see, and a member served to it the shedder's to judge.
-                let shedding = s.filter(|_| shared.shedder.is_on());
+                let shedding = started.filter(|_| shared.shedder.is_on());
                 if let Some(s) = shedding {
                     shared.shedder.waited(s);
                 }
