@@ -188,7 +188,9 @@ impl PooledConnection for diesel_async::AsyncPgConnection {
     /// plain, `require` fails), except that the connection's I/O runs in the member's driver
     /// task rather than in one diesel-async spawns outside the pool: the pool sees the
     /// connection end (docs/design.md, "diesel-async"). diesel-async's `notifications_stream`
-    /// is fed by its own task only, so it yields nothing on these connections.
+    /// is fed by its own task only, so it yields nothing on these connections. diesel-async's
+    /// setup sends its two `SET`s at once; here they run in a transaction, which a
+    /// transaction pooler keeps on one server (docs/design.md, "diesel-async").
     fn open(url: &str, ctx: &MemberContext) -> impl Future<Output = ConnectionResult<Self>> + Send {
         let url = Self::live_url(url);
         async move {
@@ -205,7 +207,15 @@ impl PooledConnection for diesel_async::AsyncPgConnection {
             ctx.spawn(async move {
                 let _ = connection.await;
             });
-            Self::try_from(client).await
+            client
+                .batch_execute("BEGIN")
+                .await
+                .map_err(|e| ConnectionError::BadConnection(e.to_string()))?;
+            let mut conn = Self::try_from(client).await?;
+            diesel_async::SimpleAsyncConnection::batch_execute(&mut conn, "COMMIT")
+                .await
+                .map_err(ConnectionError::CouldntSetupConfiguration)?;
+            Ok(conn)
         }
     }
 }

@@ -285,11 +285,11 @@ where
         Ok(())
     }
 
+    // One simple query, one round trip: no statement prepared at one sync point and closed
+    // at another, which a transaction pooler cannot serve.
     async fn check(&self, conn: &mut C) -> Result<(), DieselError> {
-        select(1.into_sql::<Integer>())
-            .get_result::<i32>(conn)
+        conn.batch_execute("SELECT 1")
             .await
-            .map(drop)
             .map_err(DieselError::Query)
     }
 

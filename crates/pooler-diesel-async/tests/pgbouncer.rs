@@ -16,8 +16,10 @@ use pooler::{Pool, PoolConfig, Shutdown};
 use pooler_diesel_async::DieselManager;
 use pooler_diesel_async::diesel::sql_types::Integer;
 use pooler_diesel_async::diesel::{IntoSql, QueryableByName, select, sql_query};
+use pooler_diesel_async::diesel_async::SimpleAsyncConnection;
 use pooler_diesel_async::diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
 use pooler_testkit::pgbouncer::{Mode, PgBouncer};
+use pooler_testkit::pgwire::PipelineWatch;
 use pooler_testkit::{host_port, service};
 
 #[derive(QueryableByName)]
@@ -109,4 +111,49 @@ async fn behind_transaction_pooling_statements_in_transactions_with_the_cache_of
         failed > 0,
         "the cache on was expected to fail behind transaction pooling"
     );
+}
+
+/// What a transaction pooler cannot serve is never sent: no message behind a sync point begun
+/// outside a transaction and still unanswered (at its answer PgBouncer may hand the server
+/// to another client, who then reads the rest as "unexpected message from server"). Watched
+/// on the wire, without a pooler, so every instance is seen, not the rare one that lands:
+/// a connection's setup (diesel-async sends its two `SET`s at once), the statement cache
+/// turned off (each statement it held is closed), the pool's check and reset, and users'
+/// transactions and simple statements outside one. (A statement of diesel's outside a
+/// transaction cannot work behind a transaction pooler: it is prepared at one sync point and
+/// run at the next, as README says.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nothing_is_sent_behind_an_unanswered_sync_point_outside_a_transaction() {
+    let Some(url) = service(
+        "POOLER_POSTGRES_URL",
+        "postgres://postgres@127.0.0.1:5432/test",
+        host_port,
+    )
+    .await
+    else {
+        return;
+    };
+    let watch = PipelineWatch::start(&host_port(&url)).await;
+    let watched = url.replacen(&host_port(&url), &watch.addr().to_string(), 1);
+    let manager = DieselManager::<AsyncPgConnection>::new(watched).transaction_pooling(true);
+    let config = PoolConfig::new("diesel-pipeline", 2, 2)
+        .to_builder()
+        .idle_check_threshold(Duration::ZERO)
+        .build()
+        .unwrap();
+    let pool = Pool::start(config, manager).await.unwrap();
+    for n in 0..20_i32 {
+        let mut conn = pool.take_member(Duration::from_secs(5)).await.unwrap();
+        conn.batch_execute("SELECT 1").await.unwrap();
+        conn.transaction::<_, pooler_diesel_async::diesel::result::Error, _>(async |conn| {
+            conn.batch_execute("SELECT 1").await?;
+            select(n.into_sql::<Integer>())
+                .get_result::<i32>(conn)
+                .await
+        })
+        .await
+        .unwrap();
+    }
+    pool.close(Shutdown::Graceful).await;
+    assert_eq!(watch.pipelined(), Vec::<String>::new());
 }

@@ -448,3 +448,30 @@ async fn behind_pgbouncer_a_dead_link_is_found_within_the_bound() {
     drop(conn);
     pool.close(pooler::Shutdown::Graceful).await;
 }
+
+/// What a transaction pooler cannot serve is never sent with `transaction_pooling`: no
+/// message behind a sync point begun outside a transaction and still unanswered (at its
+/// answer PgBouncer may hand the server to another client, who then reads the rest as
+/// "unexpected message from server"). Watched on the wire, without a pooler, so every
+/// instance is seen rather than the rare one that lands: the connection's setup, the pool's
+/// check before each take and its reset at each return, and the workload above.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_transaction_pooling_nothing_is_sent_behind_an_unanswered_sync_point() {
+    let Some(url) = url().await else {
+        return;
+    };
+    let upstream = pooler_testkit::host_port(&url);
+    let watch = pooler_testkit::pgwire::PipelineWatch::start(&upstream).await;
+    let watched = url.replacen(&upstream, &watch.addr().to_string(), 1);
+    let manager = PgManager::new(&watched).unwrap().transaction_pooling(true);
+    let config = pool_config("pgb-pipeline")
+        .to_builder()
+        .idle_check_threshold(Duration::ZERO)
+        .build()
+        .unwrap();
+    let pool = Pool::start(config, manager).await.unwrap();
+    let (failed, first) = workload(&pool).await;
+    assert_eq!(failed, 0, "of 4 000 statements; the first: {first:?}");
+    pool.close(pooler::Shutdown::Graceful).await;
+    assert_eq!(watch.pipelined(), Vec::<String>::new());
+}

@@ -12,6 +12,8 @@
 //! - [`blackhole`]: a server reached through a network namespace whose link a test takes
 //!   down silently (no FIN, no RST).
 //! - [`pgbouncer`]: a PgBouncer of the test's own in front of a PostgreSQL server.
+//! - [`pgwire`]: a watch on the PostgreSQL protocol for what a transaction pooler cannot
+//!   serve (a message sent behind an unanswered sync point outside a transaction).
 //! - [`redis`]: `redis-server`s of the test's own: a server, a replica, a Sentinel.
 //! - [`mariadb`] and [`rabbitmq`]: a MariaDB server and a RabbitMQ broker of the test's
 //!   own, to kill and start again on the same port.
@@ -28,6 +30,7 @@ use tokio::task::JoinHandle;
 pub mod blackhole;
 pub mod mariadb;
 pub mod pgbouncer;
+pub mod pgwire;
 pub mod rabbitmq;
 pub mod redis;
 pub mod scenarios;
