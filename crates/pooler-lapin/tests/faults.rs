@@ -14,7 +14,7 @@ use lapin::types::FieldTable;
 use pooler::{Member, Pool, PoolConfig, Shutdown};
 use pooler_lapin::AmqpManager;
 use pooler_testkit::blackhole::Blackhole;
-use pooler_testkit::{host_port, scenarios, service};
+use pooler_testkit::{eventually, host_port, scenarios, service};
 
 const DEFAULT: &str = "amqp://guest:guest@127.0.0.1:5672/%2f";
 /// Two heartbeats of 10 s after the last frame heard, and the one under way, with a margin.
@@ -137,8 +137,14 @@ async fn a_frozen_broker_fails_requests_within_two_heartbeats_and_holds_no_close
     let busy = pool.take_member(Duration::from_secs(5)).await.unwrap();
     fails_within_the_bound(&busy, "to a frozen broker", || freeze(true)).await;
     drop(busy);
-    // The connection is given up: its channels leave, and new ones cannot be opened while
-    // the broker stays frozen (their handshake stalls past `member_start_timeout`).
+    // The connection is given up: its channels leave once their drivers hear its error,
+    // which lapin hands out after it has failed the request (as on a dead link, above)...
+    eventually("the frozen connection's channels leave", async || {
+        pool.utilization().free_count == 0
+    })
+    .await;
+    // ...and new ones cannot be opened while the broker stays frozen (their handshake
+    // stalls past `member_start_timeout`).
     let took = scenarios::refused_while_down(&pool, Duration::from_secs(3)).await;
     eprintln!("a take while the broker is frozen ended after {took:?}");
     freeze(false);
