@@ -21,6 +21,12 @@ const FORWARD_STEP: u64 = 1_000_000;
 /// counters): the coarse time's precision.
 pub(crate) const TICK: Duration = Duration::from_millis(100);
 
+/// A queued take whose deadline is further than this (and a tick) past the coarse time arms
+/// no timer: the housekeeping tick wakes it once its deadline is this near, and only then
+/// does it arm one, for the exact instant (docs/design.md, "Taking"). Most queued takes are
+/// served long before their deadline, and never touch the runtime's timer wheel.
+pub(crate) const TIMER_HORIZON: Duration = Duration::from_millis(300);
+
 #[derive(Debug)]
 pub(crate) struct Clock {
     origin: Instant,

@@ -229,9 +229,15 @@ impl<T, E> Hot<T, E> {
     }
 
     /// A waiting taker looks at its slot: still waiting, served, or told that the rules its
-    /// wait is bounded by changed (admission turned on or off), so it bounds it anew.
-    pub(crate) fn poll(&self, key: WaitKey, cx: &mut Context<'_>) -> Poll<Polled<T, E>> {
-        match lock(&self.state).waiters.look(key, cx.waker()) {
+    /// wait is bounded by changed (admission turned on or off) or that the end it left to be
+    /// watched (`until`, a clock stamp; `NO_END`: none) is near, so it bounds it anew.
+    pub(crate) fn poll(
+        &self,
+        key: WaitKey,
+        cx: &mut Context<'_>,
+        until: u64,
+    ) -> Poll<Polled<T, E>> {
+        match lock(&self.state).waiters.look(key, cx.waker(), until) {
             Look::Waiting => Poll::Pending,
             Look::Rearm => Poll::Ready(Polled::Rearm),
             Look::Served(outcome) => Poll::Ready(Polled::Served(outcome)),
@@ -474,6 +480,12 @@ impl<T, E> Locked<'_, T, E> {
         self.hand_free(&mut wakers);
         debug_assert!(self.holds());
         wakers.pop()
+    }
+
+    /// The wakers of the waiting takers whose deadline (as they left it) is `by` (a clock
+    /// stamp) or sooner, each told once to arm a timer of its own.
+    pub(crate) fn due(&mut self, by: u64) -> Vec<Waker> {
+        self.0.waiters.due(by)
     }
 }
 

@@ -20,13 +20,13 @@ use std::future::{Future, poll_fn};
 use std::panic::AssertUnwindSafe;
 use std::pin::{Pin, pin};
 use std::sync::Arc;
-use std::task::Poll;
+use std::task::{Poll, Waker};
 use std::time::Duration;
 
 use crate::combinators::caught;
 use tokio::time::Instant;
 
-use crate::clock::TICK;
+use crate::clock::{TICK, TIMER_HORIZON};
 use crate::cold::{Key, Limits, Status};
 use crate::config::PoolConfig;
 use crate::health::Hook;
@@ -184,13 +184,20 @@ fn guarded<M: Manager>(shared: &Shared<M>, job: &'static str, f: impl FnOnce()) 
 
 impl<M: Manager> Shared<M> {
     /// The housekeeping tick: brings the coarse clock forward, publishes the gauges and
-    /// flushes the counts the hot core kept, and lets the admission limit come down if the
-    /// tick did not use it (after the publish, whose look at the peak the tick's peak
-    /// folds in).
+    /// flushes the counts the hot core kept, lets the admission limit come down if the tick
+    /// did not use it (after the publish, whose look at the peak the tick's peak folds in),
+    /// and wakes the queued takes whose deadline is within [`TIMER_HORIZON`] to arm their
+    /// timers.
     pub(crate) fn tick(&self) {
-        self.clock.now();
+        let now = self.clock.read();
         self.publish();
-        let moved = self.hot.lock().ticked();
+        let horizon = u64::try_from(TIMER_HORIZON.as_nanos()).unwrap_or(u64::MAX);
+        let (moved, due) = {
+            let mut hot = self.hot.lock();
+            (hot.ticked(), hot.due(now.saturating_add(horizon)))
+        };
+        // Queued takes whose deadline is near arm their own timers.
+        due.into_iter().for_each(Waker::wake);
         if let Some(moved) = moved {
             self.metrics.limit_judged(moved);
         }

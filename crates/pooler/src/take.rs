@@ -22,17 +22,25 @@ use tracing::field::Empty;
 use tracing::{Instrument, Span};
 
 use crate::checkout::{Attempt, Deadline};
+use crate::clock::{TICK, TIMER_HORIZON};
 use crate::error::TakeError;
 use crate::features::Features;
 use crate::health::Hook;
-use crate::held::Held;
 use crate::hot::{Found, Polled, wait};
 use crate::leak::Caller;
 use crate::manager::Manager;
 use crate::member::{Member, Origin};
 use crate::shared::Shared;
 use crate::time::MAX_TIME;
-use crate::waiters::WaitKey;
+use crate::waiters::NO_END;
+
+/// [`TIMER_HORIZON`] and a tick (the coarse time's lag), in clock-stamp nanoseconds: a
+/// queued take arms its own timer only for a deadline this near the coarse time.
+const HORIZON_AND_LAG: u64 = (TIMER_HORIZON.as_nanos() + TICK.as_nanos()) as u64;
+
+mod waiting;
+
+use waiting::Waiting;
 
 type Waits<'a, M> = Pin<Box<dyn Future<Output = Result<Member<M>, TakeError>> + Send + 'a>>;
 
@@ -357,6 +365,7 @@ async fn within_loop<M: Manager>(
                 let mut waiting = Waiting {
                     shared,
                     key,
+                    until: NO_END,
                     done: false,
                 };
                 // Bounded anew when a reconfigure turns admission on or off, or moves its
@@ -387,9 +396,20 @@ async fn within_loop<M: Manager>(
                         timeout.and_then(|t| started.and_then(|s| s.checked_add(t))),
                         stale.and_then(|(.., at)| at),
                     ];
-                    let polled = match ends.into_iter().flatten().min() {
-                        None => (&mut waiting).await,
-                        Some(at) => match tokio::time::timeout_at(at, &mut waiting).await {
+                    let end = ends.into_iter().flatten().min();
+                    // A deadline past the timer horizon (and a tick of the coarse time's lag)
+                    // is left to the housekeeping tick, which wakes the take to arm a timer
+                    // once it is near: most queued takes are served long before.
+                    let watched = end
+                        .map(|at| shared.clock.stamp(at))
+                        .filter(|at| *at > shared.clock.coarse().saturating_add(HORIZON_AND_LAG));
+                    let polled = match (end, watched) {
+                        (None, _) => (&mut waiting).await,
+                        (Some(_), Some(until)) => {
+                            waiting.until = until;
+                            (&mut waiting).await
+                        }
+                        (Some(at), None) => match tokio::time::timeout_at(at, &mut waiting).await {
                             Ok(polled) => polled,
                             Err(_) => {
                                 waiting.done = true;
@@ -413,6 +433,7 @@ async fn within_loop<M: Manager>(
                             }
                         },
                     };
+                    waiting.until = NO_END;
                     match polled {
                         Polled::Served(served) => break served,
                         Polled::Rearm => rearmed = true,
@@ -448,33 +469,5 @@ async fn within_loop<M: Manager>(
                 }
             }
         };
-    }
-}
-
-/// A queued take. Dropped while still queued, it leaves the queue; a member already handed
-/// to it goes on to the next waiter or the free list.
-struct Waiting<'a, M: Manager> {
-    shared: &'a Shared<M>,
-    key: WaitKey,
-    done: bool,
-}
-
-impl<M: Manager> Future for Waiting<'_, M> {
-    type Output = Polled<Held<M::Member>, TakeError>;
-
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let polled = self.shared.hot.poll(self.key, cx);
-        if let Poll::Ready(Polled::Served(_)) = polled {
-            self.done = true;
-        }
-        polled
-    }
-}
-
-impl<M: Manager> Drop for Waiting<'_, M> {
-    fn drop(&mut self) {
-        if !self.done {
-            self.shared.give_up(self.key);
-        }
     }
 }

@@ -11,8 +11,11 @@
 //! 2. The links are consistent: following `next` from `head` visits exactly the waiting slots
 //!    and ends at `tail`; `prev` mirrors `next`.
 //! 3. A waiting slot is marked *rearm* from a change of the rules its taker bounded its wait
-//!    by ([`rearm`](Waiters::rearm): admission turned on or off) until its taker next looks:
-//!    that look says so, once.
+//!    by ([`rearm`](Waiters::rearm): admission turned on or off), or from the moment its wait's
+//!    end comes near ([`due`](Waiters::due)), until its taker next looks: that look says so,
+//!    once. A slot's `until` is the end its taker left with its last look ([`NO_END`]: none
+//!    to watch for), and is `NO_END` once `due` has marked it; no waiting slot's `until` is
+//!    earlier than `earliest`, so a `due` by an earlier instant need not look.
 
 use std::task::Waker;
 
@@ -33,6 +36,8 @@ enum Slot<T, E> {
         next: Option<usize>,
         waker: Option<Waker>,
         rearm: bool,
+        /// The end its taker watches for through [`due`](Waiters::due), as a clock stamp.
+        until: u64,
     },
     Served {
         ticket: u64,
@@ -47,6 +52,9 @@ impl<T, E> Slot<T, E> {
         }
     }
 }
+
+/// A slot's `until` when its taker watches for no end through [`Waiters::due`].
+pub(crate) const NO_END: u64 = u64::MAX;
 
 /// What a taker finds when it looks at its slot.
 #[derive(Debug, PartialEq, Eq)]
@@ -64,6 +72,9 @@ pub(crate) struct Waiters<T, E> {
     tail: Option<usize>,
     len: usize,
     next_ticket: u64,
+    /// No waiting slot's `until` is earlier (it may be earlier than any: a slot served or
+    /// left since keeps it low until the next [`due`](Waiters::due) looks).
+    earliest: u64,
 }
 
 impl<T, E> Default for Waiters<T, E> {
@@ -74,6 +85,7 @@ impl<T, E> Default for Waiters<T, E> {
             tail: None,
             len: 0,
             next_ticket: 0,
+            earliest: NO_END,
         }
     }
 }
@@ -98,6 +110,7 @@ impl<T, E> Waiters<T, E> {
             next: None,
             waker: None,
             rearm: false,
+            until: NO_END,
         });
         match self.tail {
             Some(tail) => self.set_next(tail, Some(index)),
@@ -176,7 +189,9 @@ impl<T, E> Waiters<T, E> {
 
     /// Looks at a taker's slot: still waiting (its waker is kept), or served (the slot is
     /// freed and the outcome handed over).
-    pub(crate) fn look(&mut self, key: WaitKey, waker: &Waker) -> Look<T, E> {
+    /// A taker looks at its slot, leaving its waker and the end it watches for (`until`, a
+    /// clock stamp, or [`NO_END`]).
+    pub(crate) fn look(&mut self, key: WaitKey, waker: &Waker, until: u64) -> Look<T, E> {
         debug_assert_eq!(
             self.slots[key.index].ticket(),
             key.ticket,
@@ -184,15 +199,21 @@ impl<T, E> Waiters<T, E> {
         );
         match &mut self.slots[key.index] {
             Slot::Waiting {
-                waker: kept, rearm, ..
+                waker: kept,
+                rearm,
+                until: end,
+                ..
             } => {
                 match kept {
                     Some(kept) if kept.will_wake(waker) => {}
                     _ => *kept = Some(waker.clone()),
                 }
                 if std::mem::take(rearm) {
+                    *end = NO_END;
                     Look::Rearm
                 } else {
+                    *end = until;
+                    self.earliest = self.earliest.min(until);
                     Look::Waiting
                 }
             }
@@ -222,6 +243,39 @@ impl<T, E> Waiters<T, E> {
         wakers
     }
 
+    /// Marks *rearm* every waiting slot whose end is `by` or sooner (invariant 3), and returns
+    /// the wakers of those, for the caller to wake once its lock is released: their takers
+    /// then watch the end with a timer of their own.
+    pub(crate) fn due(&mut self, by: u64) -> Vec<Waker> {
+        let mut wakers = Vec::new();
+        if by < self.earliest {
+            return wakers;
+        }
+        self.earliest = NO_END;
+        let mut at = self.head;
+        while let Some(index) = at {
+            let Slot::Waiting {
+                next,
+                waker,
+                rearm,
+                until,
+                ..
+            } = &mut self.slots[index]
+            else {
+                unreachable!("only waiting slots are linked")
+            };
+            if *until <= by {
+                *until = NO_END;
+                *rearm = true;
+                wakers.extend(waker.clone());
+            } else {
+                self.earliest = self.earliest.min(*until);
+            }
+            at = *next;
+        }
+        wakers
+    }
+
     /// A taker gives up its place: `None` if it was still waiting (it leaves the queue), or the
     /// outcome it had been served and not yet collected.
     pub(crate) fn leave(&mut self, key: WaitKey) -> Option<Result<T, E>> {
@@ -239,16 +293,26 @@ impl<T, E> Waiters<T, E> {
         }
     }
 
-    /// Invariant #2, O(n); for tests.
+    /// Invariants #2 and #3's `earliest`, O(n); for tests.
     #[cfg(test)]
     pub(crate) fn check(&self) {
         let mut seen = 0;
         let mut prev = None;
         let mut at = self.head;
         while let Some(index) = at {
-            let Slot::Waiting { prev: p, next, .. } = &self.slots[index] else {
+            let Slot::Waiting {
+                prev: p,
+                next,
+                until,
+                ..
+            } = &self.slots[index]
+            else {
                 panic!("a served slot is linked")
             };
+            assert!(
+                self.earliest <= *until,
+                "a slot's end is earlier than `earliest`"
+            );
             assert_eq!(*p, prev);
             prev = Some(index);
             at = *next;
@@ -277,13 +341,13 @@ mod tests {
     fn served_oldest_first_and_collected_once() {
         let mut w: Waiters<u32, ()> = Waiters::default();
         let (a, b, c) = (w.push(), w.push(), w.push());
-        assert_eq!(w.look(b, &noop()), Look::Waiting);
+        assert_eq!(w.look(b, &noop(), NO_END), Look::Waiting);
         assert!(w.serve_oldest(Ok(1)).is_ok());
         assert!(w.serve_oldest(Ok(2)).is_ok());
         w.check();
         assert_eq!(w.len(), 1);
-        assert_eq!(w.look(b, &noop()), Look::Served(Ok(2)));
-        assert_eq!(w.look(a, &noop()), Look::Served(Ok(1)));
+        assert_eq!(w.look(b, &noop(), NO_END), Look::Served(Ok(2)));
+        assert_eq!(w.look(a, &noop(), NO_END), Look::Served(Ok(1)));
         assert_eq!(w.leave(c), None);
         assert!(w.is_empty());
         assert!(matches!(w.serve_oldest(Ok(3)), Err(Ok(3))));
@@ -297,9 +361,9 @@ mod tests {
         assert!(w.serve_newest(Ok(1)).is_ok());
         assert!(w.serve_oldest(Ok(2)).is_ok());
         w.check();
-        assert_eq!(w.look(c, &noop()), Look::Served(Ok(1)));
-        assert_eq!(w.look(a, &noop()), Look::Served(Ok(2)));
-        assert_eq!(w.look(b, &noop()), Look::Waiting);
+        assert_eq!(w.look(c, &noop(), NO_END), Look::Served(Ok(1)));
+        assert_eq!(w.look(a, &noop(), NO_END), Look::Served(Ok(2)));
+        assert_eq!(w.look(b, &noop(), NO_END), Look::Waiting);
         assert!(w.serve_newest(Ok(3)).is_ok());
         assert!(w.is_empty());
         assert!(matches!(w.serve_newest(Ok(4)), Err(Ok(4))));
@@ -311,15 +375,37 @@ mod tests {
     fn a_rearm_is_seen_once_by_each_waiting_taker() {
         let mut w: Waiters<u32, ()> = Waiters::default();
         let (a, b, c) = (w.push(), w.push(), w.push());
-        assert_eq!(w.look(a, &noop()), Look::Waiting);
+        assert_eq!(w.look(a, &noop(), NO_END), Look::Waiting);
         assert!(w.serve_oldest(Ok(1)).is_ok());
         assert_eq!(w.rearm().len(), 0, "b and c never looked: no waker to wake");
-        assert_eq!(w.look(b, &noop()), Look::Rearm);
-        assert_eq!(w.look(b, &noop()), Look::Waiting, "once");
+        assert_eq!(w.look(b, &noop(), NO_END), Look::Rearm);
+        assert_eq!(w.look(b, &noop(), NO_END), Look::Waiting, "once");
         assert_eq!(w.rearm().len(), 1, "b's waker");
-        assert_eq!(w.look(a, &noop()), Look::Served(Ok(1)), "served before");
-        assert_eq!(w.look(c, &noop()), Look::Rearm);
-        assert_eq!(w.look(b, &noop()), Look::Rearm);
+        assert_eq!(
+            w.look(a, &noop(), NO_END),
+            Look::Served(Ok(1)),
+            "served before"
+        );
+        assert_eq!(w.look(c, &noop(), NO_END), Look::Rearm);
+        assert_eq!(w.look(b, &noop(), NO_END), Look::Rearm);
+        w.check();
+    }
+
+    #[test]
+    fn an_end_coming_near_is_seen_once_by_its_taker_alone() {
+        let mut w: Waiters<u32, ()> = Waiters::default();
+        let (a, b, c) = (w.push(), w.push(), w.push());
+        assert_eq!(w.look(a, &noop(), 100), Look::Waiting);
+        assert_eq!(w.look(b, &noop(), 300), Look::Waiting);
+        assert_eq!(w.look(c, &noop(), NO_END), Look::Waiting);
+        assert_eq!(w.due(99).len(), 0, "no end by 99");
+        assert_eq!(w.due(200).len(), 1, "a's");
+        assert_eq!(w.due(200).len(), 0, "a's end is no longer watched");
+        assert_eq!(w.look(a, &noop(), NO_END), Look::Rearm);
+        assert_eq!(w.look(b, &noop(), 300), Look::Waiting);
+        assert_eq!(w.due(u64::MAX - 1).len(), 1, "b's; c watches no end");
+        assert_eq!(w.look(b, &noop(), 300), Look::Rearm);
+        assert_eq!(w.look(c, &noop(), NO_END), Look::Waiting);
         w.check();
     }
 
@@ -338,7 +424,7 @@ mod tests {
             "served, not collected: handed back"
         );
         assert!(w.serve_oldest(Ok(8)).is_ok());
-        assert_eq!(w.look(keys[3], &noop()), Look::Served(Ok(8)));
+        assert_eq!(w.look(keys[3], &noop(), NO_END), Look::Served(Ok(8)));
         w.check();
     }
 }

@@ -150,3 +150,53 @@ proptest! {
         })?;
     }
 }
+
+/// A queued take is refused at its deadline, to the millisecond of tokio's timer, whether
+/// the deadline is within the timer horizon (a timer armed at once) or past it (watched by
+/// the housekeeping tick until near, then by a timer): the edges of the horizon and of the
+/// tick included. The same for the bound admission sets (twice the queue target).
+#[tokio::test(start_paused = true)]
+async fn a_queued_take_ends_at_its_deadline_near_the_timer_horizon_and_far_past_it() {
+    let (pool, _) = pool_with(PoolConfig::new("p", 1, 1), Fake::default()).await;
+    let held = pool.try_take_member().unwrap();
+    for ms in [
+        1, 99, 100, 101, 299, 300, 301, 399, 400, 401, 1_000, 10_000, 3_600_000,
+    ] {
+        let d = Duration::from_millis(ms);
+        let began = tokio::time::Instant::now();
+        let e = tokio::time::timeout(d + Duration::from_secs(1), pool.take_member(d))
+            .await
+            .unwrap_or_else(|_| panic!("{d:?}: still waiting a second past the deadline"))
+            .unwrap_err();
+        let took = began.elapsed();
+        assert!(matches!(e, TakeError::Timeout { .. }), "{d:?}: {e}");
+        assert!(
+            took >= d && took <= d + Duration::from_millis(1),
+            "{d:?}: refused after {took:?}"
+        );
+    }
+    drop(held);
+    for target_ms in [100, 150, 1_000] {
+        let target = Duration::from_millis(target_ms);
+        let config = PoolConfig::new("g", 1, 1)
+            .to_builder()
+            .admission(AdmissionMode::Vegas)
+            .queue_target(target)
+            .build()
+            .unwrap();
+        let (pool, _) = pool_with(config, Fake::default()).await;
+        let held = pool.try_take_member().unwrap();
+        let began = tokio::time::Instant::now();
+        let e = tokio::time::timeout(target * 2 + Duration::from_secs(1), pool.take())
+            .await
+            .unwrap_or_else(|_| panic!("{target:?}: still waiting a second past the bound"))
+            .unwrap_err();
+        let took = began.elapsed();
+        assert!(matches!(e, TakeError::Stale { .. }), "{target:?}: {e}");
+        assert!(
+            took >= target * 2 && took <= target * 2 + Duration::from_millis(1),
+            "{target:?}: refused after {took:?}"
+        );
+        drop(held);
+    }
+}

@@ -1,4 +1,5 @@
 use super::*;
+use crate::waiters::NO_END;
 use loom::sync::Arc;
 use loom::thread;
 
@@ -89,7 +90,7 @@ fn take_and_wait(hot: &H) -> Option<u32> {
     match hot.take(wait::Queue, true, false) {
         Found::Member(m, _) => Some(m),
         Found::Queued(key) => {
-            match loom::future::block_on(std::future::poll_fn(|cx| hot.poll(key, cx))) {
+            match loom::future::block_on(std::future::poll_fn(|cx| hot.poll(key, cx, NO_END))) {
                 Polled::Served(outcome) => outcome.ok(),
                 Polled::Rearm => unreachable!("no model changes the admission rules"),
             }

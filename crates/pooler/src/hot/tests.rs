@@ -1,5 +1,6 @@
 use super::*;
 use crate::admission::AdmissionMode;
+use crate::waiters::NO_END;
 
 type H = Hot<u32, &'static str>;
 
@@ -72,7 +73,7 @@ fn a_return_goes_to_the_oldest_waiter_and_wakes_it() {
     assert_eq!(hot.leave(second), None);
     let waker = Waker::noop();
     assert_eq!(
-        hot.poll(first, &mut Context::from_waker(waker)),
+        hot.poll(first, &mut Context::from_waker(waker), NO_END),
         Poll::Ready(Polled::Served(Ok(7)))
     );
     let h = hot.lock();
@@ -235,7 +236,7 @@ fn limited(limit: usize, members: &[u32], queue_target: Option<Duration>) -> H {
 }
 
 fn served(hot: &H, key: WaitKey) -> Option<u32> {
-    match hot.poll(key, &mut Context::from_waker(Waker::noop())) {
+    match hot.poll(key, &mut Context::from_waker(Waker::noop()), NO_END) {
         Poll::Ready(Polled::Served(Ok(member))) => Some(member),
         Poll::Ready(Polled::Served(Err(e))) => panic!("refused: {e}"),
         Poll::Ready(Polled::Rearm) => panic!("rearmed: no rule changed"),

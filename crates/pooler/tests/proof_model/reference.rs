@@ -763,6 +763,8 @@ pub(crate) fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
         4 => Just(Op::TryTake),
         4 => (0u64..100).prop_map(Op::Take),
+        // Deadlines past the timer horizon: watched by the housekeeping tick until near.
+        1 => (200u64..500).prop_map(Op::Take),
         4 => any::<usize>().prop_map(Op::Return),
         1 => any::<usize>().prop_map(Op::Fail),
         1 => any::<usize>().prop_map(Op::PanicDrop),
