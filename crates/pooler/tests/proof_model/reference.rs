@@ -87,6 +87,9 @@ fn seen(what: usize) {
 
 /// The housekeeping tick's period, ms.
 const TICK: u64 = 100;
+/// The pool's timer horizon, in milliseconds: a queued take's bound further off is watched
+/// by the tick until it comes within this (docs/design.md, "Timer horizon").
+const HORIZON: u64 = 300;
 
 /// The first backoff step and its cap (docs/design.md).
 fn backoff(failures: u32) -> u64 {
@@ -182,7 +185,8 @@ pub(crate) struct Model {
     lifo_after: Option<u64>,
     /// When the queue last stopped being empty, while `lifo_after` is set.
     queued_since: Option<u64>,
-    /// The pool's next housekeeping tick (which may lower the limit), with admission on.
+    /// The pool's next housekeeping tick (which may lower the limit, and wakes the queued
+    /// takes whose bound has come within the timer horizon).
     next_tick: Option<u64>,
 }
 
@@ -227,7 +231,7 @@ impl Model {
                 .admission
                 .and(features.shed.map(|(target, _)| target)),
             queued_since: None,
-            next_tick: features.admission.map(|_| TICK),
+            next_tick: Some(TICK),
         };
         let ids = m.reserve(init, None);
         m.spawn(ids);
@@ -626,7 +630,10 @@ impl Model {
     /// Whether two timers due at `t` run in an order the rules do not say (the runtime's
     /// timer wheel keeps it), and it matters: a delayed start and a lifetime's timer, or
     /// either and a waiter's bound in the queue (whole milliseconds of any parity), or
-    /// either and a tick that moved the admission limit (to `limit`, read from the pool).
+    /// either and a tick that moved the admission limit (to `limit`, read from the pool), or
+    /// either and a tick that wakes waiters whose bound has come within the timer horizon
+    /// (they look at the queue again, and the order the runtime then runs them in decides
+    /// which member goes back to the free list first).
     fn ambiguous(&self, t: u64, limit: Option<usize>) -> bool {
         let start = self.starting.iter().any(|s| s.at == Some(t));
         let lifetime = self
@@ -636,7 +643,9 @@ impl Model {
             .any(|at| *at == t);
         let moved = self.next_tick == Some(t) && limit.unwrap_or(usize::MAX) != self.limit;
         let ends = self.waiters.iter().any(|w| w.end == t);
-        (start && lifetime) || ((start || lifetime) && (moved || ends))
+        let woken = self.next_tick == Some(t)
+            && self.waiters.iter().any(|w| w.end > t && w.end <= t + HORIZON);
+        (start && lifetime) || ((start || lifetime) && (moved || ends || woken))
     }
 
     /// The pool's timer for lifetimes at `now` (docs/design.md, "Lifetimes"): successors
