@@ -28,6 +28,16 @@ struct Answer {
     n: i32,
 }
 
+/// The test server's URL (`POOLER_POSTGRES_URL`), or `None` (with a notice) to skip.
+async fn postgres_url() -> Option<String> {
+    service(
+        "POOLER_POSTGRES_URL",
+        "postgres://postgres@127.0.0.1:5432/test",
+        host_port,
+    )
+    .await
+}
+
 /// 16 tasks over a pool of 8 run 50 transactions each through PgBouncer (4 server
 /// connections), each with a raw parameterised statement and one of diesel's DSL, with
 /// diesel-async's statement cache on (`cached`) or off (`transaction_pooling`); the failed
@@ -87,13 +97,7 @@ async fn failures(bouncer: &PgBouncer, cached: bool) -> (usize, Option<String>) 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn behind_transaction_pooling_statements_in_transactions_with_the_cache_off_never_fail() {
-    let Some(url) = service(
-        "POOLER_POSTGRES_URL",
-        "postgres://postgres@127.0.0.1:5432/test",
-        host_port,
-    )
-    .await
-    else {
+    let Some(url) = postgres_url().await else {
         return;
     };
     let upstream = host_port(&url).parse().expect("an IP and a port");
@@ -124,13 +128,7 @@ async fn behind_transaction_pooling_statements_in_transactions_with_the_cache_of
 /// run at the next, as README says.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nothing_is_sent_behind_an_unanswered_sync_point_outside_a_transaction() {
-    let Some(url) = service(
-        "POOLER_POSTGRES_URL",
-        "postgres://postgres@127.0.0.1:5432/test",
-        host_port,
-    )
-    .await
-    else {
+    let Some(url) = postgres_url().await else {
         return;
     };
     let watch = PipelineWatch::start(&host_port(&url)).await;

@@ -644,7 +644,10 @@ impl Model {
         let moved = self.next_tick == Some(t) && limit.unwrap_or(usize::MAX) != self.limit;
         let ends = self.waiters.iter().any(|w| w.end == t);
         let woken = self.next_tick == Some(t)
-            && self.waiters.iter().any(|w| w.end > t && w.end <= t + HORIZON);
+            && self
+                .waiters
+                .iter()
+                .any(|w| w.end > t && w.end <= t + HORIZON);
         (start && lifetime) || ((start || lifetime) && (moved || ends || woken))
     }
 
