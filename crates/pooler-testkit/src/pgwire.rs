@@ -20,8 +20,8 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinHandle;
 
 /// A proxy in front of a PostgreSQL server that records each time a client had sent
-/// messages behind a sync point answered outside a transaction (see the module's docs). A connection
-/// that asks for TLS is passed on unread.
+/// messages behind a sync point answered outside a transaction (see the module's docs). A
+/// connection that asks for TLS is passed on unread.
 pub struct PipelineWatch {
     addr: SocketAddr,
     pipelined: Arc<Mutex<Vec<String>>>,
@@ -145,7 +145,9 @@ async fn pump(
             else {
                 break;
             };
-            let whole = header - 4 + len;
+            // A length counts itself (4 bytes): one shorter is not the protocol, and is
+            // stepped over rather than read for ever.
+            let whole = header - 4 + len.max(4);
             if rest.len() < whole {
                 break;
             }
