@@ -183,21 +183,20 @@ fn guarded<M: Manager>(shared: &Shared<M>, job: &'static str, f: impl FnOnce()) 
 }
 
 impl<M: Manager> Shared<M> {
-    /// The housekeeping tick: brings the coarse clock forward, publishes the gauges and
-    /// flushes the counts the hot core kept, lets the admission limit come down if the tick
-    /// did not use it (after the publish, whose look at the peak the tick's peak folds in),
-    /// and wakes the queued takes whose deadline is within [`TIMER_HORIZON`] to arm their
-    /// timers.
+    /// The housekeeping tick: brings the coarse clock forward, wakes the queued takes whose
+    /// deadline is within [`TIMER_HORIZON`] to arm their timers, publishes the gauges and
+    /// flushes the counts the hot core kept, and lets the admission limit come down if the
+    /// tick did not use it (after the publish, whose look at the peak the tick's peak folds
+    /// in).
     pub(crate) fn tick(&self) {
         let now = self.clock.read();
-        self.publish();
+        // Queued takes whose deadline is near arm their own timers: first, so that a
+        // metrics recorder that panics in the publish (user code) cannot keep them waiting.
         let horizon = u64::try_from(TIMER_HORIZON.as_nanos()).unwrap_or(u64::MAX);
-        let (moved, due) = {
-            let mut hot = self.hot.lock();
-            (hot.ticked(), hot.due(now.saturating_add(horizon)))
-        };
-        // Queued takes whose deadline is near arm their own timers.
+        let due = self.hot.lock().due(now.saturating_add(horizon));
         due.into_iter().for_each(Waker::wake);
+        self.publish();
+        let moved = self.hot.lock().ticked();
         if let Some(moved) = moved {
             self.metrics.limit_judged(moved);
         }

@@ -493,3 +493,76 @@ async fn a_recorder_that_reads_the_pool_never_deadlocks_it() {
         "the recorder read the pool"
     );
 }
+
+/// A recorder whose gauges panic once armed.
+mod panicky {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    use metrics::{
+        Counter, Gauge, GaugeFn, Histogram, Key, KeyName, Metadata, Recorder, SharedString, Unit,
+    };
+
+    #[derive(Default)]
+    pub(super) struct Armed(pub(super) AtomicBool);
+
+    impl GaugeFn for Armed {
+        fn increment(&self, _: f64) {}
+        fn decrement(&self, _: f64) {}
+        fn set(&self, _: f64) {
+            assert!(!self.0.load(Ordering::SeqCst), "planned panic in a gauge");
+        }
+    }
+
+    #[derive(Default)]
+    pub(super) struct Panicky(pub(super) Arc<Armed>);
+
+    impl Recorder for Panicky {
+        fn describe_counter(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+        fn describe_gauge(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+        fn describe_histogram(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+        fn register_counter(&self, _: &Key, _: &Metadata<'_>) -> Counter {
+            Counter::noop()
+        }
+        fn register_gauge(&self, _: &Key, _: &Metadata<'_>) -> Gauge {
+            Gauge::from_arc(self.0.clone())
+        }
+        fn register_histogram(&self, _: &Key, _: &Metadata<'_>) -> Histogram {
+            Histogram::noop()
+        }
+    }
+}
+
+/// A recorder is user code: one that panics at every publish of the gauges (each
+/// housekeeping tick) does not keep a queued take past its deadline, though that deadline is
+/// past the timer horizon and so watched by the tick until it is near.
+#[tokio::test(start_paused = true)]
+async fn a_recorder_that_panics_at_every_tick_keeps_no_take_past_its_deadline() {
+    let recorder = panicky::Panicky::default();
+    let _local = metrics::set_default_local_recorder(&recorder);
+    let (pool, _probe) = pool_with(PoolConfig::new("panicky", 1, 1), Fake::default()).await;
+    let held = pool.try_take_member().unwrap();
+    recorder
+        .0
+        .0
+        .store(true, std::sync::atomic::Ordering::SeqCst);
+    let began = tokio::time::Instant::now();
+    let deadline = Duration::from_secs(2);
+    let taken = tokio::time::timeout(Duration::from_secs(10), pool.take_member(deadline))
+        .await
+        .expect("the take ended");
+    assert!(
+        matches!(taken, Err(pooler::TakeError::Timeout { .. })),
+        "{taken:?}"
+    );
+    assert!(
+        began.elapsed() < deadline + Duration::from_millis(2),
+        "{:?}",
+        began.elapsed()
+    );
+    recorder
+        .0
+        .0
+        .store(false, std::sync::atomic::Ordering::SeqCst);
+    drop(held);
+}
