@@ -415,15 +415,40 @@ async fn admission_batches_are_counted_by_what_the_limit_did() {
     }
 }
 
-/// A recorder that reads the pool from inside a gauge's update (as one that logs the pool's
-/// state with each value might).
-mod reentrant {
-    use std::sync::atomic::{AtomicUsize, Ordering};
-    use std::sync::{Arc, OnceLock};
+/// A recorder whose every gauge is one [`GaugeFn`] of the test's (the others do nothing).
+mod gauges_to {
+    use std::sync::Arc;
 
     use metrics::{
         Counter, Gauge, GaugeFn, Histogram, Key, KeyName, Metadata, Recorder, SharedString, Unit,
     };
+
+    #[derive(Default)]
+    pub(super) struct GaugesTo<G>(pub(super) Arc<G>);
+
+    impl<G: GaugeFn + Send + Sync + 'static> Recorder for GaugesTo<G> {
+        fn describe_counter(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+        fn describe_gauge(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+        fn describe_histogram(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+        fn register_counter(&self, _: &Key, _: &Metadata<'_>) -> Counter {
+            Counter::noop()
+        }
+        fn register_gauge(&self, _: &Key, _: &Metadata<'_>) -> Gauge {
+            Gauge::from_arc(self.0.clone())
+        }
+        fn register_histogram(&self, _: &Key, _: &Metadata<'_>) -> Histogram {
+            Histogram::noop()
+        }
+    }
+}
+
+/// A gauge that reads the pool from inside its update (as a recorder that logs the pool's
+/// state with each value might).
+mod reentrant {
+    use std::sync::OnceLock;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use metrics::GaugeFn;
 
     use crate::common::Fake;
 
@@ -443,24 +468,6 @@ mod reentrant {
             }
         }
     }
-
-    #[derive(Default)]
-    pub(super) struct Reentrant(pub(super) Arc<Reader>);
-
-    impl Recorder for Reentrant {
-        fn describe_counter(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
-        fn describe_gauge(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
-        fn describe_histogram(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
-        fn register_counter(&self, _: &Key, _: &Metadata<'_>) -> Counter {
-            Counter::noop()
-        }
-        fn register_gauge(&self, _: &Key, _: &Metadata<'_>) -> Gauge {
-            Gauge::from_arc(self.0.clone())
-        }
-        fn register_histogram(&self, _: &Key, _: &Metadata<'_>) -> Histogram {
-            Histogram::noop()
-        }
-    }
 }
 
 /// A recorder is user code: the pool never calls it under its locks, so one that reads the
@@ -468,7 +475,7 @@ mod reentrant {
 /// limits change) and a publish.
 #[tokio::test(start_paused = true)]
 async fn a_recorder_that_reads_the_pool_never_deadlocks_it() {
-    let recorder = reentrant::Reentrant::default();
+    let recorder = gauges_to::GaugesTo::<reentrant::Reader>::default();
     let _local = metrics::set_default_local_recorder(&recorder);
     let config = PoolConfig::new("reentrant", 1, 2);
     let (pool, _probe) = pool_with(config.clone(), Fake::default()).await;
@@ -494,14 +501,11 @@ async fn a_recorder_that_reads_the_pool_never_deadlocks_it() {
     );
 }
 
-/// A recorder whose gauges panic once armed.
+/// A gauge that panics once armed.
 mod panicky {
-    use std::sync::Arc;
     use std::sync::atomic::{AtomicBool, Ordering};
 
-    use metrics::{
-        Counter, Gauge, GaugeFn, Histogram, Key, KeyName, Metadata, Recorder, SharedString, Unit,
-    };
+    use metrics::GaugeFn;
 
     #[derive(Default)]
     pub(super) struct Armed(pub(super) AtomicBool);
@@ -513,24 +517,6 @@ mod panicky {
             assert!(!self.0.load(Ordering::SeqCst), "planned panic in a gauge");
         }
     }
-
-    #[derive(Default)]
-    pub(super) struct Panicky(pub(super) Arc<Armed>);
-
-    impl Recorder for Panicky {
-        fn describe_counter(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
-        fn describe_gauge(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
-        fn describe_histogram(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
-        fn register_counter(&self, _: &Key, _: &Metadata<'_>) -> Counter {
-            Counter::noop()
-        }
-        fn register_gauge(&self, _: &Key, _: &Metadata<'_>) -> Gauge {
-            Gauge::from_arc(self.0.clone())
-        }
-        fn register_histogram(&self, _: &Key, _: &Metadata<'_>) -> Histogram {
-            Histogram::noop()
-        }
-    }
 }
 
 /// A recorder is user code: one that panics at every publish of the gauges (each
@@ -538,7 +524,7 @@ mod panicky {
 /// past the timer horizon and so watched by the tick until it is near.
 #[tokio::test(start_paused = true)]
 async fn a_recorder_that_panics_at_every_tick_keeps_no_take_past_its_deadline() {
-    let recorder = panicky::Panicky::default();
+    let recorder = gauges_to::GaugesTo::<panicky::Armed>::default();
     let _local = metrics::set_default_local_recorder(&recorder);
     let (pool, _probe) = pool_with(PoolConfig::new("panicky", 1, 1), Fake::default()).await;
     let held = pool.try_take_member().unwrap();
