@@ -15,9 +15,11 @@
 //! prints the spread of the pairs' ratios (`--smoke`: one short pair). `pgbouncer-paired`
 //! does the same through a PgBouncer of its own in transaction mode (Debian's `pgbouncer`).
 //! `driver-cost` compares a supervised member driver with a plain spawn; `driver-fixed
-//! plain|supervised` and `postgres-fixed pooler|pooler-nothing|deadpool [armed] [--tasks N]`
-//! do a fixed amount of work for counting instructions under callgrind (`armed`: with a timer
-//! pending; `--tasks N`: from N tasks over a pool of 8).
+//! plain|supervised` and `postgres-fixed pooler|pooler-nothing|deadpool [armed] [--tasks N]
+//! [--queries N]` do a fixed amount of work for counting instructions under callgrind
+//! (`armed`: with a timer pending; `--tasks N`: from N tasks over a pool of 8; `--queries N`:
+//! N `SELECT 1` in all, 20 000 unless given; two counts' difference divided by theirs is
+//! the cost of one query, start-up cancelled out).
 //! `overload [--only SCENARIO] [--write] [--check]` runs the overload simulation
 //! (the `pooler-sim` crate, docs/overload.md): prints the scores (`--seeds N`: each score's
 //! min / median / max over seeds 0..N instead), `--write` rewrites the report, its
@@ -531,7 +533,10 @@ fn main() {
             let tasks = value_of("--tasks")
                 .and_then(|t| t.parse().ok())
                 .unwrap_or(1);
-            runtime.block_on(backends::fixed_postgres(who, 20_000, tasks, armed));
+            let queries = value_of("--queries")
+                .and_then(|n| n.parse().ok())
+                .unwrap_or(20_000);
+            runtime.block_on(backends::fixed_postgres(who, queries, tasks, armed));
         } else {
             let supervised = args.iter().any(|a| a == "supervised");
             runtime.block_on(driver::fixed(supervised, 100_000));
