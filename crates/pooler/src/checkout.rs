@@ -36,6 +36,11 @@ pub(crate) enum Deadline {
 }
 
 impl Deadline {
+    /// A take's first deadline: `timeout` after its first attempt, or none.
+    pub(crate) fn after(timeout: Option<Duration>) -> Self {
+        timeout.map_or(Deadline::Never, Deadline::In)
+    }
+
     fn at(self, now: Instant) -> Instant {
         match self {
             // Past the longest key, a deadline is never reached: no deadline (and no
@@ -83,15 +88,20 @@ enum Decided<T, K> {
     },
 }
 
+/// A member the fast path found fit for its taker, its hand-over stamped: its guard is built
+/// only where the take returns it ([`Shared::guard`]), so the guard is written once, in place,
+/// instead of built and then moved through each caller's result.
+pub(crate) struct Ready<T>(Held<T>);
+
 impl<M: Manager> Shared<M> {
     /// A take's first attempt (`counted`): the member if the fast path found one, else what
-    /// the attempt came to.
+    /// the attempt came to. Its deadline, `timeout` from now, is built only off the fast path.
     #[inline(always)]
     pub(crate) fn first<W: Wait>(
         self: &Arc<Self>,
         wait: W,
-        deadline: Deadline,
-    ) -> Result<Member<M>, Attempt<M, W::Key>> {
+        timeout: Option<Duration>,
+    ) -> Result<Ready<M::Member>, Attempt<M, W::Key>> {
         let flags = self.features.flags();
         let zero_wait = W::QUEUES && flags & Features::ZERO_WAITS != 0;
         match self.hot.take(wait, true, zero_wait) {
@@ -100,7 +110,7 @@ impl<M: Manager> Shared<M> {
                 Err(held) => Err(self.taken_with_features(held, wait, false, timed)),
             },
             Found::Full => Err(Attempt::Failed(self.at_capacity())),
-            found => Err(self.found(found, wait, deadline)),
+            found => Err(self.found(found, wait, Deadline::after(timeout))),
         }
     }
 
@@ -147,7 +157,7 @@ impl<M: Manager> Shared<M> {
         timed: u32,
     ) -> Attempt<M, W::Key> {
         match self.fast_member(held, vetted, timed) {
-            Ok(member) => Attempt::Member(member),
+            Ok(ready) => Attempt::Member(self.guard(ready)),
             Err(held) => self.taken_with_features(held, wait, vetted, timed),
         }
     }
@@ -160,8 +170,8 @@ impl<M: Manager> Shared<M> {
         self.taken(held, wait::Queue, true, timed)
     }
 
-    /// The member for its taker when no feature needs a look at it, its hold is not timed,
-    /// and it is fit; otherwise it comes back for
+    /// The member ready for its taker when no feature needs a look at it, its hold is not
+    /// timed, and it is fit; otherwise it comes back for
     /// [`taken_with_features`](Self::taken_with_features).
     #[inline(always)]
     pub(crate) fn fast_member(
@@ -169,7 +179,7 @@ impl<M: Manager> Shared<M> {
         held: Held<M::Member>,
         vetted: bool,
         timed: u32,
-    ) -> Result<Member<M>, Held<M::Member>> {
+    ) -> Result<Ready<M::Member>, Held<M::Member>> {
         // A member's death takes it off the free list, but a death that races its return can
         // still land it there (the return checked before the death marked it): look again.
         // One handed over through the queue was asked `is_broken` when it was handed over.
@@ -178,10 +188,17 @@ impl<M: Manager> Shared<M> {
             && (vetted || !manager::is_broken(&self.manager, &held.value, &self.name))
         {
             held.meta.set_since(self.clock.coarse());
-            Ok(Member::new(self.home(), held, Origin::Taken, 0))
+            Ok(Ready(held))
         } else {
             Err(held)
         }
+    }
+
+    /// The guard of a member [`fast_member`](Self::fast_member) made ready, built where it
+    /// is returned (see [`Ready`]).
+    #[inline(always)]
+    pub(crate) fn guard(self: &Arc<Self>, ready: Ready<M::Member>) -> Member<M> {
+        Member::new(self.home(), ready.0, Origin::Taken, 0)
     }
 
     /// [`taken`](Self::taken) when a feature needs more than the fast path does.

@@ -49,6 +49,9 @@ pub(crate) struct Take<'a, M: Manager> {
     shared: &'a Arc<Shared<M>>,
     caller: Caller,
     timeout: Option<Duration>,
+    /// The timeout is zero: the take never waits. Decided where the take is made, where a
+    /// constant timeout folds it away.
+    at_once: bool,
     waits: Option<Waits<'a, M>>,
 }
 
@@ -64,6 +67,7 @@ impl<'a, M: Manager> Take<'a, M> {
             shared,
             caller,
             timeout,
+            at_once: timeout.is_some_and(|t| t.is_zero()),
             waits: None,
         }
     }
@@ -79,7 +83,7 @@ impl<M: Manager> Future for Take<'_, M> {
             return waits.as_mut().poll(cx);
         }
         let (shared, caller, timeout) = (this.shared, this.caller, this.timeout);
-        if timeout.is_some_and(|t| t.is_zero()) {
+        if this.at_once {
             return Poll::Ready(at_once(shared, caller));
         }
         let waits = if traced() {
@@ -91,9 +95,8 @@ impl<M: Manager> Future for Take<'_, M> {
             // The first attempt ([`first`]'s, written out here: through the function, its
             // nested result cost every take 24 instructions more). A member found at once,
             // even with a feature's look at it, builds no waiting future.
-            let deadline = timeout.map_or(Deadline::Never, Deadline::In);
-            let attempt = match shared.first(wait::Queue, deadline) {
-                Ok(member) => return Poll::Ready(Ok(member)),
+            let attempt = match shared.first(wait::Queue, timeout) {
+                Ok(ready) => return Poll::Ready(Ok(shared.guard(ready))),
                 Err(Attempt::Failed(e)) => return Poll::Ready(Err(e)),
                 Err(Attempt::Member(member)) => {
                     shared.note_taken(&member, caller);
@@ -141,9 +144,8 @@ fn first<M: Manager>(
     caller: Caller,
     timeout: Option<Duration>,
 ) -> Result<Result<Member<M>, TakeError>, Attempt<M>> {
-    let deadline = timeout.map_or(Deadline::Never, Deadline::In);
-    match shared.first(wait::Queue, deadline) {
-        Ok(member) => Ok(Ok(member)),
+    match shared.first(wait::Queue, timeout) {
+        Ok(ready) => Ok(Ok(shared.guard(ready))),
         Err(Attempt::Failed(e)) => Ok(Err(e)),
         Err(Attempt::Member(member)) => {
             shared.note_taken(&member, caller);
@@ -214,7 +216,7 @@ fn at_once_untraced<M: Manager>(
 ) -> Result<Member<M>, TakeError> {
     match shared.hot.take(wait::No, true, false) {
         Found::Member(held, timed) => match shared.fast_member(held, false, timed) {
-            Ok(member) => Ok(member),
+            Ok(ready) => Ok(shared.guard(ready)),
             Err(held) => at_once_slow(
                 shared,
                 caller,
