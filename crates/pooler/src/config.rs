@@ -225,7 +225,9 @@ pub struct PoolConfig {
     /// `take` and `with_member` check it with `Manager::check` (a failure replaces it and the
     /// take goes on); members used more recently skip the check, so a busy pool does not ping
     /// on every take (HikariCP uses 500 ms). `try_take_member` never waits, so it never
-    /// checks. Default: none.
+    /// checks. Default: none, or the manager's when it asks for one
+    /// ([`Manager::idle_check_threshold`](crate::Manager::idle_check_threshold):
+    /// pooler-mysql's 500 ms).
     #[cfg_attr(
         feature = "serde",
         serde(

@@ -57,6 +57,8 @@ pub(crate) struct Features {
     gone: AtomicBool,
     /// The wait histogram reaches a recorder.
     waits_live: bool,
+    /// The manager's `idle_check_threshold`, for a configuration that sets none.
+    idle_check_fallback: Option<Duration>,
 }
 
 impl Features {
@@ -81,7 +83,13 @@ impl Features {
     /// The bits a return's fast path minds.
     pub(crate) const SLOW_RETURN: u64 = Self::LIFETIMES | Self::LEAKS;
 
-    pub(crate) fn new(config: &PoolConfig, waits_live: bool) -> Self {
+    /// `idle_check_fallback`: the threshold in force while the configuration sets none (the
+    /// manager's, [`Manager::idle_check_threshold`](crate::Manager::idle_check_threshold)).
+    pub(crate) fn new(
+        config: &PoolConfig,
+        waits_live: bool,
+        idle_check_fallback: Option<Duration>,
+    ) -> Self {
         let f = Features {
             flags: AtomicU64::new(0),
             idle_check: Nanos::new(None),
@@ -90,6 +98,7 @@ impl Features {
             shutdown: Nanos::new(None),
             gone: AtomicBool::new(false),
             waits_live,
+            idle_check_fallback,
         };
         f.set(config);
         f
@@ -98,7 +107,8 @@ impl Features {
     /// Takes `config`'s values (at start, and by `reconfigure` under the cold lock).
     pub(crate) fn set(&self, config: &PoolConfig) {
         let mut flags = 0;
-        if self.waits_live && config.idle_check_threshold.is_none() {
+        let idle_check = config.idle_check_threshold.or(self.idle_check_fallback);
+        if self.waits_live && idle_check.is_none() {
             flags |= Self::ZERO_WAITS;
         }
         if config.max_lifetime.is_some() {
@@ -107,7 +117,7 @@ impl Features {
         if config.leak_detection_threshold.is_some() {
             flags |= Self::LEAKS;
         }
-        if config.idle_check_threshold.is_some() {
+        if idle_check.is_some() {
             flags |= Self::IDLE;
         }
         if config.auto_grow_threshold.is_some() {
@@ -116,7 +126,7 @@ impl Features {
         if config.admission != crate::admission::AdmissionMode::Off {
             flags |= Self::ADMIT;
         }
-        self.idle_check.set(config.idle_check_threshold);
+        self.idle_check.set(idle_check);
         self.take_timeout.set(config.take_timeout);
         self.start_timeout.set(Some(config.member_start_timeout));
         self.shutdown.set(Some(config.member_shutdown));
@@ -128,7 +138,7 @@ impl Features {
         self.flags.load(Relaxed)
     }
 
-    /// `idle_check_threshold`.
+    /// `idle_check_threshold`, or the manager's when the configuration sets none.
     #[inline]
     pub(crate) fn idle_check(&self) -> Option<Duration> {
         self.idle_check.get()
@@ -168,7 +178,7 @@ mod tests {
         let mut config = PoolConfig::new("f", 1, 2);
         config.take_timeout = Some(Duration::from_millis(250));
         config.idle_check_threshold = None;
-        let f = Features::new(&config, false);
+        let f = Features::new(&config, false, None);
         assert_eq!(f.take_timeout(), Some(Duration::from_millis(250)));
         assert_eq!(f.idle_check(), None);
         config.take_timeout = None;

@@ -89,6 +89,17 @@ pub trait Manager: Send + Sync + 'static {
         async { Ok(()) }
     }
 
+    /// The `idle_check_threshold` the pool uses when its configuration sets none: a member
+    /// idle longer is [`check`](Manager::check)ed before a take hands it out. For a driver
+    /// whose dead links nothing else finds in time — one whose sockets the manager cannot
+    /// give a user timeout or keepalive probes (pooler-mysql's, on mysql_async) — so that
+    /// the pool's defaults never hand out a member on a link that died while it was idle.
+    /// The configuration's own threshold, when set, wins. Asked once, when the pool starts.
+    /// Default: `None` (no check unless the configuration asks for one).
+    fn idle_check_threshold(&self) -> Option<std::time::Duration> {
+        None
+    }
+
     /// A cheap, synchronous look at a member as it is taken and returned (a closed flag);
     /// `true` replaces it. Default: `false`.
     fn is_broken(&self, member: &Self::Member) -> bool {

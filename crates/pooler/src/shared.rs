@@ -65,7 +65,7 @@ impl<M: Manager> Shared<M> {
     pub(crate) fn new(config: PoolConfig, manager: M, supervisor: Supervisor) -> Arc<Self> {
         let metrics = PoolMetrics::new(&config.name);
         metrics.limits(config.init_count, config.max_count);
-        let features = Features::new(&config, metrics.wait_live());
+        let features = Features::new(&config, metrics.wait_live(), manager.idle_check_threshold());
         let shedder = Shedder::new(
             config.queue_target_in_force(),
             config.queue_interval,

@@ -146,6 +146,56 @@ async fn take_member_checks_a_member_idle_past_the_threshold() {
     assert_eq!(probe.stops(), 2);
 }
 
+/// A manager that asks for a check of members idle past its threshold gets it when the
+/// configuration sets none (pooler-mysql's, whose driver's dead links nothing else finds);
+/// the configuration's own threshold wins, and a reconfigure that sets none falls back to
+/// the manager's again.
+#[tokio::test(start_paused = true)]
+async fn the_managers_idle_check_threshold_applies_when_the_config_sets_none() {
+    let fake = Fake::default();
+    fake.probe
+        .idle_check_ms
+        .store(500, std::sync::atomic::Ordering::SeqCst);
+    let (pool, probe) = pool_with(PoolConfig::new("p", 1, 1), fake).await;
+    let checks = || probe.checks.load(std::sync::atomic::Ordering::SeqCst);
+    drop(pool.take_member(ms(100)).await.unwrap());
+    advance(ms(400)).await;
+    drop(pool.take_member(ms(100)).await.unwrap());
+    assert_eq!(checks(), 0, "idle 400 ms, under the manager's 500 ms");
+    advance(ms(600)).await;
+    drop(pool.take_member(ms(100)).await.unwrap());
+    assert_eq!(
+        checks(),
+        1,
+        "idle 600 ms: checked by the manager's threshold"
+    );
+
+    // The configuration's own threshold wins over the manager's.
+    let config = PoolConfig::new("p", 1, 1)
+        .to_builder()
+        .idle_check_threshold(Duration::from_secs(5))
+        .build()
+        .unwrap();
+    pool.reconfigure(config).unwrap();
+    advance(ms(600)).await;
+    drop(pool.take_member(ms(100)).await.unwrap());
+    assert_eq!(checks(), 1, "idle 600 ms, under the configuration's 5 s");
+    // Set to none again: the manager's threshold is back.
+    pool.reconfigure(PoolConfig::new("p", 1, 1)).unwrap();
+    advance(ms(600)).await;
+    drop(pool.take_member(ms(100)).await.unwrap());
+    assert_eq!(checks(), 2, "idle 600 ms: the manager's threshold again");
+}
+
+/// Without a threshold anywhere, nothing is checked however long a member idles.
+#[tokio::test(start_paused = true)]
+async fn without_any_idle_check_threshold_an_idle_member_is_not_checked() {
+    let (pool, probe) = pool_with(PoolConfig::new("p", 1, 1), Fake::default()).await;
+    advance(Duration::from_secs(3600)).await;
+    drop(pool.take_member(ms(100)).await.unwrap());
+    assert_eq!(probe.checks.load(std::sync::atomic::Ordering::SeqCst), 0);
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_leak_is_reported_once_with_where_it_was_taken_and_again_on_return() {
     let logs = Logs::capture();

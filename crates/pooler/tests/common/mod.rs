@@ -91,6 +91,8 @@ pub struct Probe {
     pub panic_needs_recycle: AtomicBool,
     /// Members are born broken while set.
     pub born_broken: AtomicBool,
+    /// What `idle_check_threshold` says, in milliseconds (`u64::MAX`: none, the default).
+    pub idle_check_ms: AtomicU64,
     /// Chaos: every hook call panics with this chance, in thousandths.
     pub chaos_permille: AtomicU64,
     /// Hook calls that panicked by chaos.
@@ -241,6 +243,7 @@ impl Default for Fake {
                 panic_is_broken: AtomicBool::new(false),
                 panic_needs_recycle: AtomicBool::new(false),
                 born_broken: AtomicBool::new(false),
+                idle_check_ms: AtomicU64::new(u64::MAX),
                 chaos_permille: AtomicU64::new(0),
                 chaos_panics: AtomicU64::new(0),
                 chaos_seed: AtomicU64::new(0x9e37_79b9_7f4a_7c15),
@@ -276,6 +279,13 @@ impl Drop for FakeMember {
 impl Manager for Fake {
     type Member = FakeMember;
     type Error = FakeError;
+
+    fn idle_check_threshold(&self) -> Option<Duration> {
+        match self.probe.idle_check_ms.load(SeqCst) {
+            u64::MAX => None,
+            ms => Some(Duration::from_millis(ms)),
+        }
+    }
 
     async fn start(&self, ctx: &MemberContext) -> Result<FakeMember, FakeError> {
         self.probe.attempts.fetch_add(1, SeqCst);
