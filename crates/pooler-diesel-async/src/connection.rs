@@ -41,6 +41,15 @@ pub trait PooledConnection: PoolableConnection + 'static {
     /// put back as far as a statement can (docs/design.md, "diesel-async").
     const RESET: &'static str;
 
+    /// The `idle_check_threshold` the pool uses when its configuration sets none
+    /// ([`pooler::Manager::idle_check_threshold`]), for a connection whose dead links nothing
+    /// else finds in time; the check before a take then also gives up after
+    /// [`CHECK_TIMEOUT`](crate::CHECK_TIMEOUT). MySQL: 500 ms (mysql_async sets neither a
+    /// user timeout nor keepalive probes, so a connection idle on a link that died would be
+    /// handed out and its first query wait for the kernel, about 15 minutes); PostgreSQL:
+    /// none (its URL's bounds find a dead link within about 30 s). Default: none.
+    const IDLE_CHECK: Option<std::time::Duration> = None;
+
     /// How a return tells whether a user left session state the reset does not clear, for a
     /// server whose `VERSION()` is `version`; `None` when the reset clears everything a
     /// statement can leave (PostgreSQL's does). Default: `None`.
@@ -233,6 +242,7 @@ impl PooledConnection for diesel_async::AsyncMysqlConnection {
     /// and the connection is replaced.
     const RESET: &'static str =
         "ROLLBACK; SET SESSION autocommit = 1; UNLOCK TABLES; DO RELEASE_ALL_LOCKS()";
+    const IDLE_CHECK: Option<std::time::Duration> = Some(std::time::Duration::from_millis(500));
 
     /// The server's own per-session counts of the statements that leave state (`SET`,
     /// `CREATE [TEMPORARY] TABLE`/`SEQUENCE`, `USE`, `PREPARE`, `CALL`, `HANDLER … OPEN`,

@@ -26,6 +26,12 @@ mod connection;
 
 pub use connection::{PooledConnection, SessionCheck};
 
+/// How long the check before a take waits for its answer, for a connection whose dead links
+/// nothing else finds ([`PooledConnection::IDLE_CHECK`]) — past it the link counts as dead
+/// and the connection is replaced ([`DieselError::Unanswered`]). The pool's
+/// `member_start_timeout` bounds the check too.
+pub const CHECK_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
 pub use diesel;
 pub use diesel_async;
 pub use pooler;
@@ -81,6 +87,8 @@ pub struct DieselManager<C> {
     transaction_pooling: bool,
     /// The session check for the server, settled by the first connection (its `VERSION()`).
     session: Arc<std::sync::OnceLock<Option<SessionCheck>>>,
+    /// The pool's `idle_check_threshold` when its configuration sets none.
+    idle_check: Option<std::time::Duration>,
 }
 
 impl<C> Clone for DieselManager<C> {
@@ -93,6 +101,7 @@ impl<C> Clone for DieselManager<C> {
             nonce: self.nonce.clone(),
             transaction_pooling: self.transaction_pooling,
             session: self.session.clone(),
+            idle_check: self.idle_check,
         }
     }
 }
@@ -128,7 +137,18 @@ impl<C: PooledConnection> DieselManager<C> {
             nonce: Arc::default(),
             transaction_pooling: false,
             session: Arc::default(),
+            idle_check: C::IDLE_CHECK,
         }
+    }
+
+    /// How long a connection may sit idle before a take checks it first, in a pool whose
+    /// configuration sets no `idle_check_threshold` (which wins when set). Default:
+    /// [`PooledConnection::IDLE_CHECK`] (MySQL 500 ms, PostgreSQL none); `None` hands idle
+    /// connections out unchecked.
+    #[must_use]
+    pub fn idle_check_threshold(mut self, threshold: Option<std::time::Duration>) -> Self {
+        self.idle_check = threshold;
+        self
     }
 
     /// The same manager, opening each connection with `establish` (given the URL) instead of
@@ -199,6 +219,10 @@ pub enum DieselError {
     /// The connection came back with session state no statement clears (MySQL: a variable, a
     /// temporary table, another database, a statement prepared in SQL): it is replaced.
     Unclean(&'static str),
+    /// The check before a take got no answer within this long ([`CHECK_TIMEOUT`]; only
+    /// where [`PooledConnection::IDLE_CHECK`] is set): the link counts as dead and the
+    /// connection is replaced.
+    Unanswered(std::time::Duration),
 }
 
 impl std::fmt::Display for DieselError {
@@ -211,6 +235,11 @@ impl std::fmt::Display for DieselError {
             }
             DieselError::Hook(e) => write!(f, "a hook failed: {e}"),
             DieselError::Unclean(why) => write!(f, "the connection was not handed on: {why}"),
+            DieselError::Unanswered(after) => write!(
+                f,
+                "the server did not answer a check within {} ms: the link counts as dead",
+                after.as_millis()
+            ),
         }
     }
 }
@@ -220,7 +249,7 @@ impl std::error::Error for DieselError {
         match self {
             DieselError::Connection(e) => Some(e),
             DieselError::Query(e) => Some(e),
-            DieselError::Broken | DieselError::Unclean(_) => None,
+            DieselError::Broken | DieselError::Unclean(_) | DieselError::Unanswered(_) => None,
             DieselError::Hook(e) => Some(&**e),
         }
     }
@@ -285,12 +314,24 @@ where
         Ok(())
     }
 
+    fn idle_check_threshold(&self) -> Option<std::time::Duration> {
+        self.idle_check
+    }
+
     // One simple query, one round trip: no statement prepared at one sync point and closed
-    // at another, which a transaction pooler cannot serve.
+    // at another, which a transaction pooler cannot serve. Where nothing else bounds a dead
+    // link (`PooledConnection::IDLE_CHECK`), bounded by its own timeout as well as the
+    // pool's `member_start_timeout` (a minute by default).
     async fn check(&self, conn: &mut C) -> Result<(), DieselError> {
-        conn.batch_execute("SELECT 1")
-            .await
-            .map_err(DieselError::Query)
+        let check = conn.batch_execute("SELECT 1");
+        let checked = if C::IDLE_CHECK.is_some() {
+            tokio::time::timeout(CHECK_TIMEOUT, check)
+                .await
+                .map_err(|_| DieselError::Unanswered(CHECK_TIMEOUT))?
+        } else {
+            check.await
+        };
+        checked.map_err(DieselError::Query)
     }
 
     // diesel-async reads a connection's transaction state through `&mut` only, so the look

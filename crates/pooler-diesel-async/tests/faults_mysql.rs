@@ -10,8 +10,8 @@
 use std::time::Duration;
 
 use pooler::{Pool, PoolConfig, Shutdown};
-use pooler_diesel_async::DieselManager;
 use pooler_diesel_async::diesel_async::{AsyncMysqlConnection, SimpleAsyncConnection};
+use pooler_diesel_async::{CHECK_TIMEOUT, DieselManager, PooledConnection};
 use pooler_testkit::blackhole::Blackhole;
 use pooler_testkit::{host_port, scenarios, service};
 
@@ -40,6 +40,41 @@ async fn an_idle_member_on_a_dead_link_is_checked_and_never_handed_out() {
     scenarios::checked_across_a_dead_link(&pool, &hole, async |conn| {
         conn.batch_execute("SELECT 1").await.is_ok()
     })
+    .await;
+}
+
+/// With the pool's defaults the connection's own idle check applies
+/// ([`PooledConnection::IDLE_CHECK`], 500 ms for MySQL): a connection idle on a link that
+/// died is checked, the check gives up after [`CHECK_TIMEOUT`], and the connection is
+/// replaced, never handed out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_the_defaults_an_idle_member_on_a_dead_link_is_never_handed_out() {
+    let Some(url) = service(
+        "POOLER_MYSQL_URL",
+        "mysql://root@127.0.0.1:3306/test",
+        host_port,
+    )
+    .await
+    else {
+        return;
+    };
+    let Some(hole) = Blackhole::in_front_of(&url) else {
+        return;
+    };
+    let via = format!("mysql://root@{}/test?prefer_socket=false", hole.addr());
+    let pool = Pool::start(
+        PoolConfig::new("diesel-mysql-dead-defaults", 1, 1),
+        DieselManager::<AsyncMysqlConnection>::new(via),
+    )
+    .await
+    .unwrap();
+    scenarios::defaults_across_a_dead_link(
+        &pool,
+        &hole,
+        AsyncMysqlConnection::IDLE_CHECK.expect("MySQL's idle check"),
+        CHECK_TIMEOUT,
+        async |conn| conn.batch_execute("SELECT 1").await.is_ok(),
+    )
     .await;
 }
 

@@ -45,8 +45,23 @@ pub enum Recycle {
 /// probes the link, so an idle connection on a link that died is found dead after the
 /// kernel's probes (75 s × 9 on Linux) rather than never. mysql_async offers no way to set
 /// the probes' interval and count, nor `TCP_USER_TIMEOUT`; a check before a take
-/// (`idle_check_threshold`) bounds it tighter (docs/faults.md).
+/// ([`DEFAULT_IDLE_CHECK`]) bounds it tighter (docs/faults.md).
 pub const DEFAULT_TCP_KEEPALIVE: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// How long a connection may sit idle before a take pings it first, when the pool's
+/// configuration sets no `idle_check_threshold` ([`Manager::idle_check_threshold`]): nothing
+/// else finds a link that died while a connection was idle (mysql_async sets neither
+/// `TCP_USER_TIMEOUT` nor the keepalive probes), and a query sent into one waits for the
+/// kernel's retransmissions, about 15 minutes. HikariCP's bypass window. A busy pool's
+/// connections are rarely idle this long, so it rarely pings; change it, or turn it off,
+/// with [`MysqlManager::idle_check_threshold`] (docs/faults.md).
+pub const DEFAULT_IDLE_CHECK: std::time::Duration = std::time::Duration::from_millis(500);
+
+/// How long the check before a take waits for the server's answer to its ping before the
+/// link counts as dead and the connection is replaced ([`MysqlError::Unanswered`]): a ping
+/// is answered without touching a table, so a server that takes longer is not one to hand a
+/// request to. The pool's `member_start_timeout` bounds the check too.
+pub const CHECK_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// Starts MySQL or MariaDB connections.
 #[derive(Debug, Clone)]
@@ -58,6 +73,8 @@ pub struct MysqlManager {
     restore: std::sync::Arc<std::sync::OnceLock<String>>,
     /// The last number a returned connection was asked to echo.
     nonce: std::sync::Arc<std::sync::atomic::AtomicI32>,
+    /// The pool's `idle_check_threshold` when its configuration sets none.
+    idle_check: Option<std::time::Duration>,
 }
 
 impl MysqlManager {
@@ -99,7 +116,18 @@ impl MysqlManager {
             hooks: Hooks::default(),
             restore: std::sync::Arc::default(),
             nonce: std::sync::Arc::default(),
+            idle_check: Some(DEFAULT_IDLE_CHECK),
         }
+    }
+
+    /// How long a connection may sit idle before a take pings it first, in a pool whose
+    /// configuration sets no `idle_check_threshold` (which wins when set). Default:
+    /// [`DEFAULT_IDLE_CHECK`]; `None` hands idle connections out unchecked — then a connection on a link that died while it was idle is handed out, and its first
+    /// query waits for the kernel.
+    #[must_use]
+    pub fn idle_check_threshold(mut self, threshold: Option<std::time::Duration>) -> Self {
+        self.idle_check = threshold;
+        self
     }
 
     /// What to do with connections given back (default: [`Recycle::Reset`]).
@@ -168,8 +196,17 @@ impl Manager for MysqlManager {
             .map_err(MysqlError::Hook)
     }
 
+    fn idle_check_threshold(&self) -> Option<std::time::Duration> {
+        self.idle_check
+    }
+
+    // Bounded by its own timeout as well as the pool's `member_start_timeout` (a minute by
+    // default): a ping into a dead link would otherwise wait for the kernel.
     async fn check(&self, conn: &mut Conn) -> Result<(), MysqlError> {
-        Ok(conn.ping().await?)
+        match tokio::time::timeout(CHECK_TIMEOUT, conn.ping()).await {
+            Ok(pinged) => Ok(pinged?),
+            Err(_) => Err(MysqlError::Unanswered(CHECK_TIMEOUT)),
+        }
     }
 
     fn is_broken(&self, conn: &Conn) -> bool {
@@ -239,6 +276,9 @@ pub enum MysqlError {
     Hook(Box<dyn std::error::Error + Send + Sync>),
     /// A connection given back in a state no reset restores: it is replaced.
     Unclean(&'static str),
+    /// The check before a take got no answer to its ping within this long
+    /// ([`CHECK_TIMEOUT`]): the link counts as dead and the connection is replaced.
+    Unanswered(std::time::Duration),
 }
 
 impl std::fmt::Display for MysqlError {
@@ -247,6 +287,11 @@ impl std::fmt::Display for MysqlError {
             MysqlError::Mysql(e) => write!(f, "{e}"),
             MysqlError::Hook(e) => write!(f, "a hook failed: {e}"),
             MysqlError::Unclean(why) => write!(f, "the connection cannot be made clean: {why}"),
+            MysqlError::Unanswered(after) => write!(
+                f,
+                "the server did not answer a ping within {} ms: the link counts as dead",
+                after.as_millis()
+            ),
         }
     }
 }
@@ -256,7 +301,7 @@ impl std::error::Error for MysqlError {
         match self {
             MysqlError::Mysql(e) => Some(e),
             MysqlError::Hook(e) => Some(&**e),
-            MysqlError::Unclean(_) => None,
+            MysqlError::Unclean(_) | MysqlError::Unanswered(_) => None,
         }
     }
 }

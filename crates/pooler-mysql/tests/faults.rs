@@ -44,6 +44,36 @@ async fn an_idle_member_on_a_dead_link_is_checked_and_never_handed_out() {
     .await;
 }
 
+/// With the pool's defaults (no `idle_check_threshold` in its configuration) the manager's
+/// own threshold applies ([`pooler_mysql::DEFAULT_IDLE_CHECK`]): a connection idle on a
+/// link that died is pinged before a take hands it out, the ping gives up after
+/// [`pooler_mysql::CHECK_TIMEOUT`], and the connection is replaced, never handed out — where
+/// before its first query waited for the kernel (about 15 minutes).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_the_defaults_an_idle_member_on_a_dead_link_is_never_handed_out() {
+    let Some(url) = common::url().await else {
+        return;
+    };
+    let Some(hole) = Blackhole::in_front_of(&url) else {
+        return;
+    };
+    let via = format!("mysql://root@{}/test?prefer_socket=false", hole.addr());
+    let pool = Pool::start(
+        PoolConfig::new("mysql-dead-defaults", 1, 1),
+        MysqlManager::new(&via).unwrap(),
+    )
+    .await
+    .unwrap();
+    scenarios::defaults_across_a_dead_link(
+        &pool,
+        &hole,
+        pooler_mysql::DEFAULT_IDLE_CHECK,
+        pooler_mysql::CHECK_TIMEOUT,
+        async |conn| conn.query_first::<i64, _>("SELECT 1").await.ok().flatten() == Some(1),
+    )
+    .await;
+}
+
 /// A frozen server, seen from the wire (`Proxy::stall` in both directions: the proxy's
 /// kernel still acknowledges, so no TCP timeout fires): as [`frozen_holds_nothing`] says.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

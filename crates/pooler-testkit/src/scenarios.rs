@@ -279,13 +279,57 @@ pub async fn checked_across_a_dead_link<M: Manager>(
     hole: &crate::blackhole::Blackhole,
     works: impl AsyncFn(&mut Member<M>) -> bool,
 ) {
+    across_a_dead_link(pool, hole, Duration::ZERO, Duration::from_secs(5), works).await;
+}
+
+/// With the pool's defaults, a member idle on a link that dies is checked before it is
+/// handed out because its manager asks for a check of members idle past `idle`
+/// (`Manager::idle_check_threshold`), and the check gives up after `check_timeout`: the member
+/// is replaced, never handed out, and the take ends at its deadline with no member; once the
+/// link is back the pool serves again with a new member that `works`; a close while the
+/// link is down does not wait on it. `pool` has one member and reaches its server through
+/// `hole`; its configuration sets no `idle_check_threshold`. Closes the pool.
+///
+/// # Cancel safety
+///
+/// Not cancel safe: cancelled midway, the link may be left down.
+pub async fn defaults_across_a_dead_link<M: Manager>(
+    pool: &Pool<M>,
+    hole: &crate::blackhole::Blackhole,
+    idle: Duration,
+    check_timeout: Duration,
+    works: impl AsyncFn(&mut Member<M>) -> bool,
+) {
+    let deadline = check_timeout + Duration::from_secs(2);
+    across_a_dead_link(pool, hole, idle, deadline, works).await;
+}
+
+/// The fault both dead-link scenarios run: a member used, back on the free list, the link
+/// down, `idle` waited, a take with `deadline` refused; the link up, a new member served; a
+/// close with the link down.
+async fn across_a_dead_link<M: Manager>(
+    pool: &Pool<M>,
+    hole: &crate::blackhole::Blackhole,
+    idle: Duration,
+    deadline: Duration,
+    works: impl AsyncFn(&mut Member<M>) -> bool,
+) {
     let first = {
         let mut member = pool.take_member(Duration::from_secs(5)).await.unwrap();
         assert!(works(&mut member).await, "a member works before the fault");
         Member::id(&member)
     };
+    // Back on the free list (a recycle on return, diesel-async's, must end first), then idle.
+    crate::eventually("the member is free", async || {
+        pool.utilization().in_use_count == 0
+    })
+    .await;
     hole.set_down(true);
-    let took = refused_while_down(pool, Duration::from_secs(5)).await;
+    // Idle past the manager's threshold, if any: the next take checks it.
+    if !idle.is_zero() {
+        tokio::time::sleep(idle + Duration::from_millis(200)).await;
+    }
+    let took = refused_while_down(pool, deadline).await;
     eprintln!("a take over a dead link ended after {took:?}");
     hole.set_down(false);
     let back = Instant::now();
