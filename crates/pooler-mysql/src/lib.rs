@@ -122,8 +122,9 @@ impl MysqlManager {
 
     /// How long a connection may sit idle before a take pings it first, in a pool whose
     /// configuration sets no `idle_check_threshold` (which wins when set). Default:
-    /// [`DEFAULT_IDLE_CHECK`]; `None` hands idle connections out unchecked — then a connection on a link that died while it was idle is handed out, and its first
-    /// query waits for the kernel.
+    /// [`DEFAULT_IDLE_CHECK`]; `None` hands idle connections out unchecked — then a
+    /// connection on a link that died while it was idle is handed out, and its first query
+    /// waits for the kernel.
     #[must_use]
     pub fn idle_check_threshold(mut self, threshold: Option<std::time::Duration>) -> Self {
         self.idle_check = threshold;

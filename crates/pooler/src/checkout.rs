@@ -91,6 +91,7 @@ enum Decided<T, K> {
 /// A member the fast path found fit for its taker, its hand-over stamped: its guard is built
 /// only where the take returns it ([`Shared::guard`]), so the guard is written once, in place,
 /// instead of built and then moved through each caller's result.
+#[must_use = "a ready member not guarded is never given back"]
 pub(crate) struct Ready<T>(Held<T>);
 
 impl<M: Manager> Shared<M> {
