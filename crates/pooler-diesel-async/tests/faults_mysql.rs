@@ -17,20 +17,9 @@ use pooler_testkit::{host_port, scenarios, service};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_idle_member_on_a_dead_link_is_checked_and_never_handed_out() {
-    let Some(url) = service(
-        "POOLER_MYSQL_URL",
-        "mysql://root@127.0.0.1:3306/test",
-        host_port,
-    )
-    .await
-    else {
+    let Some((hole, via)) = behind_a_blackhole().await else {
         return;
     };
-    let Some(hole) = Blackhole::in_front_of(&url) else {
-        return;
-    };
-    // Not over the Unix socket mysql_async moves to for a server on this host.
-    let via = format!("mysql://root@{}/test?prefer_socket=false", hole.addr());
     let pool = Pool::start(
         scenarios::checked_config("diesel-mysql-dead"),
         DieselManager::<AsyncMysqlConnection>::new(via),
@@ -49,19 +38,9 @@ async fn an_idle_member_on_a_dead_link_is_checked_and_never_handed_out() {
 /// replaced, never handed out.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_the_defaults_an_idle_member_on_a_dead_link_is_never_handed_out() {
-    let Some(url) = service(
-        "POOLER_MYSQL_URL",
-        "mysql://root@127.0.0.1:3306/test",
-        host_port,
-    )
-    .await
-    else {
+    let Some((hole, via)) = behind_a_blackhole().await else {
         return;
     };
-    let Some(hole) = Blackhole::in_front_of(&url) else {
-        return;
-    };
-    let via = format!("mysql://root@{}/test?prefer_socket=false", hole.addr());
     let pool = Pool::start(
         PoolConfig::new("diesel-mysql-dead-defaults", 1, 1),
         DieselManager::<AsyncMysqlConnection>::new(via),
@@ -76,6 +55,21 @@ async fn with_the_defaults_an_idle_member_on_a_dead_link_is_never_handed_out() {
         async |conn| conn.batch_execute("SELECT 1").await.is_ok(),
     )
     .await;
+}
+
+/// The server behind a link the test can take down, and the URL that reaches it there — not
+/// over the Unix socket mysql_async moves to for a server on this host, which would bypass
+/// the link.
+async fn behind_a_blackhole() -> Option<(Blackhole, String)> {
+    let url = service(
+        "POOLER_MYSQL_URL",
+        "mysql://root@127.0.0.1:3306/test",
+        host_port,
+    )
+    .await?;
+    let hole = Blackhole::in_front_of(&url)?;
+    let via = format!("mysql://root@{}/test?prefer_socket=false", hole.addr());
+    Some((hole, via))
 }
 
 /// A server killed (SIGKILL, a MariaDB of the test's own) and started again on its port

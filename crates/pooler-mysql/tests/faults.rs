@@ -23,15 +23,9 @@ use pooler_testkit::{Direction, Proxy, host_port, scenarios};
 /// server is unreachable does not wait on it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_idle_member_on_a_dead_link_is_checked_and_never_handed_out() {
-    let Some(url) = common::url().await else {
+    let Some((hole, via)) = behind_a_blackhole().await else {
         return;
     };
-    let Some(hole) = Blackhole::in_front_of(&url) else {
-        return;
-    };
-    // Not over the Unix socket mysql_async moves to when the server is on this host: that
-    // would bypass the link.
-    let via = format!("mysql://root@{}/test?prefer_socket=false", hole.addr());
     let pool = Pool::start(
         scenarios::checked_config("mysql-dead"),
         MysqlManager::new(&via).unwrap(),
@@ -51,13 +45,9 @@ async fn an_idle_member_on_a_dead_link_is_checked_and_never_handed_out() {
 /// before its first query waited for the kernel (about 15 minutes).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_the_defaults_an_idle_member_on_a_dead_link_is_never_handed_out() {
-    let Some(url) = common::url().await else {
+    let Some((hole, via)) = behind_a_blackhole().await else {
         return;
     };
-    let Some(hole) = Blackhole::in_front_of(&url) else {
-        return;
-    };
-    let via = format!("mysql://root@{}/test?prefer_socket=false", hole.addr());
     let pool = Pool::start(
         PoolConfig::new("mysql-dead-defaults", 1, 1),
         MysqlManager::new(&via).unwrap(),
@@ -72,6 +62,15 @@ async fn with_the_defaults_an_idle_member_on_a_dead_link_is_never_handed_out() {
         async |conn| conn.query_first::<i64, _>("SELECT 1").await.ok().flatten() == Some(1),
     )
     .await;
+}
+
+/// The server behind a link the test can take down, and the URL that reaches it there — not
+/// over the Unix socket mysql_async moves to when the server is on this host, which would
+/// bypass the link.
+async fn behind_a_blackhole() -> Option<(Blackhole, String)> {
+    let hole = Blackhole::in_front_of(&common::url().await?)?;
+    let via = format!("mysql://root@{}/test?prefer_socket=false", hole.addr());
+    Some((hole, via))
 }
 
 /// A frozen server, seen from the wire (`Proxy::stall` in both directions: the proxy's

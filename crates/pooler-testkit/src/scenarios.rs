@@ -4,7 +4,7 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
-use pooler::{Manager, Member, Pool, PoolConfig, Shutdown, TakeError};
+use pooler::{Manager, Member, MemberStatus, Pool, PoolConfig, Shutdown, TakeError};
 use tokio::time::Instant;
 
 use crate::{Proxy, eventually};
@@ -279,7 +279,9 @@ pub async fn checked_across_a_dead_link<M: Manager>(
     hole: &crate::blackhole::Blackhole,
     works: impl AsyncFn(&mut Member<M>) -> bool,
 ) {
-    across_a_dead_link(pool, hole, Duration::ZERO, Duration::from_secs(5), works).await;
+    // The check gives up at `member_start_timeout`.
+    let found_within = pool.config().member_start_timeout;
+    across_a_dead_link(pool, hole, Duration::ZERO, found_within, works).await;
 }
 
 /// With the pool's defaults, a member idle on a link that dies is checked before it is
@@ -300,18 +302,18 @@ pub async fn defaults_across_a_dead_link<M: Manager>(
     check_timeout: Duration,
     works: impl AsyncFn(&mut Member<M>) -> bool,
 ) {
-    let deadline = check_timeout + Duration::from_secs(2);
-    across_a_dead_link(pool, hole, idle, deadline, works).await;
+    across_a_dead_link(pool, hole, idle, check_timeout, works).await;
 }
 
 /// The fault both dead-link scenarios run: a member used, back on the free list, the link
-/// down, `idle` waited, a take with `deadline` refused; the link up, a new member served; a
-/// close with the link down.
+/// down, `idle` waited, a take refused — the member on the dead link found dead (stopping or
+/// gone) within `found_within` of the take, the take ending at its deadline 2 s later; the
+/// link up, a new member served; a close with the link down.
 async fn across_a_dead_link<M: Manager>(
     pool: &Pool<M>,
     hole: &crate::blackhole::Blackhole,
     idle: Duration,
-    deadline: Duration,
+    found_within: Duration,
     works: impl AsyncFn(&mut Member<M>) -> bool,
 ) {
     let first = {
@@ -320,7 +322,7 @@ async fn across_a_dead_link<M: Manager>(
         Member::id(&member)
     };
     // Back on the free list (a recycle on return, diesel-async's, must end first), then idle.
-    crate::eventually("the member is free", async || {
+    eventually("the member is free", async || {
         pool.utilization().in_use_count == 0
     })
     .await;
@@ -329,7 +331,18 @@ async fn across_a_dead_link<M: Manager>(
     if !idle.is_zero() {
         tokio::time::sleep(idle + Duration::from_millis(200)).await;
     }
-    let took = refused_while_down(pool, deadline).await;
+    let deadline = found_within + Duration::from_secs(2);
+    let (took, ()) = tokio::join!(refused_while_down(pool, deadline), async {
+        tokio::time::sleep(found_within + Duration::from_millis(500)).await;
+        let alive = pool
+            .stats()
+            .into_iter()
+            .any(|m| m.id == first && matches!(m.status, MemberStatus::Free | MemberStatus::InUse));
+        assert!(
+            !alive,
+            "the member on the dead link was not found dead within {found_within:?}"
+        );
+    });
     eprintln!("a take over a dead link ended after {took:?}");
     hole.set_down(false);
     let back = Instant::now();
