@@ -307,9 +307,8 @@ async fn within_loop<M: Manager>(
         || shared.shedder.is_on()
         || shared.metrics.wait_live();
     let deadline = |started: Option<Instant>| match (timeout, started) {
-        (None, _) => Deadline::Never,
-        (Some(t), None) => Deadline::In(t),
         (Some(t), Some(s)) => Deadline::At(s + t),
+        _ => Deadline::after(timeout),
     };
     loop {
         attempt = match attempt {
