@@ -215,19 +215,25 @@ impl Manager for AmqpManager {
     type Error = AmqpError;
 
     async fn start(&self, ctx: &MemberContext) -> Result<AmqpChannel, AmqpError> {
-        let (connection, lost, generation) = {
+        // The channel's place on the connection is taken together with the connection, under
+        // the state's lock: from then on the last other channel's stop cannot close the
+        // connection under the channel being opened on it (it did: a replacement started while
+        // the channel it replaced was stopping was handed out on a closed connection).
+        let (connection, lost, slot) = {
             let _opening = self.shared.opening.lock().await;
-            let open = self
-                .shared
-                .state()
-                .connection
-                .clone()
-                .filter(|c| c.status().connected());
-            match open {
-                Some(connection) => {
-                    let state = self.shared.state();
-                    (connection, state.lost.clone(), state.generation)
+            let open = {
+                let mut state = self.shared.state();
+                match state.connection.clone() {
+                    Some(connection) if connection.status().connected() => {
+                        state.channels += 1;
+                        let slot = Slot::taken(self.shared.clone(), state.generation);
+                        Some((connection, state.lost.clone(), slot))
+                    }
+                    _ => None,
                 }
+            };
+            match open {
+                Some(open) => open,
                 None => {
                     let connection = Arc::new(
                         DefaultConnectionBuilder::new()?
@@ -241,24 +247,15 @@ impl Manager for AmqpManager {
                     state.connection = Some(connection.clone());
                     state.lost = Arc::new(tokio::sync::watch::Sender::new(false));
                     state.generation += 1;
-                    state.channels = 0;
-                    (connection, state.lost.clone(), state.generation)
+                    state.channels = 1;
+                    let slot = Slot::taken(self.shared.clone(), state.generation);
+                    (connection, state.lost.clone(), slot)
                 }
             }
         };
+        // Dropped on an error, the slot gives its place up (and closes the connection if it
+        // was the last).
         let channel = connection.create_channel().await?;
-        // Counted once open: a slot dropped from here on gives its place up.
-        let slot = {
-            let mut state = self.shared.state();
-            if state.generation == generation {
-                state.channels += 1;
-            }
-            Slot {
-                shared: self.shared.clone(),
-                generation,
-                released: state.generation != generation,
-            }
-        };
         // The member's driver: it ends when the connection is lost, so a lost connection is
         // every channel's death at once, free ones included. lapin's event stream hands each
         // event to one listener only, so the driver that receives the error raises `lost`

@@ -20,7 +20,7 @@ pub(crate) struct State {
     pub(crate) lost: Arc<tokio::sync::watch::Sender<bool>>,
     /// Counts the connections opened: a channel remembers the one it was opened on.
     pub(crate) generation: u64,
-    /// Channels open on the current connection.
+    /// Channels open, or being opened, on the current connection: each holds a [`Slot`].
     pub(crate) channels: usize,
 }
 
@@ -43,6 +43,15 @@ pub(crate) struct Slot {
 }
 
 impl Slot {
+    /// A place on connection `generation`, already counted in `channels`.
+    pub(crate) fn taken(shared: Arc<Shared>, generation: u64) -> Slot {
+        Slot {
+            shared,
+            generation,
+            released: false,
+        }
+    }
+
     /// Gives the place up; the connection if this was its last channel.
     pub(crate) fn release(&mut self) -> Option<Arc<Connection>> {
         if std::mem::replace(&mut self.released, true) {

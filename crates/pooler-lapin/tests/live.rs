@@ -279,3 +279,77 @@ async fn a_lost_connection_fails_fast_and_the_pool_refills() {
         "a closed pool leaves no connection open"
     );
 }
+
+/// Channels put in confirm mode are replaced when they come back, and the last channel's stop
+/// closes the connection. A start for the replacement may pick the connection up at the same
+/// moment: the connection must not be closed under a channel being opened on it, so with no
+/// fault anywhere every publish of every round is confirmed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_channel_replaced_on_every_return_is_never_handed_out_on_a_closing_connection() {
+    use lapin::Confirmation;
+    use lapin::options::ConfirmSelectOptions;
+    let Some(url) = url().await else { return };
+    let queue = format!("pooler-replaced-{}", std::process::id());
+    for (init, max, tasks) in [(1, 1, 1), (2, 2, 2), (4, 4, 4)] {
+        let config = PoolConfig::builder("amqp-replaced")
+            .init_count(init)
+            .max_count(max)
+            .build()
+            .unwrap();
+        let pool = Pool::start(config, AmqpManager::new(url.clone()))
+            .await
+            .unwrap();
+        pool.take_member(Duration::from_secs(5))
+            .await
+            .unwrap()
+            .queue_declare(
+                queue.as_str().into(),
+                QueueDeclareOptions::default(),
+                FieldTable::default(),
+            )
+            .await
+            .unwrap();
+        let rounds: Vec<_> = (0..tasks)
+            .map(|_| {
+                let (pool, queue) = (pool.clone(), queue.clone());
+                tokio::spawn(async move {
+                    let mut failed = Vec::new();
+                    for round in 0..100 {
+                        let channel = pool.take_member(Duration::from_secs(5)).await.unwrap();
+                        let published = async {
+                            channel
+                                .confirm_select(ConfirmSelectOptions::default())
+                                .await?;
+                            channel
+                                .basic_publish(
+                                    "".into(),
+                                    queue.as_str().into(),
+                                    BasicPublishOptions::default(),
+                                    b"x",
+                                    BasicProperties::default(),
+                                )
+                                .await?
+                                .await
+                        };
+                        match tokio::time::timeout(Duration::from_secs(10), published).await {
+                            Ok(Ok(Confirmation::Ack(_))) => {}
+                            other => failed.push(format!("round {round}: {other:?}")),
+                        }
+                    }
+                    failed
+                })
+            })
+            .collect();
+        for task in rounds {
+            let failed = task.await.unwrap();
+            assert!(failed.is_empty(), "pool of {max}: {failed:?}");
+        }
+        pool.take_member(Duration::from_secs(5))
+            .await
+            .unwrap()
+            .queue_delete(queue.as_str().into(), QueueDeleteOptions::default())
+            .await
+            .unwrap();
+        scenarios::closes_within(&pool, Shutdown::Graceful, Duration::from_secs(3)).await;
+    }
+}
