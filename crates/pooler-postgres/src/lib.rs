@@ -305,14 +305,12 @@ where
             host,
         } = connect::connect(&self.config, &self.tls, self.target, &self.hosts).await?;
         let (done, ended) = tokio::sync::oneshot::channel();
-        let (pool, id) = (ctx.pool_name().to_owned(), ctx.member_id());
-        let connection = watch::Driven::new(connection, seen.clone());
-        ctx.spawn(async move {
-            if let Err(e) = connection.await {
-                tracing::debug!(pool = %pool, member = id, error = %e, "postgres connection ended");
-            }
-            let _ = done.send(());
-        });
+        let end = watch::End {
+            pool: ctx.pool_name().to_owned(),
+            member: ctx.member_id(),
+            done: Some(done),
+        };
+        ctx.spawn(watch::Driven::new(connection, seen.clone(), end));
         Ok(PgConnection {
             parts: Box::new(Parts {
                 client,

@@ -142,7 +142,7 @@ impl Scan {
             self.last.clear();
             self.backslash = backslash;
         }
-        self.lex = Lexer::new(parse, backslash);
+        self.lex.reset(parse, backslash);
         self.text.clear();
         self.statement.clear();
         self.statement_long = false;
@@ -300,6 +300,35 @@ mod tests {
         assert!(parse(&mut s, b"s1\0SELECT 2\0\0\0").is_clean());
         assert!(parse(&mut s, b"s2\0SELECT 2\0\0\0").is_clean());
         assert!(parse(&mut s, b"s3\0SET x = 1\0\0\0").has(Dirt::SETTING));
+    }
+
+    #[test]
+    fn a_scan_begun_again_reads_as_a_new_one_whatever_the_last_text_left() {
+        // Texts that leave every part of the lexer's state set at their end: a word cut off,
+        // a dollar quote open, a custom setting's name half read, unknown calls, nested
+        // comments, an `E''` string.
+        let texts: [&[u8]; 6] = [
+            b"SELECT f(1), g(2); SET app.tenant = 7; SELECT $tag$ x",
+            b"SELECT set_config('app.t",
+            b"SELECT 1 INTO LOCAL TEMP t; /* a /* b",
+            b"SELECT E'\\' , \"q\".\"f\"(",
+            b"CREATE TEMP TABLE averyveryveryverylongwordthatoverflows",
+            b"s1\0SET SESSION x.y TO 1; CALL p(",
+        ];
+        for text in texts {
+            for (parse, backslash) in [(false, false), (true, false), (false, true), (true, true)] {
+                let mut s = Scan::default();
+                s.begin(!parse, !backslash);
+                s.feed(text);
+                s.begin(parse, backslash);
+                assert_eq!(
+                    format!("{:?}", s.lex),
+                    format!("{:?}", Lexer::new(parse, backslash)),
+                    "after {:?}",
+                    String::from_utf8_lossy(text)
+                );
+            }
+        }
     }
 
     #[test]

@@ -61,7 +61,7 @@ mod driven;
 mod framing;
 mod sides;
 
-pub(crate) use driven::Driven;
+pub(crate) use driven::{Driven, End};
 use framing::Framing;
 use sides::{Reader, Writer};
 
@@ -799,7 +799,13 @@ mod tests {
         seen.answered.store(1, Ordering::SeqCst);
         seen.status.store(b'I', Ordering::SeqCst);
         assert_eq!(seen.status(), TxStatus::Idle);
-        let mut driven = Driven::new(std::future::pending::<()>(), seen.clone());
+        let end = End {
+            pool: "p".to_owned(),
+            member: 1,
+            done: None,
+        };
+        let pending = std::future::pending::<Result<(), std::convert::Infallible>>();
+        let mut driven = Driven::new(pending, seen.clone(), end);
         assert_eq!(seen.status(), TxStatus::Unsettled, "not polled yet");
         let mut cx = Context::from_waker(Waker::noop());
         assert!(Pin::new(&mut driven).poll(&mut cx).is_pending());

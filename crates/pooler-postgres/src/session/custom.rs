@@ -45,6 +45,16 @@ pub(super) struct Customs {
 }
 
 impl Customs {
+    /// Back to nothing read, keeping what the vectors hold allocated.
+    pub(super) fn clear(&mut self) {
+        self.names.clear();
+        self.unknown = false;
+        self.building = None;
+        self.call = Call::None;
+        self.literal.clear();
+        self.ident = false;
+    }
+
     /// A `SET`'s (or `RESET`'s) setting name begins with `word`.
     pub(super) fn setting(&mut self, word: &[u8]) {
         self.end_name();

@@ -11,11 +11,22 @@ use futures_util::task::AtomicWaker;
 use super::Seen;
 
 /// Drives a connection's future and tells [`Seen`] when it is quiet (see the module's docs).
+/// It is the driver task's whole future: what the task does when the connection ends is
+/// done here too, so each poll goes through one layer less.
 pub(crate) struct Driven<F> {
     inner: F,
     seen: Arc<Seen>,
     wake: Arc<Wakeup>,
     pub(super) waker: Waker,
+    end: End,
+}
+
+/// What the driver task does once its connection has ended: logs why, and tells the member.
+pub(crate) struct End {
+    pub(crate) pool: String,
+    pub(crate) member: u64,
+    /// Dropped unsent, it tells the member all the same (the task was aborted).
+    pub(crate) done: Option<tokio::sync::oneshot::Sender<()>>,
 }
 
 /// The waker handed to the connection's future: it notes the wake-up, then wakes the task.
@@ -47,7 +58,7 @@ impl Wake for Wakeup {
 }
 
 impl<F> Driven<F> {
-    pub(crate) fn new(inner: F, seen: Arc<Seen>) -> Self {
+    pub(crate) fn new(inner: F, seen: Arc<Seen>, end: End) -> Self {
         let wake = Arc::new(Wakeup {
             seen: seen.clone(),
             task: std::sync::OnceLock::new(),
@@ -63,14 +74,19 @@ impl<F> Driven<F> {
             seen,
             wake,
             waker,
+            end,
         }
     }
 }
 
-impl<F: Future + Unpin> Future for Driven<F> {
-    type Output = F::Output;
+impl<F, E> Future for Driven<F>
+where
+    F: Future<Output = Result<(), E>> + Unpin,
+    E: std::fmt::Display,
+{
+    type Output = ();
 
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
         let this = &mut *self;
         match this.wake.task.get() {
             Some(task) if task.will_wake(cx.waker()) => {}
@@ -84,13 +100,20 @@ impl<F: Future + Unpin> Future for Driven<F> {
         this.seen.woken.store(false, Ordering::SeqCst);
         let polled = Pin::new(&mut this.inner).poll(&mut Context::from_waker(&this.waker));
         this.seen.busy.store(false, Ordering::SeqCst);
-        if polled.is_ready() {
+        if let Poll::Ready(ended) = &polled {
             this.seen.ended.store(true, Ordering::Release);
+            if let Err(e) = ended {
+                let End { pool, member, .. } = &this.end;
+                tracing::debug!(pool = %pool, member, error = %e, "postgres connection ended");
+            }
+            if let Some(done) = this.end.done.take() {
+                let _ = done.send(());
+            }
         }
         if this.seen.watchers.load(Ordering::SeqCst) > 0 {
             this.seen.changed.notify_waiters();
         }
-        polled
+        polled.map(drop)
     }
 }
 
