@@ -44,26 +44,19 @@
 //! 6. `busy_since` is 0 exactly when the busy period under way began before the timing was
 //!    asked for (`timed` unset): such a period is never counted.
 
-use std::io;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, AtomicUsize, Ordering};
-use std::task::{Context, Poll};
 
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio_postgres::tls::{ChannelBinding, TlsStream};
-
-use crate::role::{Heard, Listen};
-use crate::session::{Declared, Dirt, Scan};
-use crate::verdicts::Verdicts;
+use crate::role::Heard;
+use crate::session::{Declared, Dirt};
 
 mod driven;
 mod framing;
 mod sides;
+mod stream;
 
 pub(crate) use driven::{Driven, End};
-use framing::Framing;
-use sides::{Reader, Writer};
+pub use stream::Watched;
 
 /// The clock the busy periods are read on: nanoseconds since the first reading.
 fn now_nanos() -> u64 {
@@ -354,155 +347,12 @@ impl Seen {
     }
 }
 
-/// A stream that watches the transaction status go by.
-#[derive(Debug)]
-pub struct Watched<S> {
-    inner: S,
-    seen: Arc<Seen>,
-    reading: Framing,
-    writing: Framing,
-    /// Untyped messages the client still sends (the startup, after an SSLRequest).
-    untyped: u8,
-    /// Unframed bytes the server sends next (the answer to an SSLRequest).
-    unframed: u8,
-    /// Bytes below TLS are not looked at.
-    off: bool,
-    /// Syncs written since the last Execute or Query: if a copy-in began, the server ignores
-    /// those it receives in copy-in mode, and they are answered by no ReadyForQuery.
-    syncs_since_execute: u64,
-    /// Syncs written between an Execute and a CopyDone or CopyFail written before the
-    /// server's answer to the Execute was read: ignored if that answer is a CopyInResponse,
-    /// answered if it is an error.
-    doubtful_syncs: u64,
-    /// The SQL of the Query or Parse being written.
-    scan: Scan,
-    /// What each prepared statement leaves, applied on each Bind of it.
-    verdicts: Verdicts,
-    /// The start of the server message being read, for what it says of the server's role.
-    listen: Listen,
-    /// The last write waited on the socket (mirrors `Seen::blocked`, stored only on change).
-    blocked: bool,
-}
-
-impl<S> Watched<S> {
-    pub(crate) fn new(inner: S, seen: Arc<Seen>) -> Self {
-        Watched {
-            inner,
-            seen,
-            reading: Framing::default(),
-            writing: Framing::default(),
-            untyped: 1,
-            unframed: 0,
-            off: false,
-            syncs_since_execute: 0,
-            doubtful_syncs: 0,
-            scan: Scan::default(),
-            verdicts: Verdicts::default(),
-            listen: Listen::default(),
-            blocked: false,
-        }
-    }
-
-    /// This layer carries TLS from now on: it stops looking (the layer above TLS looks).
-    pub(crate) fn below_tls(&mut self) {
-        self.off = true;
-    }
-
-    pub(crate) fn seen(&self) -> Arc<Seen> {
-        self.seen.clone()
-    }
-
-    fn wrote(&mut self, bytes: &[u8]) {
-        if self.off {
-            return;
-        }
-        let mut writer = Writer {
-            seen: &self.seen,
-            unframed: &mut self.unframed,
-            syncs: &mut self.syncs_since_execute,
-            doubtful: &mut self.doubtful_syncs,
-            scan: &mut self.scan,
-            verdicts: &mut self.verdicts,
-        };
-        self.writing.feed(bytes, &mut self.untyped, &mut writer);
-    }
-
-    fn read(&mut self, mut bytes: &[u8]) {
-        if self.off {
-            return;
-        }
-        if self.unframed > 0 && !bytes.is_empty() {
-            self.unframed -= 1;
-            bytes = &bytes[1..];
-        }
-        let mut reader = Reader {
-            seen: &self.seen,
-            doubtful: &mut self.doubtful_syncs,
-            listen: &mut self.listen,
-        };
-        self.reading.feed(bytes, &mut 0, &mut reader);
-    }
-}
-
-impl<S: AsyncRead + Unpin> AsyncRead for Watched<S> {
-    fn poll_read(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        let before = buf.filled().len();
-        let polled = Pin::new(&mut self.inner).poll_read(cx, buf);
-        if let Poll::Ready(Ok(())) = polled {
-            self.read(&buf.filled()[before..]);
-        }
-        polled
-    }
-}
-
-impl<S: AsyncWrite + Unpin> AsyncWrite for Watched<S> {
-    fn poll_write(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        let polled = Pin::new(&mut self.inner).poll_write(cx, buf);
-        match polled {
-            Poll::Ready(Ok(n)) => {
-                if self.blocked {
-                    self.blocked = false;
-                    self.seen.blocked.store(false, Ordering::SeqCst);
-                }
-                self.wrote(&buf[..n]);
-            }
-            Poll::Pending if !self.off && !self.blocked => {
-                self.blocked = true;
-                self.seen.blocked.store(true, Ordering::SeqCst);
-            }
-            _ => {}
-        }
-        polled
-    }
-
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.inner).poll_flush(cx)
-    }
-
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.inner).poll_shutdown(cx)
-    }
-}
-
-impl<S: TlsStream + Unpin> TlsStream for Watched<S> {
-    fn channel_binding(&self) -> ChannelBinding {
-        self.inner.channel_binding()
-    }
-}
-
 #[cfg(test)]
 mod tests {
-    use std::task::Waker;
+    use std::pin::Pin;
+    use std::task::{Context, Waker};
 
-    use super::framing::{Header, Visit};
+    use super::framing::{Framing, Header, Visit};
     use super::sides::SSL_REQUEST;
     use super::*;
 
@@ -537,7 +387,7 @@ mod tests {
             let mut w = Watched::new((), Arc::default());
             feed(&mut w, true, &untyped(196_608, b"user\0me\0\0"), step);
             assert_eq!(
-                w.seen.status(),
+                w.seen().status(),
                 TxStatus::Unsettled,
                 "before the startup's answer"
             );
@@ -545,15 +395,19 @@ mod tests {
             startup.extend(message(b'S', b"client_encoding\0UTF8\0"));
             startup.extend(message(b'Z', b"I"));
             feed(&mut w, false, &startup, step);
-            assert_eq!(w.seen.status(), TxStatus::Idle);
+            assert_eq!(w.seen().status(), TxStatus::Idle);
 
             feed(&mut w, true, &message(b'Q', b"BEGIN\0"), step);
-            assert_eq!(w.seen.status(), TxStatus::Unsettled, "a request in flight");
+            assert_eq!(
+                w.seen().status(),
+                TxStatus::Unsettled,
+                "a request in flight"
+            );
             let mut answer = message(b'C', b"BEGIN\0");
             answer.extend(message(b'N', &[b'x'; 300]));
             answer.extend(message(b'Z', b"T"));
             feed(&mut w, false, &answer, step);
-            assert_eq!(w.seen.status(), TxStatus::InTransaction);
+            assert_eq!(w.seen().status(), TxStatus::InTransaction);
 
             // Extended protocol: Parse/Bind/Execute/Sync, one answer for the Sync.
             let mut request = message(b'P', b"\0SELECT 1/0\0\0\0");
@@ -562,17 +416,17 @@ mod tests {
             request.extend(message(b'S', b""));
             feed(&mut w, true, &request, step);
             let mut answer = message(b'E', &[b'e'; 50]);
-            assert_eq!(w.seen.status(), TxStatus::Unsettled);
+            assert_eq!(w.seen().status(), TxStatus::Unsettled);
             answer.extend(message(b'Z', b"E"));
             feed(&mut w, false, &answer, step);
-            assert_eq!(w.seen.status(), TxStatus::Failed);
+            assert_eq!(w.seen().status(), TxStatus::Failed);
 
             // A large row split across reads, then back to idle.
             feed(&mut w, true, &message(b'Q', b"ROLLBACK\0"), step);
             let mut answer = message(b'D', &vec![b'r'; 70_000]);
             answer.extend(message(b'Z', b"I"));
             feed(&mut w, false, &answer, step);
-            assert_eq!(w.seen.status(), TxStatus::Idle);
+            assert_eq!(w.seen().status(), TxStatus::Idle);
         }
     }
 
@@ -586,7 +440,7 @@ mod tests {
         feed(&mut w, true, &untyped(196_608, b"user\0me\0\0"), 1000);
         tokio::time::advance(ms(500)).await;
         feed(&mut w, false, &message(b'Z', b"I"), 1000);
-        assert_eq!(w.seen.served(), None, "the startup is not a request");
+        assert_eq!(w.seen().served(), None, "the startup is not a request");
 
         // One request at a time: its round trip. The pause between them is the user's.
         for took in [30, 10] {
@@ -595,9 +449,9 @@ mod tests {
             feed(&mut w, false, &message(b'Z', b"I"), 1000);
             tokio::time::advance(ms(1000)).await;
         }
-        assert_eq!(w.seen.served(), Some(ms(20)));
+        assert_eq!(w.seen().served(), Some(ms(20)));
         assert_eq!(
-            w.seen.served(),
+            w.seen().served(),
             None,
             "taken: the next measure starts empty"
         );
@@ -608,10 +462,10 @@ mod tests {
         feed(&mut w, true, &two, 1000);
         tokio::time::advance(ms(25)).await;
         feed(&mut w, false, &message(b'Z', b"I"), 1000);
-        assert_eq!(w.seen.served(), None, "still busy: nothing ended yet");
+        assert_eq!(w.seen().served(), None, "still busy: nothing ended yet");
         tokio::time::advance(ms(15)).await;
         feed(&mut w, false, &message(b'Z', b"I"), 1000);
-        assert_eq!(w.seen.served(), Some(ms(20)));
+        assert_eq!(w.seen().served(), Some(ms(20)));
     }
 
     /// Until someone asks for the server's time, busy periods are not timed: what ended
@@ -627,14 +481,18 @@ mod tests {
         tokio::time::advance(ms(30)).await;
         feed(&mut w, false, &message(b'Z', b"I"), 1000);
         feed(&mut w, true, &message(b'Q', b"SELECT 1\0"), 1000);
-        assert_eq!(w.seen.served(), None, "nothing timed before the first ask");
+        assert_eq!(
+            w.seen().served(),
+            None,
+            "nothing timed before the first ask"
+        );
         tokio::time::advance(ms(30)).await;
         feed(&mut w, false, &message(b'Z', b"I"), 1000);
-        assert_eq!(w.seen.served(), None, "begun before the ask: not timed");
+        assert_eq!(w.seen().served(), None, "begun before the ask: not timed");
         feed(&mut w, true, &message(b'Q', b"SELECT 1\0"), 1000);
         tokio::time::advance(ms(10)).await;
         feed(&mut w, false, &message(b'Z', b"I"), 1000);
-        assert_eq!(w.seen.served(), Some(ms(10)));
+        assert_eq!(w.seen().served(), Some(ms(10)));
     }
 
     /// A request the server answered with an error — cancelled at a deadline
@@ -654,7 +512,7 @@ mod tests {
         answer.extend(message(b'Z', b"I"));
         feed(&mut w, false, &answer, 1000);
         assert_eq!(
-            w.seen.served(),
+            w.seen().served(),
             None,
             "a cancelled request measures nothing"
         );
@@ -670,7 +528,7 @@ mod tests {
             answer.extend(message(b'Z', b"I"));
             feed(&mut w, false, &answer, 1000);
         }
-        assert_eq!(w.seen.served(), Some(ms(40)));
+        assert_eq!(w.seen().served(), Some(ms(40)));
     }
 
     /// What a framing reports for `bytes` fed in pieces of the sizes `sizes` yields, in turn:
@@ -758,11 +616,11 @@ mod tests {
         rest.extend(message(b'c', b""));
         rest.extend(message(b'S', b""));
         w.wrote(&rest);
-        assert_eq!(w.seen.status(), TxStatus::Unsettled);
+        assert_eq!(w.seen().status(), TxStatus::Unsettled);
         let mut answer = message(b'C', b"COPY 1\0");
         answer.extend(message(b'Z', b"T"));
         w.read(&answer);
-        assert_eq!(w.seen.status(), TxStatus::InTransaction);
+        assert_eq!(w.seen().status(), TxStatus::InTransaction);
 
         // A COPY refused before copy-in mode: both Syncs are answered.
         let mut request = message(b'B', &[0; 10]);
@@ -775,7 +633,7 @@ mod tests {
         fail.extend(message(b'S', b""));
         w.wrote(&fail);
         w.read(&message(b'Z', b"E"));
-        assert_eq!(w.seen.status(), TxStatus::Failed);
+        assert_eq!(w.seen().status(), TxStatus::Failed);
     }
 
     #[test]
@@ -787,7 +645,7 @@ mod tests {
         let mut startup = message(b'R', &[0, 0, 0, 0]);
         startup.extend(message(b'Z', b"T"));
         w.read(&startup);
-        assert_eq!(w.seen.status(), TxStatus::InTransaction);
+        assert_eq!(w.seen().status(), TxStatus::InTransaction);
     }
 
     /// A request queued before the driver's first poll wakes no one (the request channel
@@ -828,7 +686,7 @@ mod tests {
         w.below_tls();
         w.wrote(&[0x16, 0x03, 0x01, 0x02, 0x00, b'Q', 0, 0, 0, 4]);
         w.read(&[0x16, 0x03, 0x03, 0x00, 0x7a, b'Z', 0, 0, 0, 5, b'I']);
-        assert_eq!(w.seen.expected.load(Ordering::Relaxed), 0);
-        assert_eq!(w.seen.answered.load(Ordering::Relaxed), 0);
+        assert_eq!(w.seen().expected.load(Ordering::Relaxed), 0);
+        assert_eq!(w.seen().answered.load(Ordering::Relaxed), 0);
     }
 }

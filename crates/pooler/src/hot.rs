@@ -447,41 +447,6 @@ impl<T, E> Locked<'_, T, E> {
         Ok(waker)
     }
 
-    /// A member that has just started: to a waiter while the limit allows, or to the free
-    /// list.
-    pub(crate) fn admit(&mut self, member: T) -> Result<Option<Waker>, T> {
-        if self.0.closed {
-            return Err(member);
-        }
-        let waker = if self.0.in_use < self.0.limit {
-            match self.serve(member) {
-                Ok(waker) => {
-                    self.note_in_use();
-                    waker
-                }
-                Err(member) => {
-                    self.0.free.push_back(member);
-                    None
-                }
-            }
-        } else {
-            self.0.free.push_back(member);
-            None
-        };
-        debug_assert!(self.holds());
-        Ok(waker)
-    }
-
-    /// A member in use leaves the pool's use to be stopped. Its place under the limit goes
-    /// to a waiter if a member is free for it: that waiter's waker.
-    pub(crate) fn release(&mut self, now: u64) -> Option<Waker> {
-        self.note_release(now);
-        let mut wakers = Vec::new();
-        self.hand_free(&mut wakers);
-        debug_assert!(self.holds());
-        wakers.pop()
-    }
-
     /// The wakers of the waiting takers whose deadline (as they left it) is `by` (a clock
     /// stamp) or sooner, each told once to arm a timer of its own.
     pub(crate) fn due(&mut self, by: u64) -> Vec<Waker> {
@@ -499,11 +464,5 @@ pub(crate) use wait::Wait;
 #[cfg(all(test, not(pooler_loom)))]
 mod tests;
 
-/// Loom models of the hot core, the real code through the `sync` shim: every interleaving of
-/// takes, returns, waiters that give up and a close must end with each member held by exactly
-/// one party, free, or handed back by the close — never lost, never doubled — and no waiter
-/// left in the queue.
-///
-/// `RUSTFLAGS="--cfg pooler_loom" cargo test -p pooler --lib --release loom`
 #[cfg(all(test, pooler_loom))]
 mod loom_models;

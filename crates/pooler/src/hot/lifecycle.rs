@@ -1,6 +1,6 @@
-//! The hot core as the lifecycle sees it: members claimed to be stopped or checked, the
-//! close, the waiters shed by a lowered `queue_max`, the limits a reconfigure sets, and the
-//! peak and counts the gauges read.
+//! The hot core as the lifecycle sees it: members started and members leaving use, members
+//! claimed to be stopped or checked, the close, the waiters shed by a lowered `queue_max`,
+//! the limits a reconfigure sets, and the peak and counts the gauges read.
 
 use std::task::Waker;
 
@@ -8,6 +8,41 @@ use super::Locked;
 use crate::config::MemberOrder;
 
 impl<T, E> Locked<'_, T, E> {
+    /// A member that has just started: to a waiter while the limit allows, or to the free
+    /// list.
+    pub(crate) fn admit(&mut self, member: T) -> Result<Option<Waker>, T> {
+        if self.0.closed {
+            return Err(member);
+        }
+        let waker = if self.0.in_use < self.0.limit {
+            match self.serve(member) {
+                Ok(waker) => {
+                    self.note_in_use();
+                    waker
+                }
+                Err(member) => {
+                    self.0.free.push_back(member);
+                    None
+                }
+            }
+        } else {
+            self.0.free.push_back(member);
+            None
+        };
+        debug_assert!(self.holds());
+        Ok(waker)
+    }
+
+    /// A member in use leaves the pool's use to be stopped. Its place under the limit goes
+    /// to a waiter if a member is free for it: that waiter's waker.
+    pub(crate) fn release(&mut self, now: u64) -> Option<Waker> {
+        self.note_release(now);
+        let mut wakers = Vec::new();
+        self.hand_free(&mut wakers);
+        debug_assert!(self.holds());
+        wakers.pop()
+    }
+
     /// Takes the first free member that `pick` chooses (oldest idle first) off the free list,
     /// to be stopped: it is no longer free, and not in use.
     pub(crate) fn claim(&mut self, pick: impl Fn(&T) -> bool) -> Option<T> {

@@ -1,3 +1,10 @@
+//! Loom models of the hot core, the real code through the `sync` shim: every interleaving of
+//! takes, returns, waiters that give up and a close must end with each member held by exactly
+//! one party, free, or handed back by the close — never lost, never doubled — and no waiter
+//! left in the queue.
+//!
+//! `RUSTFLAGS="--cfg pooler_loom" cargo test -p pooler --lib --release loom`
+
 use super::*;
 use crate::waiters::NO_END;
 use loom::sync::Arc;
