@@ -58,11 +58,15 @@ mod stream;
 pub(crate) use driven::{Driven, End};
 pub use stream::Watched;
 
-/// The clock the busy periods are read on: nanoseconds since the first reading.
+/// The clock the busy periods are read on: nanoseconds since the first reading, plus one —
+/// never 0, which marks a period begun untimed (a reading made 0 and raised to 1 would make
+/// a period that began at the first reading a nanosecond short).
 fn now_nanos() -> u64 {
     static EPOCH: std::sync::OnceLock<tokio::time::Instant> = std::sync::OnceLock::new();
     let epoch = *EPOCH.get_or_init(tokio::time::Instant::now);
-    u64::try_from(epoch.elapsed().as_nanos()).unwrap_or(u64::MAX)
+    u64::try_from(epoch.elapsed().as_nanos())
+        .unwrap_or(u64::MAX)
+        .saturating_add(1)
 }
 
 /// How often [`Seen::quiet`] looks again at a driver being polled before saying "not quiet".
@@ -120,7 +124,7 @@ pub(crate) struct Seen {
     /// Someone asked for the server's time ([`Seen::served`]: an admission limiter, at each
     /// return): from then on busy periods are timed. Until then no clock is read.
     timed: AtomicBool,
-    /// When the busy period under way began ([`now_nanos`], at least 1), or 0 when it began
+    /// When the busy period under way began ([`now_nanos`], never 0), or 0 when it began
     /// untimed (it is not counted). Only the driver task writes this and the three below
     /// (reading and writing are both its), so relaxed order does.
     busy_since: AtomicU64,
@@ -270,7 +274,7 @@ impl Seen {
         let before = self.expected.fetch_add(1, Ordering::AcqRel);
         if !startup && before == self.answered.load(Ordering::Acquire) {
             let since = if self.timed.load(Ordering::Relaxed) {
-                now_nanos().max(1)
+                now_nanos()
             } else {
                 0
             };
