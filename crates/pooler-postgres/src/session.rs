@@ -209,7 +209,13 @@ impl Scan {
         }
         if let Some(at) = self.repeat {
             let rest = &self.last[at..];
-            let same = rest.iter().zip(bytes).take_while(|(a, b)| a == b).count();
+            // The whole of the rest at once (one comparison of slices) in the common case,
+            // the statement sent again in one piece; byte by byte only where it differs.
+            let same = if bytes.starts_with(rest) {
+                rest.len()
+            } else {
+                rest.iter().zip(bytes).take_while(|(a, b)| a == b).count()
+            };
             if same == rest.len() {
                 // The whole text, `\0` included: the last clean one again.
                 self.lex.state = State::Done;

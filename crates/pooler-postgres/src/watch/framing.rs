@@ -33,7 +33,7 @@ pub(super) trait Visit {
 impl Framing {
     /// Feeds `bytes`; `untyped` says whether the next message has no type byte. Tells `visit`
     /// of each header completed and each piece of payload.
-    #[inline]
+    #[inline(always)]
     pub(super) fn feed(&mut self, mut bytes: &[u8], untyped: &mut u8, visit: &mut impl Visit) {
         while !bytes.is_empty() {
             if self.rest > 0 {

@@ -25,6 +25,7 @@ pub(super) struct Writer<'a> {
 }
 
 impl Visit for Writer<'_> {
+    #[inline(always)]
     fn header(&mut self, header: Header) -> bool {
         let seen = self.seen;
         match header {
@@ -70,7 +71,7 @@ impl Visit for Writer<'_> {
         }
     }
 
-    #[inline]
+    #[inline(always)]
     fn body(&mut self, kind: u8, payload: &[u8]) {
         match kind {
             b'Q' | b'P' => {
@@ -103,6 +104,7 @@ pub(super) struct Reader<'a> {
 }
 
 impl Visit for Reader<'_> {
+    #[inline(always)]
     fn header(&mut self, header: Header) -> bool {
         let seen = self.seen;
         if let Header::Typed(kind) = header {
@@ -132,7 +134,7 @@ impl Visit for Reader<'_> {
         false
     }
 
-    #[inline]
+    #[inline(always)]
     fn body(&mut self, kind: u8, payload: &[u8]) {
         self.listen.feed(payload, &self.seen.heard);
         if kind == b'Z'
