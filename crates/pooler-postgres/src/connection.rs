@@ -8,8 +8,8 @@ use tokio_postgres::types::Type;
 use tokio_postgres::{CancelToken, Client, Statement};
 
 use crate::connect::{self, PgError, WatchedSocket};
-use crate::statements::{self, CacheStats};
-use crate::watch::{self, TxStatus};
+use crate::statements::{self, CacheStats, Statements};
+use crate::watch::{self, Seen, TxStatus};
 
 /// How long [`PgConnection::until`] waits, past a request's deadline, for the request to
 /// end once its cancel request is on its way; then it abandons the request
@@ -268,13 +268,10 @@ impl PgConnection {
         done.map_err(PgError::Postgres)
     }
 
-    /// What this connection's statements run on (the statement methods, `queries.rs`).
-    pub(crate) fn on(&self) -> crate::queries::On<'_> {
-        crate::queries::On {
-            client: &self.parts.client,
-            statements: &self.parts.statements,
-            seen: &self.parts.seen,
-        }
+    /// What this connection's statements run on (the statement methods, `queries.rs`): its
+    /// client, statement cache and stream layer's view.
+    pub(crate) fn statement_parts(&self) -> (&Client, &Statements, &Seen) {
+        (&self.parts.client, &self.parts.statements, &self.parts.seen)
     }
 
     /// The statement cache's size, capacity, hits and misses.
@@ -371,13 +368,10 @@ impl<'a> PgTransaction<'a> {
         self.seen.settling(self.inner.rollback()).await
     }
 
-    /// What this transaction's statements run on (the statement methods, `queries.rs`).
-    pub(crate) fn on(&self) -> crate::queries::On<'_> {
-        crate::queries::On {
-            client: self.inner.client(),
-            statements: self.statements,
-            seen: self.seen,
-        }
+    /// What this transaction's statements run on (the statement methods, `queries.rs`): its
+    /// connection's client, statement cache and stream layer's view.
+    pub(crate) fn statement_parts(&self) -> (&Client, &Statements, &Seen) {
+        (self.inner.client(), self.statements, self.seen)
     }
 
     /// tokio-postgres's transaction itself.

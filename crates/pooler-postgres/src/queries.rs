@@ -67,10 +67,10 @@ static NO_TYPES: LazyLock<Arc<[Type]>> = LazyLock::new(|| Arc::from([]));
 
 /// What a statement runs on: the connection's client (directly, or under a transaction), its
 /// statement cache, and what its stream layer sees.
-pub(crate) struct On<'a> {
-    pub(crate) client: &'a Client,
-    pub(crate) statements: &'a Statements,
-    pub(crate) seen: &'a Seen,
+struct On<'a> {
+    client: &'a Client,
+    statements: &'a Statements,
+    seen: &'a Seen,
 }
 
 /// The body of a statement method taking a slice of parameters: `$named` (tokio-postgres's
@@ -429,10 +429,28 @@ macro_rules! statement_methods {
     };
 }
 
+impl<'a> From<(&'a Client, &'a Statements, &'a Seen)> for On<'a> {
+    fn from((client, statements, seen): (&'a Client, &'a Statements, &'a Seen)) -> Self {
+        On {
+            client,
+            statements,
+            seen,
+        }
+    }
+}
+
 impl PgConnection {
+    fn on(&self) -> On<'_> {
+        On::from(self.statement_parts())
+    }
+
     statement_methods!();
 }
 
 impl PgTransaction<'_> {
+    fn on(&self) -> On<'_> {
+        On::from(self.statement_parts())
+    }
+
     statement_methods!();
 }
