@@ -161,6 +161,7 @@ impl Seen {
     /// A poll in progress on another thread is most often finishing the poll that delivered
     /// the answer its caller has just read, a few microseconds from its end: a short, bounded
     /// spin waits it out rather than send the connection down the slow return path.
+    #[inline]
     fn quiet(&self) -> bool {
         for _ in 0..BUSY_SPINS {
             if !self.busy.load(Ordering::SeqCst) {
@@ -226,6 +227,7 @@ impl Seen {
 
     /// The session's transaction status now, if no answer is outstanding and the driver is
     /// quiet.
+    #[inline]
     pub(crate) fn status(&self) -> TxStatus {
         if !self.quiet() {
             return TxStatus::Unsettled;
@@ -270,6 +272,7 @@ impl Seen {
 
     /// A request the server will answer with ReadyForQuery was written; `startup` for the
     /// connection's first.
+    #[inline]
     fn requested(&self, startup: bool) {
         let before = self.expected.fetch_add(1, Ordering::AcqRel);
         if !startup && before == self.answered.load(Ordering::Acquire) {
@@ -291,6 +294,7 @@ impl Seen {
     }
 
     /// A ReadyForQuery was read: the busy period ends when no request is left outstanding.
+    #[inline]
     fn answered(&self) {
         let answered = self.answered.fetch_add(1, Ordering::AcqRel) + 1;
         if answered == 1 {
