@@ -45,14 +45,24 @@ pub(super) struct Customs {
 }
 
 impl Customs {
-    /// Back to nothing read, keeping what the vectors hold allocated.
+    /// Back to nothing read, keeping what the vectors hold allocated. Taken apart with no
+    /// `..`, as [`Lexer::reset`](super::lexer::Lexer::reset) does: a field added later does
+    /// not compile until it is cleared here.
     pub(super) fn clear(&mut self) {
-        self.names.clear();
-        self.unknown = false;
-        self.building = None;
-        self.call = Call::None;
-        self.literal.clear();
-        self.ident = false;
+        let Customs {
+            names,
+            unknown,
+            building,
+            call,
+            literal,
+            ident,
+        } = self;
+        names.clear();
+        *unknown = false;
+        *building = None;
+        *call = Call::None;
+        literal.clear();
+        *ident = false;
     }
 
     /// A `SET`'s (or `RESET`'s) setting name begins with `word`.
