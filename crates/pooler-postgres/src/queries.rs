@@ -258,9 +258,18 @@ fn typed<'a>(params: &[&'a (dyn ToSql + Sync)], types: &[Type]) -> Vec<Typed<'a>
 }
 
 /// The public statement methods, the same on a connection and on a transaction: each runs on
-/// what `self.on()` gives.
+/// what `self.on()` gives, built from the parts the type hands out (`statement_parts`).
 macro_rules! statement_methods {
     () => {
+        fn on(&self) -> On<'_> {
+            let (client, statements, seen) = self.statement_parts();
+            On {
+                client,
+                statements,
+                seen,
+            }
+        }
+
         /// `Client::query`: the rows `statement` returns with `params`.
         ///
         /// A query string runs on the unnamed statement in one round trip (its parameters'
@@ -429,28 +438,10 @@ macro_rules! statement_methods {
     };
 }
 
-impl<'a> From<(&'a Client, &'a Statements, &'a Seen)> for On<'a> {
-    fn from((client, statements, seen): (&'a Client, &'a Statements, &'a Seen)) -> Self {
-        On {
-            client,
-            statements,
-            seen,
-        }
-    }
-}
-
 impl PgConnection {
-    fn on(&self) -> On<'_> {
-        On::from(self.statement_parts())
-    }
-
     statement_methods!();
 }
 
 impl PgTransaction<'_> {
-    fn on(&self) -> On<'_> {
-        On::from(self.statement_parts())
-    }
-
     statement_methods!();
 }
