@@ -26,6 +26,9 @@ mod housekeeping;
 mod leak;
 mod lifecycle;
 mod lifetime;
+#[cfg(feature = "links")]
+#[cfg_attr(docsrs, doc(cfg(feature = "links")))]
+pub mod links;
 mod lives;
 mod manager;
 mod member;
