@@ -9,6 +9,8 @@ use diesel::ConnectionError;
 use diesel::ConnectionResult;
 use diesel_async::pooled_connection::PoolableConnection;
 use pooler::MemberContext;
+#[cfg(feature = "mysql")]
+use pooler::links::{LinkBounds, Opening};
 
 /// How a return tells that a user left session state no statement of the reset clears
 /// (MySQL: docs/design.md, "diesel-async"): the session is recorded as the pool leaves it,
@@ -44,10 +46,10 @@ pub trait PooledConnection: PoolableConnection + 'static {
     /// The `idle_check_threshold` the pool uses when its configuration sets none
     /// ([`pooler::Manager::idle_check_threshold`]), for a connection whose dead links nothing
     /// else finds in time; the check before a take then also gives up after
-    /// [`CHECK_TIMEOUT`](crate::CHECK_TIMEOUT). MySQL: 500 ms (mysql_async sets neither a
-    /// user timeout nor keepalive probes, so a connection idle on a link that died would be
-    /// handed out and its first query wait for the kernel, about 15 minutes); PostgreSQL:
-    /// none (its URL's bounds find a dead link within about 30 s). Default: none.
+    /// [`CHECK_TIMEOUT`](crate::CHECK_TIMEOUT). MySQL: 500 ms (the link's bounds find a
+    /// connection idle on a link that died within 30 s, and until then it would be handed out
+    /// and its first query wait out the user timeout); PostgreSQL: none (its URL's bounds find
+    /// a dead link within about 30 s). Default: none.
     const IDLE_CHECK: Option<std::time::Duration> = None;
 
     /// How a return tells whether a user left session state the reset does not clear, for a
@@ -60,7 +62,8 @@ pub trait PooledConnection: PoolableConnection + 'static {
 
     /// The URL [`DieselManager::new`](crate::DieselManager::new)'s own way of connecting opens: `url` with the
     /// dead-link bounds added where it sets none (PostgreSQL: a user timeout and keepalives;
-    /// MySQL: a keepalive; docs/faults.md). Default: `url` as it is.
+    /// MySQL: the keepalive's idle time, the rest set on the socket once it is open;
+    /// docs/faults.md). Default: `url` as it is.
     #[must_use]
     fn live_url(url: &str) -> String {
         url.to_owned()
@@ -100,9 +103,10 @@ fn with_pg_liveness(url: &str) -> String {
 }
 
 /// The dead-link bound a MySQL URL gets where it names none, as pooler-mysql sets it
-/// (`DEFAULT_TCP_KEEPALIVE`): keepalive probes after 10 s idle (mysql_async offers only the
-/// idle time; the kernel's interval and count follow), so an idle connection on a dead link
-/// is found in about 11 minutes on Linux instead of never (docs/faults.md).
+/// (`DEFAULT_TCP_KEEPALIVE`): keepalive probes after 10 s idle. mysql_async offers only the
+/// idle time; the probes' interval and count and `TCP_USER_TIMEOUT` are set on the socket
+/// once the connection is open ([`LinkBounds::DEFAULT`]), so a connection on a link that
+/// died is found within 30 s, idle or with a query on it (docs/faults.md).
 #[cfg(feature = "mysql")]
 const MYSQL_LIVENESS: [(&str, &str); 1] = [("tcp_keepalive", "10000")];
 
@@ -259,6 +263,34 @@ impl PooledConnection for diesel_async::AsyncMysqlConnection {
     fn live_url(url: &str) -> String {
         with_params(url, &MYSQL_LIVENESS, true)
     }
+
+    /// `establish`, then the link's bounds set on the socket it opened
+    /// (`pooler::links`), where the system lets them be.
+    fn open(url: &str, ctx: &MemberContext) -> impl Future<Output = ConnectionResult<Self>> + Send {
+        let _ = ctx;
+        let url = Self::live_url(url);
+        async move {
+            let opening = Opening::before(mysql_port(&url));
+            let conn = <Self as diesel_async::AsyncConnection>::establish(&url).await?;
+            opening.bound(&LinkBounds::DEFAULT);
+            Ok(conn)
+        }
+    }
+}
+
+/// The port a `mysql://` URL names, or MySQL's own (3306).
+#[cfg(feature = "mysql")]
+fn mysql_port(url: &str) -> u16 {
+    let rest = url.split_once("://").map_or(url, |(_, rest)| rest);
+    let authority = rest.split(['/', '?']).next().unwrap_or_default();
+    let host = authority
+        .rsplit_once('@')
+        .map_or(authority, |(_, host)| host);
+    let port = match host.rsplit_once(']') {
+        Some((_, after)) => after.strip_prefix(':'),
+        None => host.rsplit_once(':').map(|(_, port)| port),
+    };
+    port.and_then(|port| port.parse().ok()).unwrap_or(3306)
 }
 
 #[cfg(all(test, feature = "postgres"))]
@@ -293,6 +325,23 @@ mod liveness_tests {
 mod mysql_tests {
     use super::PooledConnection;
     use diesel_async::AsyncMysqlConnection;
+
+    /// The port the link's bounds look for: the URL's, or 3306.
+    #[test]
+    fn a_mysql_url_names_its_port_or_gets_the_default() {
+        assert_eq!(super::mysql_port("mysql://root@db/test"), 3306);
+        assert_eq!(
+            super::mysql_port("mysql://root:p@ss@db:3307/test?x=1"),
+            3307
+        );
+        assert_eq!(super::mysql_port("mysql://10.0.0.1:33060"), 33060);
+        assert_eq!(super::mysql_port("mysql://u@[::1]:3308/db"), 3308);
+        assert_eq!(super::mysql_port("mysql://u@[::1]/db"), 3306);
+        assert_eq!(
+            super::mysql_port("mysql://db?socket=/run/mysqld.sock"),
+            3306
+        );
+    }
 
     #[test]
     fn a_mysql_url_gets_a_keepalive_unless_it_names_one() {

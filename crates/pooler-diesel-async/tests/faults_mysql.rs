@@ -1,9 +1,10 @@
 //! A dead link under diesel-async's MySQL connection: MariaDB reached through a network
 //! namespace whose link the test takes down (`pooler_testkit::blackhole`). As with
-//! pooler-mysql, no socket option bounds a dead link here (mysql_async offers only the
-//! keepalive's idle time, which `DieselManager::new` sets): the check before a take
-//! (`idle_check_threshold`), bounded by `member_start_timeout`, keeps a member on a dead link
-//! from being handed out. A few seconds of real time.
+//! pooler-mysql, `DieselManager::new` bounds the link once it is open (`TCP_USER_TIMEOUT` and
+//! the keepalive probes; mysql_async offers only the keepalive's idle time), and the check
+//! before a take (`idle_check_threshold`), bounded by `member_start_timeout`, keeps a member
+//! on a dead link from being handed out. A few seconds of real time, 30 for a query on a dead
+//! link.
 #![cfg(feature = "mysql")]
 #![allow(clippy::disallowed_methods)] // tests spawn their own consumers
 
@@ -54,6 +55,26 @@ async fn with_the_defaults_an_idle_member_on_a_dead_link_is_never_handed_out() {
         CHECK_TIMEOUT,
         async |conn| conn.batch_execute("SELECT 1").await.is_ok(),
     )
+    .await;
+}
+
+/// A query sent into a link that died fails within the bound (`TCP_USER_TIMEOUT`, 30 s as
+/// `DieselManager::new` opens a connection), not after the kernel's ~15 minutes, and the
+/// connection is not handed out again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_query_on_a_dead_link_fails_within_the_bound() {
+    let Some((hole, via)) = behind_a_blackhole().await else {
+        return;
+    };
+    let pool = Pool::start(
+        PoolConfig::new("diesel-mysql-dead-query", 1, 1),
+        DieselManager::<AsyncMysqlConnection>::new(via),
+    )
+    .await
+    .unwrap();
+    scenarios::query_across_a_dead_link(&pool, &hole, Duration::from_secs(40), async |conn| {
+        conn.batch_execute("SELECT 1").await
+    })
     .await;
 }
 

@@ -3,10 +3,12 @@
 
 use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, Opts};
+use pooler::links::Opening;
 use pooler::{Hooks, Manager, MemberContext};
 
 pub use mysql_async;
 pub use pooler;
+pub use pooler::links::LinkBounds;
 
 mod reset;
 #[cfg(feature = "serde")]
@@ -42,17 +44,16 @@ pub enum Recycle {
 
 /// The TCP keepalive idle time a connection gets when its options set none (mysql_async
 /// sets none by default, and the kernel's own waits two hours): after 10 s idle the kernel
-/// probes the link, so an idle connection on a link that died is found dead after the
-/// kernel's probes (75 s × 9 on Linux) rather than never. mysql_async offers no way to set
-/// the probes' interval and count, nor `TCP_USER_TIMEOUT`; a check before a take
-/// ([`DEFAULT_IDLE_CHECK`]) bounds it tighter (docs/faults.md).
+/// probes the link. With the manager's [`LinkBounds`] (probes every 5 s, 4 lost), an idle
+/// connection on a link that died is found dead within 30 s; a check before a take
+/// ([`DEFAULT_IDLE_CHECK`]) finds it sooner (docs/faults.md).
 pub const DEFAULT_TCP_KEEPALIVE: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// How long a connection may sit idle before a take pings it first, when the pool's
 /// configuration sets no `idle_check_threshold` ([`Manager::idle_check_threshold`]): nothing
-/// else finds a link that died while a connection was idle (mysql_async sets neither
-/// `TCP_USER_TIMEOUT` nor the keepalive probes), and a query sent into one waits for the
-/// kernel's retransmissions, about 15 minutes. HikariCP's bypass window. A busy pool's
+/// else finds a link that died while a connection was idle before the keepalive probes do
+/// (30 s), and a query sent into one waits until `TCP_USER_TIMEOUT` ends it (30 s with the
+/// manager's [`LinkBounds`]). HikariCP's bypass window. A busy pool's
 /// connections are rarely idle this long, so it rarely pings; change it, or turn it off,
 /// with [`MysqlManager::idle_check_threshold`] (docs/faults.md).
 pub const DEFAULT_IDLE_CHECK: std::time::Duration = std::time::Duration::from_millis(500);
@@ -75,6 +76,8 @@ pub struct MysqlManager {
     nonce: std::sync::Arc<std::sync::atomic::AtomicI32>,
     /// The pool's `idle_check_threshold` when its configuration sets none.
     idle_check: Option<std::time::Duration>,
+    /// What each connection's TCP link gets after the connect; `None` leaves the kernel's.
+    link_bounds: Option<LinkBounds>,
 }
 
 impl MysqlManager {
@@ -117,7 +120,22 @@ impl MysqlManager {
             restore: std::sync::Arc::default(),
             nonce: std::sync::Arc::default(),
             idle_check: Some(DEFAULT_IDLE_CHECK),
+            link_bounds: Some(LinkBounds::DEFAULT),
         }
+    }
+
+    /// The bounds each connection's TCP link gets once it is open (default:
+    /// [`LinkBounds::DEFAULT`], on Linux): `TCP_USER_TIMEOUT`, so that a query sent into a
+    /// link that died without a word fails with an I/O error after `user_timeout` instead of
+    /// the kernel's ~15 minutes of retransmissions, and the keepalive probes' interval and
+    /// count. mysql_async sets neither and offers no way to: the manager finds the socket its
+    /// connect opened (`pooler::links`). `None` leaves the kernel's defaults. A connection over
+    /// a Unix socket (mysql_async's `prefer_socket`, for a server on this host) has no link to
+    /// bound.
+    #[must_use]
+    pub fn link_bounds(mut self, bounds: Option<LinkBounds>) -> Self {
+        self.link_bounds = bounds;
+        self
     }
 
     /// How long a connection may sit idle before a take pings it first, in a pool whose
@@ -181,7 +199,13 @@ impl Manager for MysqlManager {
     type Error = MysqlError;
 
     async fn start(&self, _ctx: &MemberContext) -> Result<Conn, MysqlError> {
+        let opening = self
+            .link_bounds
+            .map(|_| Opening::before(self.opts.tcp_port()));
         let mut conn = Conn::new(self.opts.clone()).await?;
+        if let (Some(opening), Some(bounds)) = (opening, &self.link_bounds) {
+            opening.bound(bounds);
+        }
         if self.recycle == Recycle::Reset && self.restore.get().is_none() {
             // Two first connections may both learn it: the same statement, set once.
             let learned = reset::learn(&mut conn, &self.opts).await?;

@@ -1,10 +1,10 @@
 //! A dead link, for real: MariaDB reached through a network namespace whose link the test
 //! takes down, so packets vanish with no FIN and no RST (`pooler_testkit::blackhole`).
-//! mysql_async opens its own sockets and offers only the keepalive's idle time, so no socket
-//! option bounds a dead link here the way `TCP_USER_TIMEOUT` does for PostgreSQL and Redis
-//! (docs/faults.md): the check before a take (`idle_check_threshold`), bounded by
-//! `member_start_timeout`, is what keeps a member on a dead link from being handed out. A few
-//! seconds of real time.
+//! mysql_async opens its own sockets and offers only the keepalive's idle time; the manager
+//! sets `TCP_USER_TIMEOUT` and the keepalive probes on the socket its connect opened
+//! (`LinkBounds`), and the check before a take (`idle_check_threshold`), bounded by
+//! `member_start_timeout`, keeps a member on a dead link from being handed out
+//! (docs/faults.md). A few seconds of real time, 30 for a query on a dead link.
 #![allow(clippy::disallowed_methods)] // tests spawn their own consumers
 
 mod common;
@@ -61,6 +61,31 @@ async fn with_the_defaults_an_idle_member_on_a_dead_link_is_never_handed_out() {
         pooler_mysql::CHECK_TIMEOUT,
         async |conn| conn.query_first::<i64, _>("SELECT 1").await.ok().flatten() == Some(1),
     )
+    .await;
+}
+
+/// The bound the defaults keep a dead link's detection under, with a margin for the
+/// kernel's timer granularity.
+const BOUND: Duration = Duration::from_secs(40);
+
+/// A query sent into a link that died fails within the bound (`TCP_USER_TIMEOUT`, 30 s by
+/// default), not after the kernel's ~15 minutes of retransmissions; the connection is then
+/// replaced, never handed out again. Without the bounds (`link_bounds(None)`) the query is
+/// still waiting when the test gives up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_query_on_a_dead_link_fails_within_the_bound() {
+    let Some((hole, via)) = behind_a_blackhole().await else {
+        return;
+    };
+    let pool = Pool::start(
+        PoolConfig::new("mysql-dead-query", 1, 1),
+        MysqlManager::new(&via).unwrap(),
+    )
+    .await
+    .unwrap();
+    scenarios::query_across_a_dead_link(&pool, &hole, BOUND, async |conn| {
+        conn.query_drop("SELECT 1").await
+    })
     .await;
 }
 

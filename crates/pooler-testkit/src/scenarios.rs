@@ -253,6 +253,6 @@ mod restart;
 
 pub use links::{
     UnderLoad, checked_across_a_dead_link, checked_config, defaults_across_a_dead_link,
-    slow_link_under_load,
+    query_across_a_dead_link, slow_link_under_load,
 };
 pub use restart::{Restarted, restarted_under_writers};

@@ -66,6 +66,46 @@ pub async fn defaults_across_a_dead_link<M: Manager>(
     across_a_dead_link(pool, hole, idle, check_timeout, works).await;
 }
 
+/// A query sent into a link that dies fails within `bound` — the dead-link bound the
+/// backend's defaults promise (`TCP_USER_TIMEOUT`), not the kernel's ~15 minutes of
+/// retransmissions — and the member it ran on is not handed out again. `pool` has one member
+/// and reaches its server through `hole`; `query` is one round trip, `Ok` when answered.
+/// Returns how long the query took to fail. Closes the pool.
+///
+/// # Panics
+///
+/// When the query is answered, hangs past `bound`, or the member is handed out again.
+///
+/// # Cancel safety
+///
+/// Not cancel safe: cancelled midway, the link may be left down.
+pub async fn query_across_a_dead_link<M: Manager, E>(
+    pool: &Pool<M>,
+    hole: &crate::blackhole::Blackhole,
+    bound: Duration,
+    query: impl AsyncFn(&mut Member<M>) -> Result<(), E>,
+) -> Duration {
+    let mut member = pool.take_member(Duration::from_secs(5)).await.unwrap();
+    assert!(query(&mut member).await.is_ok(), "alive before the fault");
+    hole.set_down(true);
+    let began = Instant::now();
+    let answer = tokio::time::timeout(bound + Duration::from_secs(10), query(&mut member))
+        .await
+        .expect("the query did not hang past the bound");
+    let took = began.elapsed();
+    eprintln!("a query on a dead link failed after {took:?}");
+    assert!(answer.is_err(), "the query failed");
+    assert!(took <= bound, "failed after {took:?}, past {bound:?}");
+    drop(member);
+    assert!(
+        pool.take_member(Duration::from_millis(500)).await.is_err(),
+        "the member on the dead link is not handed out again"
+    );
+    hole.set_down(false);
+    pool.close(Shutdown::Immediate).await;
+    took
+}
+
 /// The fault both dead-link scenarios run: a member used, back on the free list, the link
 /// down, `idle` waited, a take refused — the member on the dead link found dead (stopping or
 /// gone) within `found_within` of the take, the take ending at its deadline 2 s later; the
