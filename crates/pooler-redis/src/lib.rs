@@ -61,8 +61,7 @@ impl RedisManager {
     /// # Errors
     ///
     /// When the address cannot be parsed, and for TLS addresses (`rediss://`), which need
-    /// [`with_rustls`](RedisManager::with_rustls) (feature `rustls`): refused here, not at the
-    /// first take.
+    /// `RedisManager::with_rustls` (feature `rustls`): refused here, not at the first take.
     pub fn new(url: impl IntoConnectionInfo) -> RedisResult<Self> {
         let info = url.into_connection_info()?;
         match info.addr() {
