@@ -199,7 +199,7 @@ impl<M: Manager> Shared<M> {
     /// is returned (see [`Ready`]).
     #[inline(always)]
     pub(crate) fn guard(self: &Arc<Self>, ready: Ready<M::Member>) -> Member<M> {
-        Member::new(self.home(), ready.0, Origin::Taken, 0)
+        Member::new(Arc::clone(self), ready.0, Origin::Taken, 0)
     }
 
     /// [`taken`](Self::taken) when a feature needs more than the fast path does.
@@ -242,7 +242,7 @@ impl<M: Manager> Shared<M> {
                 .idle_check()
                 .is_some_and(|threshold| idle_for >= threshold);
         held.meta.set_since(stamp);
-        let member = Member::new(self.home(), held, Origin::Taken, timed);
+        let member = Member::new(Arc::clone(self), held, Origin::Taken, timed);
         if check {
             Attempt::Check(member)
         } else {

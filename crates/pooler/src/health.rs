@@ -7,13 +7,12 @@
 //! panics or is cancelled destroys the member rather than losing it. Recycling a returned
 //! member (`Manager::recycle`) goes through the same guarded path.
 
-use std::time::Duration;
-
 use crate::combinators::caught;
 use tokio::time::Instant;
 
 use crate::manager::Manager;
 use crate::member::{Member, Origin};
+use crate::shared::Shared;
 
 /// A manager hook run on a member the pool holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -24,18 +23,19 @@ pub(crate) enum Hook {
     Recycle,
 }
 
-/// Runs `hook` on `member`, bounded by `member_start_timeout` and by `deadline` (a taker's,
-/// for an idle check at take). Passed, the member comes back for the caller to hand out or
+/// Runs `hook` on `member`, a member of `shared`'s pool, bounded by `member_start_timeout`
+/// and by `deadline` (a taker's, for an idle check at take). Passed, the member comes back for the caller to hand out or
 /// return; failed, panicked or timed out, it is failed (replaced); cut short by `deadline`,
 /// it is destroyed as crashed (it was cancelled mid-check); either way `None` comes back. A
 /// cancellation of this future drops the guard mid-use, which destroys the member too.
 pub(crate) async fn vet<M: Manager>(
-    manager: &M,
-    limit: Duration,
+    shared: &Shared<M>,
     mut member: Member<M>,
     hook: Hook,
     deadline: Option<Instant>,
 ) -> Option<Member<M>> {
+    let (limit, _) = shared.features.timeouts();
+    let manager = &shared.manager;
     let pool = Member::pool_name(&member).to_owned();
     let own = Instant::now() + limit;
     let until = deadline.map_or(own, |d| d.min(own));

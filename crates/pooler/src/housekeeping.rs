@@ -29,7 +29,7 @@ use tokio::time::Instant;
 use crate::clock::{TICK, TIMER_HORIZON};
 use crate::cold::{Key, Limits, Status};
 use crate::config::PoolConfig;
-use crate::health::Hook;
+use crate::health::{Hook, vet};
 use crate::manager::Manager;
 use crate::member::{Member, Origin};
 use crate::metrics::{Gauges, Reason};
@@ -290,7 +290,7 @@ impl<M: Manager> Shared<M> {
             let claimed = self.hot.lock().claim_for_check(|h| h.meta.since() < round);
             let Some(held) = claimed else { break };
             let member = Member::new(self.arc(), held, Origin::Checked, 0);
-            drop(self.vet(member, Hook::Check, None).await);
+            drop(vet(self, member, Hook::Check, None).await);
         }
     }
 

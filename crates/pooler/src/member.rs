@@ -1,7 +1,8 @@
 //! The guard that gives one consumer exclusive use of a member.
 //!
-//! The guard knows its pool only through [`Home`], the one narrow interface a member goes
-//! back through, so this module depends on nothing of the pool's internals.
+//! The guard holds its pool's state ([`Shared`]) and goes back through its return methods
+//! (`checkout/give_back.rs`): a concrete type, so the return's fast path is inlined into the
+//! guard's drop. It reads nothing of the state but through those methods.
 
 use std::fmt;
 use std::ops::{Deref, DerefMut};
@@ -11,6 +12,7 @@ use tokio::time::Instant;
 
 use crate::held::Held;
 use crate::manager::Manager;
+use crate::shared::Shared;
 
 /// How a member comes back.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -36,20 +38,6 @@ pub(crate) enum Origin {
     Recycled,
 }
 
-/// Where a member goes back to: its pool.
-pub(crate) trait Home<T>: Send + Sync {
-    /// The member leaves the pool for good ([`Member::detach`]): its slot ends and a
-    /// replacement is owed. Its driver tasks are not ended.
-    fn detach(&self, meta: &crate::held::Meta, origin: Origin);
-    /// The member comes back. `timed`: how many holds this one stands for in the use
-    /// histogram (0: not timed).
-    fn give_back(&self, held: Held<T>, fate: Fate, origin: Origin, timed: u32);
-    /// The pool's name.
-    fn name(&self) -> &str;
-    /// A clock stamp of the pool as an instant.
-    fn instant(&self, stamp: u64) -> Instant;
-}
-
 /// Exclusive use of one member, for as long as the guard lives.
 ///
 /// Dereferences to the member. Dropping it returns the member to its pool (to the oldest
@@ -61,7 +49,7 @@ pub(crate) trait Home<T>: Send + Sync {
 /// member's own methods.
 #[must_use = "dropping the guard returns the member at once"]
 pub struct Member<M: Manager> {
-    home: Arc<dyn Home<M::Member>>,
+    home: Arc<Shared<M>>,
     held: Option<Held<M::Member>>,
     /// Set while a `with_member` closure or a pool hook runs: dropped in that state means
     /// cancelled mid-use.
@@ -74,7 +62,7 @@ pub struct Member<M: Manager> {
 impl<M: Manager> Member<M> {
     #[inline]
     pub(crate) fn new(
-        home: Arc<dyn Home<M::Member>>,
+        home: Arc<Shared<M>>,
         held: Held<M::Member>,
         origin: Origin,
         timed: u32,
@@ -154,7 +142,7 @@ impl<M: Manager> Member<M> {
     /// The name of the pool the member belongs to (and goes back to).
     #[must_use]
     pub fn pool_name(this: &Self) -> &str {
-        this.home.name()
+        this.home.pool_name()
     }
 
     /// When the member was handed to this holder: exact when the pool reads the clock at
@@ -220,7 +208,7 @@ where
 {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Member")
-            .field("pool", &self.home.name())
+            .field("pool", &self.home.pool_name())
             .field("id", &self.held.as_ref().map(|h| h.meta.id))
             .field("member", &self.held.as_ref().map(|h| &h.value))
             .finish()

@@ -24,13 +24,11 @@ use crate::cold::{Cold, Limits, Starts};
 use crate::config::PoolConfig;
 use crate::error::TakeError;
 use crate::features::Features;
-use crate::health::{Hook, vet};
 use crate::held::Held;
 use crate::hot::Hot;
 use crate::leak::Leaks;
 use crate::lifecycle::{StartSlot, StopSlot, run_start, run_stop};
 use crate::manager::Manager;
-use crate::member::{Home, Member};
 use crate::metrics::PoolMetrics;
 use crate::shed::Shedder;
 use crate::step::{ColdLock, ColdState, Effects, Step, Why};
@@ -100,26 +98,9 @@ impl<M: Manager> Shared<M> {
             .expect("a method of a live pool runs behind an Arc")
     }
 
-    /// A guard's way home.
-    pub(crate) fn home(self: &Arc<Self>) -> Arc<dyn Home<M::Member>> {
-        self.clone()
-    }
-
     /// The configuration in force.
     pub(crate) fn config(&self) -> PoolConfig {
         self.cold.read(|c| c.config.clone())
-    }
-
-    /// Runs `hook` on a member the pool holds, bounded by `member_start_timeout` (and by
-    /// `deadline`).
-    pub(crate) async fn vet(
-        &self,
-        member: Member<M>,
-        hook: Hook,
-        deadline: Option<Instant>,
-    ) -> Option<Member<M>> {
-        let (limit, _) = self.features.timeouts();
-        vet(&self.manager, limit, member, hook, deadline).await
     }
 
     /// Runs one decision through the two locks ([`ColdLock::step`]) and carries out its

@@ -25,7 +25,7 @@ use crate::checkout::{Attempt, Deadline};
 use crate::clock::{TICK, TIMER_HORIZON};
 use crate::error::TakeError;
 use crate::features::Features;
-use crate::health::Hook;
+use crate::health::{Hook, vet};
 use crate::hot::{Found, Polled, wait};
 use crate::leak::Caller;
 use crate::manager::Manager;
@@ -326,7 +326,7 @@ async fn within_loop<M: Manager>(
                 let by = timeout.map(|t| s + t);
                 // Boxed: a check is the rare path, and its future would make every queued
                 // take's (boxed once it queues) several times larger.
-                match Box::pin(shared.vet(member, Hook::Check, by)).await {
+                match Box::pin(vet(shared, member, Hook::Check, by)).await {
                     Some(mut member) => {
                         member.set_origin(Origin::Taken);
                         Attempt::Member(member)
