@@ -3,7 +3,9 @@
 use std::fmt;
 use std::future::Future;
 use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::pin::Pin;
 use std::sync::{Arc, Weak};
+use std::task::{Context, Poll};
 
 use crate::cancel::Token;
 
@@ -220,12 +222,34 @@ impl MemberContext {
         // Should the runtime be gone, the task is dropped unpolled and its watch reports the
         // death at once; the pool learns that its runtime is gone from its own next spawn.
         let driver = Driver::new(task, self.token.clone());
-        let _ = self.supervisor.spawn(async move {
-            if driver.await == Ended::Panicked {
-                tracing::error!(pool = %pool, member = watch.id, "member driver task panicked; the member is dead");
-            }
-            drop(watch);
+        let _ = self.supervisor.spawn_unpin(DriverTask {
+            driver,
+            watch,
+            pool,
         });
+    }
+}
+
+/// A member's driver task as spawned: the driver, then (when it ends) a panic logged, and
+/// the death watch dropped with the future. A plain future rather than an `async` block:
+/// it is polled on every message the driver passes.
+struct DriverTask<F> {
+    driver: Driver<F>,
+    watch: DeathWatch,
+    pool: Arc<str>,
+}
+
+impl<F: Future<Output = ()>> Future for DriverTask<F> {
+    type Output = ();
+
+    #[inline]
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let this = &mut *self;
+        let ended = std::task::ready!(Pin::new(&mut this.driver).poll(cx));
+        if ended == Ended::Panicked {
+            tracing::error!(pool = %this.pool, member = this.watch.id, "member driver task panicked; the member is dead");
+        }
+        Poll::Ready(())
     }
 }
 
