@@ -7,13 +7,13 @@
 #![cfg(feature = "postgres")]
 #![allow(clippy::disallowed_methods)] // tests spawn their own consumers
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use pooler::{Member, Pool, PoolConfig, Shutdown};
+use pooler::{Pool, PoolConfig, Shutdown};
 use pooler_diesel_async::DieselManager;
 use pooler_diesel_async::diesel_async::{AsyncPgConnection, SimpleAsyncConnection};
 use pooler_testkit::blackhole::Blackhole;
-use pooler_testkit::{host_port, service};
+use pooler_testkit::{host_port, scenarios, service};
 
 /// The bound, with a margin for the kernel's timer granularity.
 const BOUND: Duration = Duration::from_secs(40);
@@ -42,52 +42,10 @@ async fn a_query_on_a_dead_link_fails_and_an_idle_member_is_never_handed_out() {
     )
     .await
     .unwrap();
-    let mut busy = pool.take_member(Duration::from_secs(5)).await.unwrap();
-    let idle_id = {
-        let mut idle = pool.take_member(Duration::from_secs(5)).await.unwrap();
-        idle.batch_execute("SELECT 1").await.unwrap();
-        Member::id(&idle)
-    };
-    busy.batch_execute("SELECT 1").await.unwrap();
-    hole.set_down(true);
-    let began = Instant::now();
-    let answer = tokio::time::timeout(
-        BOUND + Duration::from_secs(20),
-        busy.batch_execute("SELECT 1"),
-    )
-    .await
-    .expect("the query did not hang past the bound");
-    let took = began.elapsed();
-    eprintln!("a query on a dead link failed after {took:?}");
-    assert!(answer.is_err(), "the query failed");
-    assert!(took <= BOUND, "failed after {took:?}, past {BOUND:?}");
-    drop(busy);
-    loop {
-        if pool.utilization().free_count == 0 {
-            break;
-        }
-        assert!(
-            began.elapsed() < BOUND,
-            "the dead idle member is still free after {BOUND:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    eprintln!(
-        "an idle member on a dead link was found dead after {:?}",
-        began.elapsed()
-    );
-    if let Ok(conn) = pool.take_member(Duration::from_millis(500)).await {
-        assert_ne!(Member::id(&conn), idle_id, "the dead member was handed out");
-        panic!("a member was handed out while the link is down");
-    }
-    hole.set_down(false);
-    let mut conn = pool
-        .take_member(Duration::from_secs(30))
-        .await
-        .expect("a member once the link is back");
-    conn.batch_execute("SELECT 1").await.unwrap();
-    drop(conn);
-    pool.close(Shutdown::Immediate).await;
+    scenarios::busy_and_idle_across_a_dead_link(&pool, &hole, BOUND, async |conn| {
+        conn.batch_execute("SELECT 1").await
+    })
+    .await;
 }
 
 /// A slow link under load (every chunk waits 50 ms each way): 16 tasks share 4 connections

@@ -380,7 +380,6 @@ async fn a_frozen_pgbouncer_holds_neither_a_request_nor_a_close() {
 /// of real time: the bound itself.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn behind_pgbouncer_a_dead_link_is_found_within_the_bound() {
-    use pooler::Member;
     use pooler_testkit::blackhole::Blackhole;
     /// The bound, with a margin for the kernel's timer granularity.
     const BOUND: Duration = Duration::from_secs(40);
@@ -398,55 +397,13 @@ async fn behind_pgbouncer_a_dead_link_is_found_within_the_bound() {
     let pool = Pool::start(PoolConfig::new("pgbouncer-dead", 2, 2), manager)
         .await
         .unwrap();
-    let busy = pool.take_member(Duration::from_secs(5)).await.unwrap();
-    let idle = {
-        let conn = pool.take_member(Duration::from_secs(5)).await.unwrap();
-        conn.query_one("SELECT $1::int4", &[&1_i32]).await.unwrap();
-        Member::id(&conn)
-    };
-    busy.query_one("SELECT $1::int4", &[&1_i32]).await.unwrap();
-    hole.set_down(true);
-    let began = std::time::Instant::now();
-    let answer = tokio::time::timeout(
-        BOUND + Duration::from_secs(20),
-        busy.query_one("SELECT $1::int4", &[&2_i32]),
+    pooler_testkit::scenarios::busy_and_idle_across_a_dead_link(
+        &pool,
+        &hole,
+        BOUND,
+        async |conn| conn.query_one("SELECT $1::int4", &[&1_i32]).await.map(drop),
     )
-    .await
-    .expect("the statement did not hang past the bound");
-    let took = began.elapsed();
-    eprintln!("a statement through PgBouncer on a dead link failed after {took:?}");
-    assert!(answer.is_err(), "the statement failed");
-    assert!(took <= BOUND, "failed after {took:?}, past {BOUND:?}");
-    drop(busy);
-    while pool.utilization().free_count > 0 {
-        assert!(
-            began.elapsed() < BOUND,
-            "the idle member on the dead link is still free"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    if let Ok(conn) = pool.take_member(Duration::from_millis(500)).await {
-        assert_ne!(Member::id(&conn), idle, "the dead member was handed out");
-        panic!("a member was handed out while the link is down");
-    }
-    hole.set_down(false);
-    let back = std::time::Instant::now();
-    let conn = pool
-        .take_member(Duration::from_secs(30))
-        .await
-        .expect("a member once the link is back");
-    let one: i32 = conn
-        .query_one("SELECT $1::int4", &[&1_i32])
-        .await
-        .unwrap()
-        .get(0);
-    assert_eq!(one, 1);
-    eprintln!(
-        "serving again {:?} after the link came back",
-        back.elapsed()
-    );
-    drop(conn);
-    pool.close(pooler::Shutdown::Graceful).await;
+    .await;
 }
 
 /// What a transaction pooler cannot serve is never sent with `transaction_pooling`: no

@@ -38,55 +38,13 @@ async fn a_command_on_a_dead_link_fails_and_an_idle_member_is_never_handed_out()
     let pool = Pool::start(config, RedisManager::new(url.as_str()).unwrap())
         .await
         .unwrap();
-    let mut busy = pool.take_member(Duration::from_secs(5)).await.unwrap();
-    let idle_id = {
-        let mut idle = pool.take_member(Duration::from_secs(5)).await.unwrap();
-        let _: String = redis::cmd("PING").query_async(&mut *idle).await.unwrap();
-        Member::id(&idle)
-    };
-    let _: String = redis::cmd("PING").query_async(&mut *busy).await.unwrap();
-    hole.set_down(true);
-    let began = Instant::now();
-    let answer = tokio::time::timeout(
-        BOUND + Duration::from_secs(20),
-        redis::cmd("PING").query_async::<String>(&mut *busy),
-    )
-    .await
-    .expect("the command did not hang past the bound");
-    let took = began.elapsed();
-    eprintln!("a command on a dead link failed after {took:?}");
-    assert!(answer.is_err(), "the command failed");
-    assert!(took <= BOUND, "failed after {took:?}, past {BOUND:?}");
-    drop(busy);
-    // The idle member: gone from the pool within the bound, never handed out.
-    loop {
-        if pool.utilization().free_count == 0 {
-            break;
-        }
-        assert!(
-            began.elapsed() < BOUND,
-            "the dead idle member is still free after {BOUND:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    eprintln!(
-        "an idle member on a dead link was found dead after {:?}",
-        began.elapsed()
-    );
-    if let Ok(conn) = pool.take_member(Duration::from_millis(500)).await {
-        assert_ne!(Member::id(&conn), idle_id, "the dead member was handed out");
-        panic!("a member was handed out while the link is down");
-    }
-    hole.set_down(false);
-    let back = Instant::now();
-    let mut conn = pool
-        .take_member(Duration::from_secs(30))
-        .await
-        .expect("a member once the link is back");
-    let _: String = redis::cmd("PING").query_async(&mut *conn).await.unwrap();
-    eprintln!("full again {:?} after the link came back", back.elapsed());
-    drop(conn);
-    pool.close(Shutdown::Immediate).await;
+    scenarios::busy_and_idle_across_a_dead_link(&pool, &hole, BOUND, async |conn| {
+        redis::cmd("PING")
+            .query_async::<String>(&mut **conn)
+            .await
+            .map(drop)
+    })
+    .await;
 }
 
 /// A close while the server is unreachable: graceful and immediate both end at once — a

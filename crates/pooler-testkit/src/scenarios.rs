@@ -252,7 +252,7 @@ mod links;
 mod restart;
 
 pub use links::{
-    UnderLoad, checked_across_a_dead_link, checked_config, defaults_across_a_dead_link,
-    query_across_a_dead_link, slow_link_under_load,
+    UnderLoad, busy_and_idle_across_a_dead_link, checked_across_a_dead_link, checked_config,
+    defaults_across_a_dead_link, query_across_a_dead_link, slow_link_under_load,
 };
 pub use restart::{Restarted, restarted_under_writers};

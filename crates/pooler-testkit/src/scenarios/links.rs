@@ -70,7 +70,7 @@ pub async fn defaults_across_a_dead_link<M: Manager>(
 /// backend's defaults promise (`TCP_USER_TIMEOUT`), not the kernel's ~15 minutes of
 /// retransmissions — and the member it ran on is not handed out again. `pool` has one member
 /// and reaches its server through `hole`; `query` is one round trip, `Ok` when answered.
-/// Returns how long the query took to fail. Closes the pool.
+/// Closes the pool.
 ///
 /// # Panics
 ///
@@ -84,18 +84,11 @@ pub async fn query_across_a_dead_link<M: Manager, E>(
     hole: &crate::blackhole::Blackhole,
     bound: Duration,
     query: impl AsyncFn(&mut Member<M>) -> Result<(), E>,
-) -> Duration {
+) {
     let mut member = pool.take_member(Duration::from_secs(5)).await.unwrap();
     assert!(query(&mut member).await.is_ok(), "alive before the fault");
     hole.set_down(true);
-    let began = Instant::now();
-    let answer = tokio::time::timeout(bound + Duration::from_secs(10), query(&mut member))
-        .await
-        .expect("the query did not hang past the bound");
-    let took = began.elapsed();
-    eprintln!("a query on a dead link failed after {took:?}");
-    assert!(answer.is_err(), "the query failed");
-    assert!(took <= bound, "failed after {took:?}, past {bound:?}");
+    fails_within(&mut member, bound, &query).await;
     drop(member);
     assert!(
         pool.take_member(Duration::from_millis(500)).await.is_err(),
@@ -103,7 +96,87 @@ pub async fn query_across_a_dead_link<M: Manager, E>(
     );
     hole.set_down(false);
     pool.close(Shutdown::Immediate).await;
-    took
+}
+
+/// As [`query_across_a_dead_link`], with a second member idle meanwhile, for a backend whose
+/// connections are read by a task of their own (the pool sees one end): the query on the
+/// busy member fails within `bound`, the idle member is found dead within `bound` and leaves
+/// the pool without being taken, neither is handed out while the link is down, and once it
+/// is back the pool serves a member that answers `query`. `pool` has two members. Closes
+/// the pool.
+///
+/// # Panics
+///
+/// When the query is answered or hangs past `bound`, the idle member is still free after
+/// `bound`, or a member is handed out while the link is down.
+///
+/// # Cancel safety
+///
+/// Not cancel safe: cancelled midway, the link may be left down.
+pub async fn busy_and_idle_across_a_dead_link<M: Manager, E>(
+    pool: &Pool<M>,
+    hole: &crate::blackhole::Blackhole,
+    bound: Duration,
+    query: impl AsyncFn(&mut Member<M>) -> Result<(), E>,
+) {
+    let mut busy = pool.take_member(Duration::from_secs(5)).await.unwrap();
+    let idle = {
+        let mut idle = pool.take_member(Duration::from_secs(5)).await.unwrap();
+        assert!(query(&mut idle).await.is_ok(), "alive before the fault");
+        Member::id(&idle)
+    };
+    assert!(query(&mut busy).await.is_ok(), "alive before the fault");
+    hole.set_down(true);
+    let began = Instant::now();
+    fails_within(&mut busy, bound, &query).await;
+    drop(busy);
+    while pool.utilization().free_count > 0 {
+        assert!(
+            began.elapsed() < bound,
+            "the dead idle member is still free after {bound:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    eprintln!(
+        "an idle member on a dead link was found dead after {:?}",
+        began.elapsed()
+    );
+    if let Ok(member) = pool.take_member(Duration::from_millis(500)).await {
+        assert_ne!(Member::id(&member), idle, "the dead member was handed out");
+        panic!("a member was handed out while the link is down");
+    }
+    hole.set_down(false);
+    let back = Instant::now();
+    let mut member = pool
+        .take_member(Duration::from_secs(30))
+        .await
+        .expect("a member once the link is back");
+    assert!(
+        query(&mut member).await.is_ok(),
+        "served once the link is back"
+    );
+    eprintln!(
+        "serving again {:?} after the link came back",
+        back.elapsed()
+    );
+    drop(member);
+    pool.close(Shutdown::Immediate).await;
+}
+
+/// `query` on `member`, over a link that is down: it fails, within `bound`.
+async fn fails_within<M: Manager, E>(
+    member: &mut Member<M>,
+    bound: Duration,
+    query: &impl AsyncFn(&mut Member<M>) -> Result<(), E>,
+) {
+    let began = Instant::now();
+    let answer = tokio::time::timeout(bound + Duration::from_secs(10), query(member))
+        .await
+        .expect("the query did not hang past the bound");
+    let took = began.elapsed();
+    eprintln!("a query on a dead link failed after {took:?}");
+    assert!(answer.is_err(), "the query failed");
+    assert!(took <= bound, "failed after {took:?}, past {bound:?}");
 }
 
 /// The fault both dead-link scenarios run: a member used, back on the free list, the link
