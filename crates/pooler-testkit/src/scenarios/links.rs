@@ -145,6 +145,16 @@ pub async fn busy_and_idle_across_a_dead_link<M: Manager, E>(
         assert_ne!(Member::id(&member), idle, "the dead member was handed out");
         panic!("a member was handed out while the link is down");
     }
+    served_once_back(pool, hole, async |member| query(member).await.is_ok()).await;
+    pool.close(Shutdown::Immediate).await;
+}
+
+/// The link back up: a take gets a member within 30 s, and it `works`; its id.
+async fn served_once_back<M: Manager>(
+    pool: &Pool<M>,
+    hole: &crate::blackhole::Blackhole,
+    works: impl AsyncFn(&mut Member<M>) -> bool,
+) -> u64 {
     hole.set_down(false);
     let back = Instant::now();
     let mut member = pool
@@ -152,15 +162,14 @@ pub async fn busy_and_idle_across_a_dead_link<M: Manager, E>(
         .await
         .expect("a member once the link is back");
     assert!(
-        query(&mut member).await.is_ok(),
-        "served once the link is back"
+        works(&mut member).await,
+        "a member works once the link is back"
     );
     eprintln!(
         "serving again {:?} after the link came back",
         back.elapsed()
     );
-    drop(member);
-    pool.close(Shutdown::Immediate).await;
+    Member::id(&member)
 }
 
 /// `query` on `member`, over a link that is down: it fails, within `bound`.
@@ -218,26 +227,8 @@ async fn across_a_dead_link<M: Manager>(
         );
     });
     eprintln!("a take over a dead link ended after {took:?}");
-    hole.set_down(false);
-    let back = Instant::now();
-    let mut member = pool
-        .take_member(Duration::from_secs(30))
-        .await
-        .expect("a member once the link is back");
-    assert_ne!(
-        Member::id(&member),
-        first,
-        "the member on the dead link came back"
-    );
-    assert!(
-        works(&mut member).await,
-        "a member works once the link is back"
-    );
-    eprintln!(
-        "serving again {:?} after the link came back",
-        back.elapsed()
-    );
-    drop(member);
+    let id = served_once_back(pool, hole, works).await;
+    assert_ne!(id, first, "the member on the dead link came back");
     hole.set_down(true);
     closes_within(pool, Shutdown::Graceful, Duration::from_secs(3)).await;
     hole.set_down(false);
