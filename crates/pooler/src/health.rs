@@ -24,10 +24,11 @@ pub(crate) enum Hook {
 }
 
 /// Runs `hook` on `member`, a member of `shared`'s pool, bounded by `member_start_timeout`
-/// and by `deadline` (a taker's, for an idle check at take). Passed, the member comes back for the caller to hand out or
-/// return; failed, panicked or timed out, it is failed (replaced); cut short by `deadline`,
-/// it is destroyed as crashed (it was cancelled mid-check); either way `None` comes back. A
-/// cancellation of this future drops the guard mid-use, which destroys the member too.
+/// and by `deadline` (a taker's, for an idle check at take). Passed, the member comes back
+/// for the caller to hand out or return; failed, panicked or timed out, it is failed
+/// (replaced); cut short by `deadline`, it is destroyed as crashed (it was cancelled
+/// mid-check); either way `None` comes back. A cancellation of this future drops the guard
+/// mid-use, which destroys the member too.
 pub(crate) async fn vet<M: Manager>(
     shared: &Shared<M>,
     mut member: Member<M>,

@@ -29,8 +29,8 @@ struct Ending {
 }
 
 impl<M: Manager> Shared<M> {
-    /// [`give_back`](Self::give_back), when a feature or the member's state needs more than the fast
-    /// path does.
+    /// [`give_back`](Self::give_back), when a feature or the member's state needs more than
+    /// the fast path does.
     #[cold]
     #[inline(never)]
     fn give_back_slow(&self, held: Held<M::Member>, end: Ending) {
@@ -172,8 +172,8 @@ impl<M: Manager> Shared<M> {
         }
     }
 
-    /// [`give_back`](Self::give_back) off its fast path: a member failed, crashed or dead, a hold
-    /// timed, or a feature that needs a look at it. Out of line (as the slow paths it calls
+    /// [`give_back`](Self::give_back) off its fast path: a member failed, crashed or dead, a
+    /// hold timed, or a feature that needs a look at it. Out of line (as the slow paths it calls
     /// are), so the fast path keeps a small frame: 12 instructions fewer per return.
     #[cold]
     #[inline(never)]
