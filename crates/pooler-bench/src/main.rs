@@ -14,6 +14,11 @@
 //! side by side and measures them in alternating 1 s runs, N pairs (20) per pool size, and
 //! prints the spread of the pairs' ratios (`--smoke`: one short pair). `pgbouncer-paired`
 //! does the same through a PgBouncer of its own in transaction mode (Debian's `pgbouncer`).
+//! `handoff-fixed pooler|deadpool N` does a fixed amount of contended work for counting
+//! instructions under callgrind: 256 tasks over a pool of 8 on one thread, each taking,
+//! yielding once and returning N times (every take after the first few queues and is
+//! handed its member by a return; two counts' difference over the takes between them is
+//! the cost of one queued take and its return).
 //! `driver-cost` compares a supervised member driver with a plain spawn; `driver-fixed
 //! plain|supervised` and `postgres-fixed pooler|pooler-nothing|deadpool [armed] [--tasks N]
 //! [--queries N]` do a fixed amount of work for counting instructions under callgrind
@@ -513,6 +518,16 @@ fn main() {
             .build()
             .expect("a runtime")
             .block_on(instructions::count(&rest));
+        return;
+    }
+    if mode == "handoff-fixed" {
+        let who = args.get(1).cloned().unwrap_or_default();
+        let rounds = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(0);
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("a runtime")
+            .block_on(suites::handoffs(&who, rounds));
         return;
     }
     if mode == "driver-cost" || mode == "driver-fixed" || mode == "postgres-fixed" {

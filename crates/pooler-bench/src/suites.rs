@@ -194,6 +194,40 @@ pub(crate) async fn fairness(name: &str, effort: Effort) -> Option<Vec<f64>> {
     })
 }
 
+/// `handoff-fixed`: 256 tasks over a pool of 8, each taking, yielding once and returning
+/// `rounds` times, so nearly every take queues and is served by a return.
+pub(crate) async fn handoffs(who: &str, rounds: usize) {
+    let mut tasks = Vec::new();
+    if who == "pooler" {
+        let pool = peers::pooler(8).await;
+        for _ in 0..256 {
+            let pool = pool.clone();
+            tasks.push(tokio::spawn(async move {
+                for _ in 0..rounds {
+                    let member = pool.take().await.expect("a member");
+                    tokio::task::yield_now().await;
+                    drop(member);
+                }
+            }));
+        }
+    } else {
+        let pool = peers::deadpool(8);
+        for _ in 0..256 {
+            let pool = pool.clone();
+            tasks.push(tokio::spawn(async move {
+                for _ in 0..rounds {
+                    let object = pool.get().await.expect("a member");
+                    tokio::task::yield_now().await;
+                    drop(object);
+                }
+            }));
+        }
+    }
+    for task in tasks {
+        task.await.expect("no panic");
+    }
+}
+
 pub(crate) fn percentile(sorted: &[f64], p: f64) -> f64 {
     sorted[((sorted.len() - 1) as f64 * p).round() as usize]
 }
