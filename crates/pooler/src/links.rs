@@ -80,10 +80,10 @@ impl Opening {
     /// None on a system other than Linux, or where the process may not duplicate its own
     /// descriptors.
     pub fn bound(self, bounds: &LinkBounds) -> usize {
-        sockets()
+        let new = sockets()
             .filter(|(_, inode)| !self.before.contains(inode))
-            .filter(|&(fd, _)| os::bound(fd, self.port, bounds))
-            .count()
+            .map(|(fd, _)| fd);
+        os::bound(new, self.port, bounds)
     }
 }
 
@@ -113,11 +113,14 @@ mod os {
 
     use super::LinkBounds;
 
-    /// Bounds descriptor `fd`'s socket if it is a TCP socket connected to `port` with no user
-    /// timeout of its own; whether it did.
-    pub(super) fn bound(fd: i32, port: u16, bounds: &LinkBounds) -> bool {
-        let bounded = || -> rustix::io::Result<bool> {
-            let me = pidfd_open(getpid(), PidfdFlags::empty())?;
+    /// Bounds each of descriptors `fds` whose socket is a TCP socket connected to `port` with
+    /// no user timeout of its own; how many it did. The process's own descriptor is opened
+    /// once for them all.
+    pub(super) fn bound(fds: impl Iterator<Item = i32>, port: u16, bounds: &LinkBounds) -> usize {
+        let Ok(me) = pidfd_open(getpid(), PidfdFlags::empty()) else {
+            return 0;
+        };
+        let bounded = |fd: i32| -> rustix::io::Result<bool> {
             let socket = pidfd_getfd(&me, fd, PidfdGetfdFlags::empty())?;
             let peer = rustix::net::getpeername(&socket)?
                 .and_then(|peer| std::net::SocketAddr::try_from(peer).ok());
@@ -134,7 +137,7 @@ mod os {
             }
             Ok(true)
         };
-        bounded().unwrap_or(false)
+        fds.filter(|&fd| bounded(fd).unwrap_or(false)).count()
     }
 }
 
@@ -142,8 +145,12 @@ mod os {
 mod os {
     use super::LinkBounds;
 
-    pub(super) fn bound(_fd: i32, _port: u16, _bounds: &LinkBounds) -> bool {
-        false
+    pub(super) fn bound(
+        _fds: impl Iterator<Item = i32>,
+        _port: u16,
+        _bounds: &LinkBounds,
+    ) -> usize {
+        0
     }
 }
 
