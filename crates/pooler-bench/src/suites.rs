@@ -208,6 +208,9 @@ async fn fairness_rounds<C: Contender>(
 
 /// `handoff-fixed`: 256 tasks over a pool of 8, each taking, yielding once and returning
 /// `rounds` times, so nearly every take queues and is served by a return.
+/// The two contenders' loops are written out: shared through a closure that builds each
+/// take, they measured 59 (pooler) and 43 (deadpool) instructions more per take, the
+/// closure's own clone of the pool.
 pub(crate) async fn handoffs(who: &str, rounds: usize) {
     let mut tasks = Vec::new();
     if who == "pooler" {
