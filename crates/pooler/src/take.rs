@@ -2,8 +2,9 @@
 //! found, a member to check first, a place in the queue, a refusal, or an unusable member
 //! replaced and another attempt — that owns the caller's location, the deadline and the
 //! instant the wait began. The first attempt runs inline on the first poll, so a take that
-//! finds a member builds no waiting future; one that must wait or check goes on in a boxed
-//! state machine.
+//! finds a member builds no waiting future; one that queues with nothing else to watch waits
+//! in place; one that must check, or watch a near deadline, shedding or admission's bound,
+//! goes on in a boxed state machine.
 //!
 //! Each take runs in a `pooler.take` span at debug level (docs/design.md, "Tracing"), a child
 //! of the caller's span: the pool, the outcome (`at_once`, `waited`, or the error's reason),
@@ -26,13 +27,14 @@ use crate::clock::{TICK, TIMER_HORIZON};
 use crate::error::TakeError;
 use crate::features::Features;
 use crate::health::{Hook, vet};
+use crate::held::Held;
 use crate::hot::{Found, Polled, wait};
 use crate::leak::Caller;
 use crate::manager::Manager;
 use crate::member::{Member, Origin};
 use crate::shared::Shared;
 use crate::time::MAX_TIME;
-use crate::waiters::NO_END;
+use crate::waiters::{NO_END, WaitKey};
 
 /// [`TIMER_HORIZON`] and a tick (the coarse time's lag), in clock-stamp nanoseconds: a
 /// queued take arms its own timer only for a deadline this near the coarse time.
@@ -52,7 +54,20 @@ pub(crate) struct Take<'a, M: Manager> {
     /// The timeout is zero: the take never waits. Decided where the take is made, where a
     /// constant timeout folds it away.
     at_once: bool,
-    waits: Option<Waits<'a, M>>,
+    stage: Stage<'a, M>,
+}
+
+/// Where a take that its first poll did not decide goes on. An explicit tag: the first
+/// poll's check is then one byte compared, not a niche decoded.
+#[repr(u8)]
+enum Stage<'a, M: Manager> {
+    /// Not polled yet (or done: a take polled again after it completed takes anew).
+    First,
+    /// Waiting in the queue with nothing else to watch, in the take itself ([`Queued`]).
+    Queued(Queued<'a, M>),
+    /// Anything else — a check, a timer of its own, shedding, admission's bound on the wait,
+    /// a span: the whole state machine ([`within`]), boxed.
+    Within(Waits<'a, M>),
 }
 
 impl<'a, M: Manager> Take<'a, M> {
@@ -68,7 +83,7 @@ impl<'a, M: Manager> Take<'a, M> {
             caller,
             timeout,
             at_once: timeout.is_some_and(|t| t.is_zero()),
-            waits: None,
+            stage: Stage::First,
         }
     }
 }
@@ -79,8 +94,10 @@ impl<M: Manager> Future for Take<'_, M> {
     #[inline]
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.get_mut();
-        if let Some(waits) = &mut this.waits {
-            return waits.as_mut().poll(cx);
+        match &mut this.stage {
+            Stage::First => {}
+            Stage::Queued(_) => return this.poll_queued(cx),
+            Stage::Within(waits) => return waits.as_mut().poll(cx),
         }
         let (shared, caller, timeout) = (this.shared, this.caller, this.timeout);
         if this.at_once {
@@ -102,11 +119,153 @@ impl<M: Manager> Future for Take<'_, M> {
                     shared.note_taken(&member, caller);
                     return Poll::Ready(Ok(member));
                 }
+                Err(Attempt::Queued(key, grew)) => return this.queue(cx, key, grew),
                 Err(attempt) => attempt,
             };
-            Box::pin(within(shared, caller, timeout, attempt))
+            Box::pin(within(shared, caller, timeout, attempt, None, false))
         };
-        this.waits.insert(waits).as_mut().poll(cx)
+        this.go_on(cx, waits)
+    }
+}
+
+impl<'a, M: Manager> Take<'a, M> {
+    /// The take's first attempt queued it at `key`: it waits in place when it has nothing
+    /// to watch but its slot (no admission, no shedding, and a deadline, if any, past the
+    /// timer horizon, left to the housekeeping tick), else in [`within`]. A wait in place
+    /// allocates nothing and copies no state machine into a box (docs/design.md, "Taking").
+    #[inline(never)]
+    fn queue(
+        &mut self,
+        cx: &mut Context<'_>,
+        key: WaitKey,
+        grew: bool,
+    ) -> Poll<Result<Member<M>, TakeError>> {
+        let shared = self.shared;
+        let timeout = bounded(self.timeout);
+        // Read when something needs it, as `within` reads it.
+        let started = (timeout.is_some() || shared.metrics.wait_live()).then(|| shared.clock.now());
+        let until = match (timeout, started) {
+            (Some(t), Some(s)) => s
+                .checked_add(t)
+                .map(|end| shared.clock.stamp(end))
+                .filter(|at| *at > shared.clock.coarse().saturating_add(HORIZON_AND_LAG)),
+            _ => Some(NO_END),
+        };
+        let in_place = shared.features.flags() & Features::ADMIT == 0 && !shared.shedder.is_on();
+        match until.filter(|_| in_place) {
+            Some(until) => {
+                let waiting = Waiting {
+                    shared,
+                    key,
+                    until,
+                    done: false,
+                };
+                self.stage = Stage::Queued(Queued { waiting, started });
+                self.poll_queued(cx)
+            }
+            None => {
+                let attempt = Attempt::Queued(key, grew);
+                let waits = within(shared, self.caller, self.timeout, attempt, started, false);
+                self.go_on(cx, Box::pin(waits))
+            }
+        }
+    }
+
+    /// Polls a take waiting in place; goes on in [`within`] from what its turn brought
+    /// when that is not a member to hand out, or when the rules its wait was bounded by
+    /// changed (the queue says `Rearm`).
+    fn poll_queued(&mut self, cx: &mut Context<'_>) -> Poll<Result<Member<M>, TakeError>> {
+        let Stage::Queued(queued) = &mut self.stage else {
+            return Poll::Pending;
+        };
+        let shared = self.shared;
+        let started = queued.started;
+        let (attempt, rearmed) = match std::task::ready!(Pin::new(&mut queued.waiting).poll(cx)) {
+            Polled::Rearm => {
+                // Its place goes on to `within`, which bounds the wait anew.
+                queued.waiting.done = true;
+                (Attempt::Queued(queued.waiting.key, false), true)
+            }
+            Polled::Served(outcome) => match served(shared, outcome, started) {
+                Ok(Attempt::Member(member)) => {
+                    self.stage = Stage::First;
+                    return Poll::Ready(Ok(handed(shared, member, self.caller, started)));
+                }
+                Ok(attempt) => (attempt, false),
+                Err((e, _)) => {
+                    self.stage = Stage::First;
+                    return Poll::Ready(Err(e));
+                }
+            },
+        };
+        let waits = within(shared, self.caller, self.timeout, attempt, started, rearmed);
+        self.go_on(cx, Box::pin(waits))
+    }
+
+    /// The rest of the take in `waits`, polled now.
+    fn go_on(
+        &mut self,
+        cx: &mut Context<'_>,
+        waits: Waits<'a, M>,
+    ) -> Poll<Result<Member<M>, TakeError>> {
+        self.stage = Stage::Within(waits);
+        match &mut self.stage {
+            Stage::Within(waits) => waits.as_mut().poll(cx),
+            Stage::First | Stage::Queued(_) => Poll::Pending,
+        }
+    }
+}
+
+/// A take waiting in the queue in place ([`Stage::Queued`]): its place, and when its wait
+/// began if something needs that (a deadline, the wait histogram).
+struct Queued<'a, M: Manager> {
+    waiting: Waiting<'a, M>,
+    started: Option<Instant>,
+}
+
+/// A member handed to its taker after a wait that began at `started` (if it was read).
+#[inline]
+fn handed<M: Manager>(
+    shared: &Shared<M>,
+    member: Member<M>,
+    caller: Caller,
+    started: Option<Instant>,
+) -> Member<M> {
+    if let Some(s) = started {
+        shared.metrics.waited(s);
+    }
+    shared.note_taken(&member, caller);
+    member
+}
+
+/// What a take that the queue served (`served`: a member or a refusal) goes on with, its
+/// wait begun at `started` (if read). With shedding on, the wait, however it ended, is the
+/// shedder's to see, and a member served too late the shedder's to refuse: the member then
+/// goes on to the next waiter, returned as the pool's own (no user had it, and its return
+/// measures nothing), and the refusal comes with the wait.
+fn served<M: Manager>(
+    shared: &Arc<Shared<M>>,
+    served: Result<Held<M::Member>, TakeError>,
+    started: Option<Instant>,
+) -> Result<Attempt<M>, (TakeError, Option<Duration>)> {
+    let shedding = started.filter(|_| shared.shedder.is_on());
+    if let Some(s) = shedding {
+        shared.shedder.waited(s);
+    }
+    let stale = |s: Instant| {
+        let now = Instant::now();
+        shared.shedder.stale(now - s, now)
+    };
+    let held = served.map_err(|e| (e, None))?;
+    match shedding.and_then(stale) {
+        Some((target, waited)) => {
+            if let Attempt::Member(mut m) | Attempt::Check(mut m) = shared.collected(held) {
+                m.set_origin(Origin::Checked);
+                drop(m);
+            }
+            Err((shared.stale_error(target, waited), Some(waited)))
+        }
+        None => Ok(shared.collected(held)),
     }
 }
 
@@ -130,7 +289,7 @@ fn begin_traced<'a, M: Manager>(
         }
         Err(attempt) => {
             drop(entered);
-            let waits = within(shared, caller, timeout, attempt);
+            let waits = within(shared, caller, timeout, attempt, None, false);
             Err(Box::pin(waits.instrument(span)))
         }
     }
@@ -256,9 +415,11 @@ fn at_once_slow<M: Manager>(
 /// How a take that waited or checked ended, and how long it waited (for its span).
 type Taken<M> = Result<(Member<M>, Option<Duration>), (TakeError, Option<Duration>)>;
 
-/// The rest of a take from its first `attempt`, until `timeout` after its first attempt
-/// that queued or had to check its member (`None`: with no deadline). The deadline bounds an
-/// idle check too.
+/// The rest of a take from `attempt`, until `timeout` after its first attempt that queued
+/// or had to check its member (`None`: with no deadline). The deadline bounds an idle check
+/// too. `started`: when the take's wait began, if a wait in place ([`Take::queue`]) read it;
+/// `resumed`: `attempt` is that wait's place, handed on because the rules it was bounded by
+/// changed.
 ///
 /// One `async` block, not a function awaiting another: the future is boxed when a take
 /// queues, and an `async fn` keeps its arguments twice (as captured and as locals), as does
@@ -273,15 +434,14 @@ fn within<'a, M: Manager>(
     caller: Caller,
     timeout: Option<Duration>,
     mut attempt: Attempt<M>,
+    mut started: Option<Instant>,
+    mut resumed: bool,
 ) -> impl Future<Output = Result<Member<M>, TakeError>> + Send + 'a {
     let timeout = bounded(timeout);
     async move {
         // How the take ended, and how long it waited (from its first attempt that queued
         // or checked), for the take's span (none with no subscriber).
         let taken: Taken<M> = 'taken: {
-            // The instant of the first attempt that queued or checked: the wait and the deadline
-            // count from there.
-            let mut started: Option<Instant> = None;
             let traced = traced();
             let waited = |started: Option<Instant>| started.filter(|_| traced).map(|s| s.elapsed());
             let admits = shared.features.flags() & Features::ADMIT != 0;
@@ -297,10 +457,7 @@ fn within<'a, M: Manager>(
             loop {
                 attempt = match attempt {
                     Attempt::Member(member) => {
-                        if let Some(s) = started {
-                            shared.metrics.waited(s);
-                        }
-                        shared.note_taken(&member, caller);
+                        let member = handed(shared, member, caller, started);
                         break 'taken Ok((member, waited(started)));
                     }
                     Attempt::Failed(e) => break 'taken Err((e, waited(started))),
@@ -322,12 +479,20 @@ fn within<'a, M: Manager>(
                                 span.record("grew", true);
                             }
                         }
-                        if started.is_none() && clocked {
+                        // Bounded anew when a reconfigure turns admission on or off, or moves its
+                        // queue target, while the take waits (the queue then says `Rearm`): as
+                        // for a take that waited in place until then (`resumed`), which read the
+                        // clock when it queued if anything then needed it.
+                        let mut rearmed = std::mem::take(&mut resumed);
+                        if started.is_none() && clocked && !rearmed {
                             started = Some(shared.clock.now());
                         }
                         // An overloaded pool (`queue_target`) sheds the take instead of queueing
-                        // it; a member handed over in that instant is taken all the same.
-                        if let Some((target, delay)) = started.and_then(|s| shared.shedder.shed(s))
+                        // it (a take already waiting is not queued anew); a member handed over in
+                        // that instant is taken all the same.
+                        if let Some((target, delay)) = started
+                            .filter(|_| !rearmed)
+                            .and_then(|s| shared.shedder.shed(s))
                         {
                             match shared.hot.leave(key) {
                                 None => break 'taken Err((shared.shed_error(target, delay), None)),
@@ -344,9 +509,6 @@ fn within<'a, M: Manager>(
                             until: NO_END,
                             done: false,
                         };
-                        // Bounded anew when a reconfigure turns admission on or off, or moves its
-                        // queue target, while the take waits (the queue then says `Rearm`).
-                        let mut rearmed = false;
                         let served = loop {
                             // With admission on (a queue target is then in force), a take waits
                             // twice it at most, and no longer than half its own budget once it has
@@ -421,36 +583,9 @@ fn within<'a, M: Manager>(
                                 Polled::Rearm => rearmed = true,
                             }
                         };
-                        // With shedding on (the wait's beginning was read then), the wait is the
-                        // shedder's to see, and a member served to it the shedder's to judge.
-                        let shedding = started.filter(|_| shared.shedder.is_on());
-                        if let Some(s) = shedding {
-                            shared.shedder.waited(s);
-                        }
-                        let stale = |s: Instant| {
-                            let now = Instant::now();
-                            shared.shedder.stale(now - s, now)
-                        };
-                        match served {
-                            Ok(held) => match shedding.and_then(stale) {
-                                // Its turn came too late: the member goes on to the next waiter,
-                                // returned as the pool's own (no user had it: its return is no
-                                // user's, and measures nothing).
-                                Some((target, waited)) => {
-                                    if let Attempt::Member(mut m) | Attempt::Check(mut m) =
-                                        shared.collected(held)
-                                    {
-                                        m.set_origin(Origin::Checked);
-                                        drop(m);
-                                    }
-                                    break 'taken Err((
-                                        shared.stale_error(target, waited),
-                                        Some(waited),
-                                    ));
-                                }
-                                None => shared.collected(held),
-                            },
-                            Err(e) => break 'taken Err((e, waited(started))),
+                        match self::served(shared, served, started) {
+                            Ok(attempt) => attempt,
+                            Err((e, w)) => break 'taken Err((e, w.or_else(|| waited(started)))),
                         }
                     }
                 };
@@ -507,5 +642,24 @@ fn record<M: Manager>(taken: &Taken<M>) {
             "waited_us",
             u64::try_from(waited.as_micros()).unwrap_or(u64::MAX),
         );
+    }
+}
+
+#[cfg(all(test, not(pooler_loom)))]
+mod tests {
+    /// What a take's future weighs in its caller's: with its place in the queue kept in place
+    /// (docs/design.md, "Taking"), and nothing of the boxed loop.
+    #[test]
+    fn a_take_is_small() {
+        struct Numbers;
+        impl crate::Manager for Numbers {
+            type Member = u64;
+            type Error = std::io::Error;
+            async fn start(&self, ctx: &crate::MemberContext) -> Result<u64, Self::Error> {
+                Ok(ctx.member_id())
+            }
+        }
+        let size = std::mem::size_of::<super::Take<'static, Numbers>>();
+        assert!(size <= 104, "{size} bytes");
     }
 }

@@ -411,3 +411,33 @@ async fn an_overloaded_pool_refuses_a_take_whose_turn_came_too_late() {
     assert_eq!(pool.utilization().free_count, 1);
     drop(pool.try_take_member().unwrap());
 }
+
+/// Shedding refuses a take instead of queueing it, never one already waiting: a take that
+/// queued before shedding was turned on, and is told near its deadline to arm a timer of
+/// its own, waits out its deadline even while the pool is overloaded.
+#[tokio::test(start_paused = true)]
+async fn shedding_turned_on_never_sheds_a_take_already_waiting() {
+    let plain = PoolConfig::new("shed-later", 1, 1);
+    let (pool, _probe) = pool_with(plain.clone(), Fake::default()).await;
+    let held = pool.try_take_member().unwrap();
+    let asked = tokio::time::Instant::now();
+    let waiting = spawn_take(&pool, ms(1500));
+    settle().await;
+    let shedding = plain
+        .to_builder()
+        .queue_target(ms(50))
+        .queue_interval(Duration::from_secs(1))
+        .build()
+        .unwrap();
+    pool.reconfigure(shedding).unwrap();
+    // A wait of 200 ms in this interval: above the target, so the next one sheds.
+    let timed_out = pool.take_member(ms(200)).await.map(drop).unwrap_err();
+    assert_eq!(timed_out.reason(), "timeout");
+    advance(ms(900)).await;
+    let shed = pool.take_member(ms(100)).await.map(drop).unwrap_err();
+    assert_eq!(shed.reason(), "shed", "{shed}");
+    let e = waiting.await.unwrap().map(drop).unwrap_err();
+    assert!(matches!(e, TakeError::Timeout { .. }), "{e}");
+    assert_eq!(asked.elapsed(), ms(1500), "refused at its deadline");
+    drop(held);
+}
