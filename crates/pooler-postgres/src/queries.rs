@@ -17,6 +17,7 @@
 //! prepared; a named statement run on its own could reach another server connection) — and
 //! kept in the connection's statement cache. A query without parameters needs no description.
 
+use std::future::Future;
 use std::sync::{Arc, LazyLock};
 
 use tokio_postgres::types::{BorrowToSql, ToSql, Type};
@@ -237,13 +238,24 @@ impl On<'_> {
             })
             .await
     }
+}
 
-    pub(crate) async fn batch_execute(&self, query: &str) -> Result<(), Error> {
-        self.seen.settling(self.client.batch_execute(query)).await
+/// The simple protocol's two statements: plain functions handing back the settling future
+/// itself, not `async fn`s wrapping it in a state machine of their own (each layer copies the
+/// future it awaits into its own: docs/design.md, "Real backends").
+impl<'a> On<'a> {
+    pub(crate) fn batch_execute(
+        self,
+        query: &'a str,
+    ) -> impl Future<Output = Result<(), Error>> + Send + 'a {
+        self.seen.settling(self.client.batch_execute(query))
     }
 
-    pub(crate) async fn simple_query(&self, query: &str) -> Result<Vec<SimpleQueryMessage>, Error> {
-        self.seen.settling(self.client.simple_query(query)).await
+    pub(crate) fn simple_query(
+        self,
+        query: &'a str,
+    ) -> impl Future<Output = Result<Vec<SimpleQueryMessage>, Error>> + Send + 'a {
+        self.seen.settling(self.client.simple_query(query))
     }
 }
 
