@@ -147,7 +147,7 @@ impl PgConnection {
             ..
         } = &mut *self.parts;
         Ok(PgTransaction {
-            inner: seen.settling(client.transaction()).await?,
+            inner: seen.settling(|| client.transaction()).await?,
             statements,
             seen,
         })
@@ -352,7 +352,7 @@ impl<'a> PgTransaction<'a> {
     /// As `Transaction::commit`: dropped, the transaction is rolled back unless the `COMMIT`
     /// was already on its way.
     pub async fn commit(self) -> Result<(), tokio_postgres::Error> {
-        self.seen.settling(self.inner.commit()).await
+        self.seen.settling(|| self.inner.commit()).await
     }
 
     /// Rolls the transaction back.
@@ -365,7 +365,7 @@ impl<'a> PgTransaction<'a> {
     ///
     /// Cancel safe: dropped, the transaction is rolled back all the same.
     pub async fn rollback(self) -> Result<(), tokio_postgres::Error> {
-        self.seen.settling(self.inner.rollback()).await
+        self.seen.settling(|| self.inner.rollback()).await
     }
 
     /// What this transaction's statements run on (the statement methods, `queries.rs`): its

@@ -80,7 +80,7 @@ struct On<'a> {
 macro_rules! named_or_unnamed {
     ($on:ident, $statement:ident, $params:ident, $named:ident, $typed:ident) => {
         $on.seen
-            .settling(async {
+            .settling(|| async {
                 match $on.unnamed($statement, $params.len()).await? {
                     None => $on.client.$named($statement, $params).await,
                     Some(types) => {
@@ -216,7 +216,7 @@ impl On<'_> {
         I::IntoIter: ExactSizeIterator,
     {
         self.seen
-            .settling(async {
+            .settling(|| async {
                 let params = params.into_iter();
                 match self.unnamed(statement, params.len()).await? {
                     None => self.client.execute_raw(statement, params).await,
@@ -248,14 +248,14 @@ impl<'a> On<'a> {
         self,
         query: &'a str,
     ) -> impl Future<Output = Result<(), Error>> + Send + 'a {
-        self.seen.settling(self.client.batch_execute(query))
+        self.seen.settling(|| self.client.batch_execute(query))
     }
 
     pub(crate) fn simple_query(
         self,
         query: &'a str,
     ) -> impl Future<Output = Result<Vec<SimpleQueryMessage>, Error>> + Send + 'a {
-        self.seen.settling(self.client.simple_query(query))
+        self.seen.settling(|| self.client.simple_query(query))
     }
 }
 

@@ -180,7 +180,12 @@ impl Seen {
     /// driver to run once more (the statement's future ends at its CommandComplete and frees
     /// its answer's channel, which wakes the driver) and for what the driver may still hold,
     /// at most a ReadyForQuery in its buffer.
-    pub(crate) async fn settling<R>(&self, statement: impl Future<Output = R>) -> R {
+    ///
+    /// The statement comes as the function that makes its future, called where it is
+    /// awaited: the future is built in place there, not built by the caller and copied into
+    /// this one's state and again into its await (two copies of a few hundred bytes a
+    /// statement; docs/design.md, "Real backends").
+    pub(crate) async fn settling<F: Future>(&self, statement: impl FnOnce() -> F) -> F::Output {
         struct UnderWay<'a>(&'a AtomicUsize);
         impl Drop for UnderWay<'_> {
             fn drop(&mut self) {
@@ -189,7 +194,7 @@ impl Seen {
         }
         self.statements.fetch_add(1, Ordering::AcqRel);
         let under_way = UnderWay(&self.statements);
-        let done = statement.await;
+        let done = statement().await;
         // Another statement under way keeps its request outstanding: waiting for it would
         // hold this one's result back for as long as that one runs.
         if self.statements.load(Ordering::Acquire) == 1 && self.status() == TxStatus::Unsettled {
