@@ -90,6 +90,9 @@ impl<S> Watched<S> {
         self.writing.feed(bytes, &mut self.untyped, &mut writer);
     }
 
+    /// Out of line: most reads find nothing yet (the driver polls until one does), and
+    /// `poll_read`'s frame stays small for them without the framing inlined into it.
+    #[inline(never)]
     pub(super) fn read(&mut self, mut bytes: &[u8]) {
         if self.off {
             return;
