@@ -90,7 +90,10 @@ impl<M: Manager> Future for Take<'_, M> {
         let this = self.get_mut();
         match &mut this.stage {
             Stage::First => {}
-            Stage::Queued(_) => return this.poll_queued(cx),
+            Stage::Queued(queued) => {
+                let next = std::task::ready!(queued.poll(cx, this.shared, this.caller));
+                return this.after_queued(cx, next);
+            }
             Stage::Within(waits) => return waits.as_mut().poll(cx),
         }
         let (shared, caller, timeout) = (this.shared, this.caller, this.timeout);
@@ -154,8 +157,14 @@ impl<'a, M: Manager> Take<'a, M> {
                     until,
                     done: false,
                 };
-                self.stage = Stage::Queued(Queued { waiting, started });
-                self.poll_queued(cx)
+                let mut queued = Queued { waiting, started };
+                match queued.poll(cx, shared, self.caller) {
+                    Poll::Pending => {
+                        self.stage = Stage::Queued(queued);
+                        Poll::Pending
+                    }
+                    Poll::Ready(next) => self.after_queued(cx, next),
+                }
             }
             None => {
                 let attempt = Attempt::Queued(key, grew);
@@ -165,49 +174,65 @@ impl<'a, M: Manager> Take<'a, M> {
         }
     }
 
-    /// Polls a take waiting in place; goes on in [`within`] from what its turn brought
-    /// when that is not a member to hand out, or when the rules its wait was bounded by
-    /// changed (the queue says `Rearm`).
-    fn poll_queued(&mut self, cx: &mut Context<'_>) -> Poll<Result<Member<M>, TakeError>> {
-        let Stage::Queued(queued) = &mut self.stage else {
-            return Poll::Pending;
-        };
-        let shared = self.shared;
-        let started = queued.started;
-        let (attempt, rearmed) = match std::task::ready!(Pin::new(&mut queued.waiting).poll(cx)) {
-            Polled::Rearm => {
-                // Its place goes on to `within`, which bounds the wait anew.
-                queued.waiting.done = true;
-                (Attempt::Queued(queued.waiting.key, false), true)
+    /// A take that waited in place: done, or on in [`within`] from what its turn brought when
+    /// that is not a member to hand out, or when the rules its wait was bounded by changed
+    /// (the queue said `Rearm`).
+    #[inline(always)]
+    fn after_queued(
+        &mut self,
+        cx: &mut Context<'_>,
+        next: AfterQueued<M>,
+    ) -> Poll<Result<Member<M>, TakeError>> {
+        match next {
+            AfterQueued::Done(taken) => {
+                self.stage = Stage::First;
+                Poll::Ready(taken)
             }
-            Polled::Served(outcome) => match served(shared, outcome, started) {
-                Ok(Attempt::Member(member)) => {
-                    self.stage = Stage::First;
-                    return Poll::Ready(Ok(handed(shared, member, self.caller, started)));
-                }
-                Ok(attempt) => (attempt, false),
-                Err((e, _)) => {
-                    self.stage = Stage::First;
-                    return Poll::Ready(Err(e));
-                }
-            },
-        };
-        let waits = within(shared, self.caller, self.timeout, attempt, started, rearmed);
-        self.go_on(cx, Box::pin(waits))
+            AfterQueued::GoOn {
+                attempt,
+                started,
+                rearmed,
+            } => {
+                let waits = within(
+                    self.shared,
+                    self.caller,
+                    self.timeout,
+                    attempt,
+                    started,
+                    rearmed,
+                );
+                self.go_on(cx, Box::pin(waits))
+            }
+        }
     }
 
-    /// The rest of the take in `waits`, polled now.
+    /// The rest of the take in `waits`, polled now and kept if it is not done.
     fn go_on(
         &mut self,
         cx: &mut Context<'_>,
-        waits: Waits<'a, M>,
+        mut waits: Waits<'a, M>,
     ) -> Poll<Result<Member<M>, TakeError>> {
-        self.stage = Stage::Within(waits);
-        match &mut self.stage {
-            Stage::Within(waits) => waits.as_mut().poll(cx),
-            Stage::First | Stage::Queued(_) => Poll::Pending,
-        }
+        let polled = waits.as_mut().poll(cx);
+        self.stage = if polled.is_pending() {
+            Stage::Within(waits)
+        } else {
+            Stage::First
+        };
+        polled
     }
+}
+
+/// How a wait in place ended.
+enum AfterQueued<M: Manager> {
+    /// The take's outcome.
+    Done(Result<Member<M>, TakeError>),
+    /// The take goes on in [`within`] from `attempt` (its wait began at `started`, if read;
+    /// `rearmed`: `attempt` is its place, its rules changed).
+    GoOn {
+        attempt: Attempt<M>,
+        started: Option<Instant>,
+        rearmed: bool,
+    },
 }
 
 /// A take waiting in the queue in place ([`Stage::Queued`]): its place, and when its wait
@@ -215,6 +240,43 @@ impl<'a, M: Manager> Take<'a, M> {
 struct Queued<'a, M: Manager> {
     waiting: Waiting<'a, M>,
     started: Option<Instant>,
+}
+
+impl<M: Manager> Queued<'_, M> {
+    /// Looks at the take's place: still waiting, or how the wait ended.
+    #[inline(always)]
+    fn poll(
+        &mut self,
+        cx: &mut Context<'_>,
+        shared: &Arc<Shared<M>>,
+        caller: Caller,
+    ) -> Poll<AfterQueued<M>> {
+        let started = self.started;
+        Poll::Ready(
+            match std::task::ready!(Pin::new(&mut self.waiting).poll(cx)) {
+                Polled::Rearm => {
+                    // Its place goes on to `within`, which bounds the wait anew.
+                    self.waiting.done = true;
+                    AfterQueued::GoOn {
+                        attempt: Attempt::Queued(self.waiting.key, false),
+                        started,
+                        rearmed: true,
+                    }
+                }
+                Polled::Served(outcome) => match served(shared, outcome, started) {
+                    Ok(Attempt::Member(member)) => {
+                        AfterQueued::Done(Ok(handed(shared, member, caller, started)))
+                    }
+                    Ok(attempt) => AfterQueued::GoOn {
+                        attempt,
+                        started,
+                        rearmed: false,
+                    },
+                    Err((e, _)) => AfterQueued::Done(Err(e)),
+                },
+            },
+        )
+    }
 }
 
 /// A take's first poll when a subscriber may listen: the same first attempt ([`first`]), in
