@@ -55,7 +55,7 @@ pub(crate) struct Take<'a, M: Manager> {
 /// poll's check is then one byte compared, not a niche decoded.
 #[repr(u8)]
 enum Stage<'a, M: Manager> {
-    /// Not polled yet (or done: a take polled again after it completed takes anew).
+    /// Not polled yet, or done (a take polled again after it completed takes anew).
     First,
     /// Waiting in the queue with nothing else to watch, in the take itself ([`Queued`]).
     Queued(Queued<'a, M>),
@@ -94,7 +94,13 @@ impl<M: Manager> Future for Take<'_, M> {
                 let next = std::task::ready!(queued.poll(cx, this.shared, this.caller));
                 return this.after_queued(cx, next);
             }
-            Stage::Within(waits) => return waits.as_mut().poll(cx),
+            Stage::Within(waits) => {
+                let polled = waits.as_mut().poll(cx);
+                if polled.is_ready() {
+                    this.stage = Stage::First;
+                }
+                return polled;
+            }
         }
         let (shared, caller, timeout) = (this.shared, this.caller, this.timeout);
         if this.at_once {
