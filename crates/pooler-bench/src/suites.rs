@@ -102,20 +102,29 @@ async fn grid_run<C: Contender>(
             })
         })
         .collect();
-    let aborts: Vec<_> = handles
+    joined(handles, hang).await?;
+    Some(start.elapsed())
+}
+
+/// What `tasks` returned, once all are done (a task that panicked returns nothing); `None`,
+/// every task aborted, if they are not all done within `hang`.
+async fn joined<T>(tasks: Vec<tokio::task::JoinHandle<T>>, hang: Duration) -> Option<Vec<T>> {
+    let aborts: Vec<_> = tasks
         .iter()
         .map(tokio::task::JoinHandle::abort_handle)
         .collect();
     let all = async {
-        for h in handles {
-            let _ = h.await;
+        let mut done = Vec::with_capacity(tasks.len());
+        for task in tasks {
+            done.extend(task.await.ok());
         }
+        done
     };
-    if tokio::time::timeout(hang, all).await.is_err() {
+    let done = tokio::time::timeout(hang, all).await;
+    if done.is_err() {
         aborts.iter().for_each(tokio::task::AbortHandle::abort);
-        return None;
     }
-    Some(start.elapsed())
+    done.ok()
 }
 
 /// One grid cell: median microseconds per run, `None` if a run hung.
@@ -183,27 +192,9 @@ async fn fairness_rounds<C: Contender>(
             })
         })
         .collect();
-    let aborts: Vec<_> = handles
-        .iter()
-        .map(tokio::task::JoinHandle::abort_handle)
-        .collect();
-    let all = async {
-        let mut lat = Vec::new();
-        for h in handles {
-            lat.extend(h.await.unwrap_or_default());
-        }
-        lat
-    };
-    match tokio::time::timeout(hang * 3, all).await {
-        Ok(mut lat) => {
-            lat.sort_by(f64::total_cmp);
-            Some(lat)
-        }
-        Err(_) => {
-            aborts.iter().for_each(tokio::task::AbortHandle::abort);
-            None
-        }
-    }
+    let mut lat: Vec<f64> = joined(handles, hang * 3).await?.concat();
+    lat.sort_by(f64::total_cmp);
+    Some(lat)
 }
 
 /// `handoff-fixed`: 256 tasks over a pool of 8, each taking, yielding once and returning
