@@ -60,7 +60,7 @@ enum Stage<'a, M: Manager> {
     /// Waiting in the queue with nothing else to watch, in the take itself ([`Queued`]).
     Queued(Queued<'a, M>),
     /// Anything else — a check, a timer of its own, shedding, admission's bound on the wait,
-    /// a span: the whole state machine ([`within`]), boxed.
+    /// a span: the whole state machine ([`within()`]), boxed.
     Within(Waits<'a, M>),
 }
 
@@ -134,7 +134,7 @@ impl<M: Manager> Future for Take<'_, M> {
 impl<'a, M: Manager> Take<'a, M> {
     /// The take's first attempt queued it at `key`: it waits in place when it has nothing
     /// to watch but its slot (no admission, no shedding, and a deadline, if any, past the
-    /// timer horizon, left to the housekeeping tick), else in [`within`]. A wait in place
+    /// timer horizon, left to the housekeeping tick), else in [`within()`]. A wait in place
     /// allocates nothing and copies no state machine into a box (docs/design.md, "Taking").
     #[inline(never)]
     fn queue(
@@ -180,7 +180,7 @@ impl<'a, M: Manager> Take<'a, M> {
         }
     }
 
-    /// A take that waited in place: done, or on in [`within`] from what its turn brought when
+    /// A take that waited in place: done, or on in [`within()`] from what its turn brought when
     /// that is not a member to hand out, or when the rules its wait was bounded by changed
     /// (the queue said `Rearm`).
     #[inline(always)]
@@ -232,7 +232,7 @@ impl<'a, M: Manager> Take<'a, M> {
 enum AfterQueued<M: Manager> {
     /// The take's outcome.
     Done(Result<Member<M>, TakeError>),
-    /// The take goes on in [`within`] from `attempt` (its wait began at `started`, if read;
+    /// The take goes on in [`within()`] from `attempt` (its wait began at `started`, if read;
     /// `rearmed`: `attempt` is its place, its rules changed).
     GoOn {
         attempt: Attempt<M>,

@@ -95,9 +95,9 @@ type Taken<M> = Result<(Member<M>, Option<Duration>), (TakeError, Option<Duratio
 
 /// The rest of a take from `attempt`, until `timeout` after its first attempt that queued
 /// or had to check its member (`None`: with no deadline). The deadline bounds an idle check
-/// too. `started`: when the take's wait began, if a wait in place ([`Take::queue`]) read it;
-/// `resumed`: `attempt` is that wait's place, handed on because the rules it was bounded by
-/// changed.
+/// too. `started`: when the take's wait began, if a wait in place
+/// ([`Take::queue`](super::Take::queue)) read it; `resumed`: `attempt` is that wait's place,
+/// handed on because the rules it was bounded by changed.
 ///
 /// One `async` block, not a function awaiting another: the future is boxed when a take
 /// queues, and an `async fn` keeps its arguments twice (as captured and as locals), as does
