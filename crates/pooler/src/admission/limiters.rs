@@ -13,8 +13,9 @@
 //! - [`Vegas`] (TCP Vegas, as Netflix's concurrency-limits has it): the database's latency
 //!   unloaded is the *base*; a batch whose latency is `short` says `limit × (1 − floor/short)`
 //!   queries are queued inside the database, `floor` being the base plus what chance
-//!   explains. Kept between `alpha` and `beta` ([`ALPHA`], [`BETA`]): fewer, the limit grows;
-//!   more, it falls at once to the limit that would queue `alpha` if latency grows with
+//!   explains. Kept between `alpha` and `beta` ([`ALPHA`], [`BETA`]), and at a small limit
+//!   between the queries that make a latency [`GROW_RATIO`] and [`SHRINK_RATIO`] times the
+//!   floor, whichever are fewer: fewer, the limit grows; more, it falls at once to the limit that would queue `alpha` if latency grows with
 //!   concurrency — by half at most. The base is the lowest batch latency, and it is
 //!   re-measured every [`PROBE_EVERY`] batches (from the next batch on after a drop of more
 //!   than half) by a probe that halves the limit and measures the next batch (as BBR's
@@ -228,7 +229,15 @@ impl Vegas {
         // lowest of many noisy batches, and this one is noisy too.
         let floor = base * (1.0 + (NOISE_ERRORS * noise).min(NOISE_MOST));
         let queued = self.limit * (1.0 - floor / short).max(0.0);
-        let (alpha, beta) = (ALPHA, BETA);
+        // In queries, `alpha` and `beta` say little of a small limit: at a limit of three,
+        // two queued is a latency three times the floor. So they are capped by a ratio too
+        // ([`GROW_RATIO`], [`SHRINK_RATIO`]); from a limit of five or six on, the counts bind.
+        // A small limit also grows by the capped `beta`: a limit of two grows by two thirds,
+        // not by two (doubling it in one batch).
+        let (alpha, beta) = (
+            ALPHA.min(self.limit * (1.0 - 1.0 / GROW_RATIO)),
+            BETA.min(self.limit * (1.0 - 1.0 / SHRINK_RATIO)),
+        );
         let (limit, moved) = if queued <= alpha {
             (self.limit + beta, LimitMove::Grew)
         } else if queued > beta {
@@ -261,6 +270,14 @@ impl Vegas {
 /// latency (docs/overload.md).
 const ALPHA: f64 = 1.0;
 const BETA: f64 = 2.0;
+
+/// Vegas: the most a batch's latency may be over the floor for the limit to grow, and over
+/// which it falls, whatever `alpha` and `beta` allow. A pool with a small limit — one of a
+/// fleet sharing a database, each with its share of it — otherwise held a latency two or
+/// three times the floor: twenty such pools kept twice what the database serves running
+/// (docs/design.md, "Admission").
+const GROW_RATIO: f64 = 1.25;
+const SHRINK_RATIO: f64 = 1.5;
 
 /// The limit after a batch in which at most `peak` were admitted at once, under half of it:
 /// a limit that is not used is not known to be safe (as TCP's congestion window validation,
@@ -611,6 +628,31 @@ mod tests {
             l.sample(held, limit);
         }
         assert!(l.limit() >= 20, "{}", l.limit());
+    }
+
+    /// A small limit does not hold a latency twice its base: at a limit of four, two queries
+    /// queued read as within `beta`, though each query takes twice as long. One of a fleet of
+    /// pools sharing a database has such a limit, its share; twenty of them held the
+    /// database at over twice what it serves (docs/design.md, "Admission").
+    #[test]
+    fn a_small_limit_does_not_hold_a_doubled_latency() {
+        let mut l = Fed::vegas(4);
+        for _ in 0..4 {
+            l.batch(10 * MS, 0, 1);
+        }
+        assert_eq!(l.limit(), 4, "full use at the base");
+        let mut moves = Vec::new();
+        for _ in 0..3 {
+            moves.push(l.batch(20 * MS, 0, 1));
+        }
+        assert!(l.limit() < 4, "{}: {moves:?}", l.limit());
+        assert!(moves.contains(&LimitMove::Shrank), "{moves:?}");
+        // Nor grows at 1.3 times its base (under one query queued).
+        let mut l = Fed::vegas(4);
+        for _ in 0..4 {
+            l.batch(10 * MS, 0, 1);
+        }
+        assert_eq!(l.batch(13 * MS, 0, 1), LimitMove::Held);
     }
 
     /// A database serving `capacity` at once, each query `base` × (1 ± `jitter`) and
