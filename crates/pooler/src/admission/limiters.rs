@@ -15,8 +15,8 @@
 //!   queries are queued inside the database, `floor` being the base plus what chance
 //!   explains. Kept between `alpha` and `beta` ([`ALPHA`], [`BETA`]), and at a small limit
 //!   between the queries that make a latency [`GROW_RATIO`] and [`SHRINK_RATIO`] times the
-//!   floor, whichever are fewer: fewer, the limit grows; more, it falls at once to the limit that would queue `alpha` if latency grows with
-//!   concurrency — by half at most. The base is the lowest batch latency, and it is
+//!   floor, whichever are fewer: fewer, the limit grows; more, it falls at once to the limit
+//!   that would queue `alpha` if latency grows with concurrency — by half at most. The base is the lowest batch latency, and it is
 //!   re-measured every [`PROBE_EVERY`] batches (from the next batch on after a drop of more
 //!   than half) by a probe that halves the limit and measures the next batch (as BBR's
 //!   ProbeRTT), so a database that became slower for good gets a new base instead of a limit
