@@ -14,7 +14,7 @@
 //! side by side and measures them in alternating 1 s runs, N pairs (20) per pool size, and
 //! prints the spread of the pairs' ratios (`--smoke`: one short pair). `pgbouncer-paired`
 //! does the same through a PgBouncer of its own in transaction mode (Debian's `pgbouncer`).
-//! `handoff-fixed pooler|deadpool N` does a fixed amount of contended work for counting
+//! `handoff-fixed pooler|pooler-member|deadpool N` does a fixed amount of contended work for counting
 //! instructions under callgrind: 256 tasks over a pool of 8 on one thread, each taking,
 //! yielding once and returning N times (every take after the first few queues and is
 //! handed its member by a return; two counts' difference over the takes between them is
@@ -36,8 +36,10 @@
 //! `instructions` alone counts instructions per take+return with callgrind (see
 //! `instructions.rs`).
 //! `lifetime` alone measures the cost of `max_lifetime`; `churn-memory` prints the resident
-//! memory while a million members are replaced under `max_lifetime`; `fairness`, `grid-sample` and `uncontended` run a
-//! quick pooler-versus-deadpool subset; `metrics-share` counts the instructions pooler's
+//! memory while a million members are replaced under `max_lifetime`; `fairness [--rounds N]`
+//! (pooler's `take` and `take_member` and deadpool, in turned orders, each on a runtime of its
+//! own: the spread of each one's p50 and p99 over the rounds), `grid-sample` and
+//! `uncontended` run a quick pooler-versus-deadpool subset; `metrics-share` counts the instructions pooler's
 //! metrics take; `fixed-plain` and `fixed-lifetime` do a fixed amount of work for instruction
 //! counting under `valgrind --tool=callgrind`.
 #![allow(clippy::disallowed_methods)] // benchmarks spawn their own load
@@ -250,6 +252,42 @@ fn fresh<F: std::future::Future>(work: F) -> F::Output {
     let out = runtime.block_on(work);
     runtime.shutdown_background();
     out
+}
+
+/// `fairness [--rounds N]`: pooler's `take`, its `take_member` and deadpool, each round in
+/// a turned order (the first of a round is the next one's last) and each on a runtime of
+/// its own, so no contender always runs first or after the same one; the spread of each
+/// one's p50 and p99 over the rounds.
+fn fairness_rounds(rounds: usize) {
+    const WHO: [&str; 3] = ["pooler", "pooler-member", "deadpool"];
+    let mut seen: [Vec<(f64, f64)>; 3] = Default::default();
+    for round in 0..rounds {
+        for turn in 0..WHO.len() {
+            let i = (round + turn) % WHO.len();
+            let lat = fresh(suites::fairness(WHO[i], Effort::FULL)).expect("no hang");
+            seen[i].push((
+                suites::percentile(&lat, 0.5) / 1e3,
+                suites::percentile(&lat, 0.99) / 1e3,
+            ));
+        }
+    }
+    println!("{rounds} rounds, min / median / max µs");
+    for (name, figures) in WHO.iter().zip(&mut seen) {
+        let spread = |mut v: Vec<f64>| {
+            v.sort_by(f64::total_cmp);
+            format!(
+                "{:.0} / {:.0} / {:.0}",
+                v[0],
+                v[v.len() / 2],
+                v[v.len() - 1]
+            )
+        };
+        println!(
+            "{name:<13} p50 {}   p99 {}",
+            spread(figures.iter().map(|f| f.0).collect()),
+            spread(figures.iter().map(|f| f.1).collect())
+        );
+    }
 }
 
 fn run_all(effort: Effort) -> Results {
@@ -581,20 +619,15 @@ fn main() {
         }
         return;
     }
+    if mode == "fairness" {
+        let rounds = value_of("--rounds")
+            .and_then(|r| r.parse().ok())
+            .unwrap_or(5);
+        fairness_rounds(rounds);
+        return;
+    }
     fresh(async {
         match mode.as_str() {
-            "fairness" => {
-                for name in ["pooler", "pooler-member", "deadpool"] {
-                    let lat = suites::fairness(name, Effort::FULL).await.expect("no hang");
-                    let p50 = suites::percentile(&lat, 0.5);
-                    println!(
-                        "{name:<9} p50 {:.0} µs  p99 {:.1}×  p99.9 {:.1}×",
-                        p50 / 1e3,
-                        suites::percentile(&lat, 0.99) / p50,
-                        suites::percentile(&lat, 0.999) / p50
-                    );
-                }
-            }
             "uncontended" => {
                 for name in ["pooler", "deadpool"] {
                     let ns = suites::uncontended(name, 8, Effort::FULL).await;

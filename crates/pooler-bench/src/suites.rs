@@ -198,19 +198,27 @@ async fn fairness_rounds<C: Contender>(
 }
 
 /// `handoff-fixed`: 256 tasks over a pool of 8, each taking, yielding once and returning
-/// `rounds` times, so nearly every take queues and is served by a return.
+/// `rounds` times, so nearly every take queues and is served by a return (`pooler`:
+/// through `take()`; `pooler-member`: through `take_member` with a deadline).
 /// The two contenders' loops are written out: shared through a closure that builds each
 /// take, they measured 59 (pooler) and 43 (deadpool) instructions more per take, the
 /// closure's own clone of the pool.
 pub(crate) async fn handoffs(who: &str, rounds: usize) {
     let mut tasks = Vec::new();
-    if who == "pooler" {
+    // `pooler-member`: through `take_member` with a deadline far past the timer horizon,
+    // which reads the clock when the take queues.
+    let deadline = (who == "pooler-member").then_some(Duration::from_secs(60));
+    if who == "pooler" || deadline.is_some() {
         let pool = peers::pooler(8).await;
         for _ in 0..256 {
             let pool = pool.clone();
             tasks.push(tokio::spawn(async move {
                 for _ in 0..rounds {
-                    let member = pool.take().await.expect("a member");
+                    let member = match deadline {
+                        Some(timeout) => pool.take_member(timeout).await,
+                        None => pool.take().await,
+                    }
+                    .expect("a member");
                     tokio::task::yield_now().await;
                     drop(member);
                 }

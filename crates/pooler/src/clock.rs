@@ -43,9 +43,17 @@ impl Clock {
 
     /// Reads the clock (and brings the coarse time forward).
     pub(crate) fn now(&self) -> Instant {
+        self.now_stamped().0
+    }
+
+    /// Reads the clock: the instant and its stamp (and brings the coarse time forward), for
+    /// a caller that needs both, and so converts once.
+    #[inline]
+    pub(crate) fn now_stamped(&self) -> (Instant, u64) {
         let now = Instant::now();
-        self.forward(self.stamp(now));
-        now
+        let stamp = self.stamp(now);
+        self.forward(stamp);
+        (now, stamp)
     }
 
     /// Reads the clock as a stamp (and brings the coarse time forward): [`now`](Self::now)

@@ -146,14 +146,18 @@ impl<'a, M: Manager> Take<'a, M> {
         let shared = self.shared;
         let timeout = bounded(self.timeout);
         // Read when something needs it, as `within` reads it.
-        let started = (timeout.is_some() || shared.metrics.wait_live()).then(|| shared.clock.now());
-        let until = match (timeout, started) {
-            (Some(t), Some(s)) => s
-                .checked_add(t)
-                .map(|end| shared.clock.stamp(end))
-                .filter(|at| *at > shared.clock.coarse().saturating_add(HORIZON_AND_LAG)),
+        let read =
+            (timeout.is_some() || shared.metrics.wait_live()).then(|| shared.clock.now_stamped());
+        // The deadline as a stamp, added in stamps: a bounded timeout (a year at most) cannot
+        // overflow one, and the instant is not converted twice (docs/design.md, "Taking").
+        let until = match (timeout, read) {
+            (Some(t), Some((_, at))) => {
+                Some(at.saturating_add(u64::try_from(t.as_nanos()).unwrap_or(u64::MAX)))
+                    .filter(|end| *end > shared.clock.coarse().saturating_add(HORIZON_AND_LAG))
+            }
             _ => Some(NO_END),
         };
+        let started = read.map(|(at, _)| at);
         let in_place = shared.features.flags() & Features::ADMIT == 0 && !shared.shedder.is_on();
         match until.filter(|_| in_place) {
             Some(until) => {
