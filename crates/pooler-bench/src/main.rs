@@ -14,11 +14,12 @@
 //! side by side and measures them in alternating 1 s runs, N pairs (20) per pool size, and
 //! prints the spread of the pairs' ratios (`--smoke`: one short pair). `pgbouncer-paired`
 //! does the same through a PgBouncer of its own in transaction mode (Debian's `pgbouncer`).
-//! `handoff-fixed pooler|pooler-member|deadpool N` does a fixed amount of contended work for counting
-//! instructions under callgrind: 256 tasks over a pool of 8 on one thread, each taking,
-//! yielding once and returning N times (every take after the first few queues and is
-//! handed its member by a return; two counts' difference over the takes between them is
-//! the cost of one queued take and its return).
+//! `handoff-fixed pooler|pooler-member|deadpool N` does a fixed amount of contended work
+//! for counting instructions under callgrind: 256 tasks over a pool of 8 on one thread, each
+//! taking (`pooler-member`: through `take_member`), yielding once and returning N times
+//! (every take after the first few queues and is handed its member by a return; two
+//! counts' difference over the takes between them is the cost of one queued take and its
+//! return).
 //! `driver-cost` compares a supervised member driver with a plain spawn; `driver-fixed
 //! plain|supervised` and `postgres-fixed pooler|pooler-nothing|deadpool [armed] [--tasks N]
 //! [--queries N]` do a fixed amount of work for counting instructions under callgrind
@@ -39,9 +40,9 @@
 //! memory while a million members are replaced under `max_lifetime`; `fairness [--rounds N]`
 //! (pooler's `take` and `take_member` and deadpool, in turned orders, each on a runtime of its
 //! own: the spread of each one's p50 and p99 over the rounds), `grid-sample` and
-//! `uncontended` run a quick pooler-versus-deadpool subset; `metrics-share` counts the instructions pooler's
-//! metrics take; `fixed-plain` and `fixed-lifetime` do a fixed amount of work for instruction
-//! counting under `valgrind --tool=callgrind`.
+//! `uncontended` run a quick pooler-versus-deadpool subset; `metrics-share` counts the
+//! instructions pooler's metrics take; `fixed-plain` and `fixed-lifetime` do a fixed amount
+//! of work for instruction counting under `valgrind --tool=callgrind`.
 #![allow(clippy::disallowed_methods)] // benchmarks spawn their own load
 
 mod backends;
