@@ -655,65 +655,33 @@ mod tests {
         assert_eq!(l.batch(13 * MS, 0, 1), LimitMove::Held);
     }
 
-    /// A database serving `capacity` at once, each query `base` × (1 ± `jitter`) and
-    /// proportionally longer past `capacity` running, driven closed-loop: `demand` queries
-    /// want to run, and one starts whenever fewer run and the limit allows; each hold is
-    /// heard when it ends. The limits seen over `secs` seconds after the first ten.
-    fn closed_loop(
-        l: &mut Limiter,
-        demand: usize,
+    /// A database serving `capacity` at once, driven closed-loop by `limiters` (one pool
+    /// each) until `until` seconds: at time `t`, each query takes `load(t).0` × (1 ±
+    /// `jitter`), proportionally longer past `capacity` running, and each pool has
+    /// `load(t).1` queries that want to run, one starting whenever fewer of its own run and
+    /// its limit allows; each hold is heard by its pool's limiter when it ends, and then
+    /// `heard` sees the time, the limiters and how many ran at once with it.
+    fn drive(
+        limiters: &mut [Limiter],
         capacity: usize,
-        base: f64,
         jitter: f64,
-        secs: f64,
-    ) -> Vec<usize> {
+        until: f64,
+        load: impl Fn(f64) -> (f64, usize),
+        mut heard: impl FnMut(f64, &[Limiter], usize),
+    ) {
         let mut rng = fastrand::Rng::with_seed(7);
         let mut now = 0.0f64;
-        let mut running: Vec<(f64, f64)> = Vec::new(); // (start, end)
-        let mut seen = Vec::new();
-        while now < 10.0 + secs {
-            while running.len() < l.limit().min(demand) {
-                let n = running.len() + 1;
-                let took = base
-                    * (1.0 + jitter * (2.0 * rng.f64() - 1.0))
-                    * (n.max(capacity) as f64 / capacity as f64);
-                running.push((now, now + took));
-            }
-            let next = (0..running.len())
-                .min_by(|&a, &b| running[a].1.total_cmp(&running[b].1))
-                .expect("one running");
-            let (start, end) = running.swap_remove(next);
-            now = end;
-            let nanos = |s: f64| (s * 1e9) as u64;
-            l.sample(
-                Heard::Took(Duration::from_nanos(nanos(end - start))),
-                running.len() + 1,
-                nanos(end),
-            );
-            if now > 10.0 {
-                seen.push(l.limit());
-            }
-        }
-        seen
-    }
-
-    /// `pools` limiters of `max` each over one database serving `capacity` at once, every
-    /// query proportionally longer past `capacity` running: for ten seconds each pool has two
-    /// queries to run and the database answers in 10 ms, then it is five times slower and
-    /// every pool always has a query waiting (`fleet-slowdown` of the overload simulation,
-    /// overloaded for good, with no queue target). How many run at once, the median over
-    /// `secs` seconds from five seconds into the slowdown.
-    fn fleet(pools: usize, max: usize, capacity: usize, secs: f64) -> usize {
-        let mut limiters: Vec<Limiter> = (0..pools).map(|_| Limiter::vegas(max)).collect();
-        let mut now = 0.0f64;
         let mut running: Vec<(usize, f64, f64)> = Vec::new(); // (pool, start, end)
-        let mut seen = Vec::new();
-        while now < 15.0 + secs {
-            let (base, demand) = if now < 10.0 { (0.010, 2) } else { (0.050, max) };
+        let own =
+            |running: &[(usize, f64, f64)], p: usize| running.iter().filter(|r| r.0 == p).count();
+        while now < until {
+            let (base, demand) = load(now);
             for (p, l) in limiters.iter().enumerate() {
-                while running.iter().filter(|r| r.0 == p).count() < l.limit().min(demand) {
+                while own(&running, p) < l.limit().min(demand) {
                     let n = running.len() + 1;
-                    let took = base * (n.max(capacity) as f64 / capacity as f64);
+                    let took = base
+                        * (1.0 + jitter * (2.0 * rng.f64() - 1.0))
+                        * (n.max(capacity) as f64 / capacity as f64);
                     running.push((p, now, now + took));
                 }
             }
@@ -723,16 +691,65 @@ mod tests {
             let (p, start, end) = running.swap_remove(next);
             now = end;
             let nanos = |s: f64| (s * 1e9) as u64;
-            let in_use = running.iter().filter(|r| r.0 == p).count() + 1;
             limiters[p].sample(
                 Heard::Took(Duration::from_nanos(nanos(end - start))),
-                in_use,
+                own(&running, p) + 1,
                 nanos(end),
             );
-            if now > 15.0 {
-                seen.push(running.len() + 1);
-            }
+            heard(now, limiters, running.len() + 1);
         }
+    }
+
+    /// One limiter over a database serving `capacity` at once, each query `base` × (1 ±
+    /// `jitter`), `demand` queries wanting to run ([`drive`]): the limits seen over `secs`
+    /// seconds after the first ten.
+    fn closed_loop(
+        l: &mut Limiter,
+        demand: usize,
+        capacity: usize,
+        base: f64,
+        jitter: f64,
+        secs: f64,
+    ) -> Vec<usize> {
+        let mut seen = Vec::new();
+        let limiters = std::slice::from_mut(l);
+        drive(
+            limiters,
+            capacity,
+            jitter,
+            10.0 + secs,
+            |_| (base, demand),
+            |now, l, _| {
+                if now > 10.0 {
+                    seen.push(l[0].limit());
+                }
+            },
+        );
+        seen
+    }
+
+    /// `pools` limiters of `max` each over one database serving `capacity` at once
+    /// ([`drive`]): for ten seconds each pool has two queries to run and the database
+    /// answers in 10 ms, then it is five times slower and every pool always has a query
+    /// waiting (`fleet-slowdown` of the overload simulation, overloaded for good, with no
+    /// queue target). How many run at once, the median over `secs` seconds from five
+    /// seconds into the slowdown.
+    fn fleet(pools: usize, max: usize, capacity: usize, secs: f64) -> usize {
+        let mut limiters: Vec<Limiter> = (0..pools).map(|_| Limiter::vegas(max)).collect();
+        let load = |now: f64| if now < 10.0 { (0.010, 2) } else { (0.050, max) };
+        let mut seen = Vec::new();
+        drive(
+            &mut limiters,
+            capacity,
+            0.0,
+            15.0 + secs,
+            load,
+            |now, _, running| {
+                if now > 15.0 {
+                    seen.push(running);
+                }
+            },
+        );
         seen.sort_unstable();
         seen[seen.len() / 2]
     }
