@@ -272,17 +272,17 @@ fn fairness_rounds(rounds: usize) {
             ));
         }
     }
+    let spread = |mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        format!(
+            "{:.0} / {:.0} / {:.0}",
+            v[0],
+            v[v.len() / 2],
+            v[v.len() - 1]
+        )
+    };
     println!("{rounds} rounds, min / median / max µs");
-    for (name, figures) in WHO.iter().zip(&mut seen) {
-        let spread = |mut v: Vec<f64>| {
-            v.sort_by(f64::total_cmp);
-            format!(
-                "{:.0} / {:.0} / {:.0}",
-                v[0],
-                v[v.len() / 2],
-                v[v.len() - 1]
-            )
-        };
+    for (name, figures) in WHO.iter().zip(&seen) {
         println!(
             "{name:<13} p50 {}   p99 {}",
             spread(figures.iter().map(|f| f.0).collect()),
@@ -624,7 +624,7 @@ fn main() {
         let rounds = value_of("--rounds")
             .and_then(|r| r.parse().ok())
             .unwrap_or(5);
-        fairness_rounds(rounds);
+        fairness_rounds(rounds.max(1));
         return;
     }
     fresh(async {
