@@ -43,6 +43,10 @@
 //! `uncontended` run a quick pooler-versus-deadpool subset; `metrics-share` counts the
 //! instructions pooler's metrics take; `fixed-plain` and `fixed-lifetime` do a fixed amount
 //! of work for instruction counting under `valgrind --tool=callgrind`.
+//!
+//! A count flag (`--rounds`, `--seeds`, `--pairs`, `--tasks`, `--queries`) takes a whole
+//! number of at least one; anything else ends the run at once, naming the flag and the value
+//! (exit status 2), rather than running with a default or a round count of zero.
 #![allow(clippy::disallowed_methods)] // benchmarks spawn their own load
 
 mod backends;
@@ -454,6 +458,18 @@ fn main() {
             .and_then(|i| args.get(i + 1))
             .cloned()
     };
+    // A count a flag gives (`--rounds 3`): `default` when the flag is absent; a value that
+    // is not a whole number of at least one ends the run with a message naming both.
+    let count_of = |flag: &str, default: u32| match value_of(flag) {
+        None => default,
+        Some(v) => match v.parse::<u32>() {
+            Ok(n) if n >= 1 => n,
+            _ => {
+                eprintln!("pooler-bench: {flag} takes a count of at least 1, not `{v}`");
+                std::process::exit(2);
+            }
+        },
+    };
     // The mode is the first argument that is neither a flag nor a flag's value.
     let valued = [
         "--out",
@@ -462,6 +478,9 @@ fn main() {
         "--rounds",
         "--only",
         "--seeds",
+        "--tasks",
+        "--queries",
+        "--pairs",
     ];
     let mode_at = (0..args.len()).find(|&i| {
         !args[i].starts_with("--") && (i == 0 || !valued.contains(&args[i - 1].as_str()))
@@ -501,10 +520,8 @@ fn main() {
         }
         return;
     }
-    if mode == "overload"
-        && let Some(seeds) = value_of("--seeds")
-    {
-        let seeds: u64 = seeds.parse().expect("--seeds takes a count");
+    if mode == "overload" && value_of("--seeds").is_some() {
+        let seeds = u64::from(count_of("--seeds", 1));
         println!("min / median / max over {seeds} seeds\n");
         print!(
             "{}",
@@ -584,12 +601,8 @@ fn main() {
                 .find(|a| ["pooler", "pooler-nothing", "deadpool"].contains(&a.as_str()))
                 .map_or("pooler", String::as_str);
             let armed = args.iter().any(|a| a == "armed");
-            let tasks = value_of("--tasks")
-                .and_then(|t| t.parse().ok())
-                .unwrap_or(1);
-            let queries = value_of("--queries")
-                .and_then(|n| n.parse().ok())
-                .unwrap_or(20_000);
+            let tasks = count_of("--tasks", 1);
+            let queries = count_of("--queries", 20_000);
             runtime.block_on(backends::fixed_postgres(who, queries, tasks, armed));
         } else {
             let supervised = args.iter().any(|a| a == "supervised");
@@ -621,10 +634,7 @@ fn main() {
         return;
     }
     if mode == "fairness" {
-        let rounds = value_of("--rounds")
-            .and_then(|r| r.parse().ok())
-            .unwrap_or(5);
-        fairness_rounds(rounds.max(1));
+        fairness_rounds(count_of("--rounds", 5) as usize);
         return;
     }
     fresh(async {
@@ -648,16 +658,12 @@ fn main() {
             }
             "overload-live" => overload_live::main(args.iter().any(|a| a == "--check")).await,
             "backends" => {
-                let rounds = value_of("--rounds")
-                    .and_then(|r| r.parse().ok())
-                    .unwrap_or(3);
+                let rounds = count_of("--rounds", 3) as usize;
                 let only = value_of("--only").unwrap_or_default();
                 backends::main(&out, smoke, rounds, &only).await;
             }
             "postgres-paired" | "pgbouncer-paired" => {
-                let pairs = value_of("--pairs")
-                    .and_then(|r| r.parse().ok())
-                    .unwrap_or(20);
+                let pairs = count_of("--pairs", 20) as usize;
                 let bouncer = mode == "pgbouncer-paired";
                 if smoke {
                     backends::paired_postgres(1, 0.2, bouncer).await;
