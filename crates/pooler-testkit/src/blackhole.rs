@@ -110,10 +110,17 @@ impl Blackhole {
             .spawn()
             .expect("socat in the namespace");
         hole.forwarders.push(ns_forward);
-        // Both listening before anyone connects.
+        // Both listening before anyone connects. A forwarder that could not listen (its
+        // address taken) has exited: a connection would reach whatever holds the address.
         for _ in 0..100 {
-            if std::net::TcpStream::connect_timeout(&hole.addr, Duration::from_millis(100)).is_ok()
-            {
+            let up = std::net::TcpStream::connect_timeout(&hole.addr, Duration::from_millis(100))
+                .is_ok();
+            for (end, child) in ["host", "namespace"].iter().zip(&mut hole.forwarders) {
+                if let Ok(Some(status)) = child.try_wait() {
+                    panic!("the forwarder at the {end} end of {ns} exited: {status}");
+                }
+            }
+            if up {
                 return Some(hole);
             }
             std::thread::sleep(Duration::from_millis(20));
