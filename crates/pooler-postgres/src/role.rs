@@ -99,14 +99,17 @@ impl Default for Listen {
 }
 
 impl Listen {
+    /// Whether a server message of `kind` is one this listens to: the reading side passes
+    /// only those on, so the other messages of every answer cost it one comparison.
+    #[inline(always)]
+    pub(crate) const fn hears(kind: u8) -> bool {
+        kind == b'S' || kind == b'E'
+    }
+
     /// A server message of `kind` begins.
     #[inline]
     pub(crate) fn begin(&mut self, kind: u8) {
-        self.kind = if kind == b'S' || kind == b'E' {
-            kind
-        } else {
-            0
-        };
+        self.kind = if Self::hears(kind) { kind } else { 0 };
         self.len = 0;
     }
 

@@ -21,6 +21,8 @@
 //! 1. `len ≤ WORD` and `tag_len ≤ TAG`: longer words are no keyword; a longer dollar-quote
 //!    tag marks the session dirty (its quote cannot be followed), never a missed statement.
 //! 2. After a `\0` the scan is `Done` until the next [`Scan::begin`].
+//! 3. While [`Scan`] has not lexed since its lexer's last reset, the lexer is as that reset
+//!    left it but for its state (`Lexer::restart` asserts it).
 
 /// Session state a statement may have left, as bits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -107,6 +109,17 @@ pub(crate) struct Declared {
     pub(crate) neutral: Vec<Vec<u8>>,
 }
 
+impl Declared {
+    /// Nothing declared.
+    pub(crate) fn nothing() -> &'static Declared {
+        static NOTHING: Declared = Declared {
+            custom: Vec::new(),
+            neutral: Vec::new(),
+        };
+        &NOTHING
+    }
+}
+
 /// The longest text remembered as the last clean one.
 const REMEMBERED: usize = 1024;
 
@@ -127,6 +140,9 @@ pub(crate) struct Scan {
     /// A Parse's statement name (its first `STATEMENT` bytes), and whether it was longer.
     statement: Vec<u8>,
     statement_long: bool,
+    /// The lexer has read a byte of SQL since it was last reset (a Parse's statement name,
+    /// which moves only its state, does not count).
+    lexed: bool,
 }
 
 /// The longest statement name kept (the server keeps 63 bytes of a name).
@@ -142,7 +158,11 @@ impl Scan {
             self.last.clear();
             self.backslash = backslash;
         }
-        self.lex.reset(parse, backslash);
+        if std::mem::take(&mut self.lexed) {
+            self.lex.reset(parse, backslash);
+        } else {
+            self.lex.restart(parse, backslash);
+        }
         self.text.clear();
         self.statement.clear();
         self.statement_long = false;
@@ -165,8 +185,20 @@ impl Scan {
     /// What the text scanned since [`begin`](Scan::begin) may have left, judged with what
     /// the application declared: a call of a function it did not declare neutral leaves
     /// anything a reset restores, a custom setting it did not declare (or one whose name
-    /// could not be read) what no reset restores.
-    pub(crate) fn verdict(&self, declared: &Declared) -> Dirt {
+    /// could not be read) what no reset restores. `declared` is asked only when the text
+    /// called a function or set a custom setting: a text that did neither (every text sent
+    /// again, the last clean one) is judged here, inlined into the writing side.
+    #[inline]
+    pub(crate) fn verdict<'d>(&self, declared: impl FnOnce() -> &'d Declared) -> Dirt {
+        let lex = &self.lex;
+        if lex.calls.is_empty() && !lex.customs.unknown && lex.customs.names.is_empty() {
+            return Dirt(lex.dirt);
+        }
+        self.judged(declared())
+    }
+
+    /// [`verdict`](Scan::verdict) of a text that called a function or set a custom setting.
+    fn judged(&self, declared: &Declared) -> Dirt {
         let lex = &self.lex;
         let mut dirt = lex.dirt;
         if !lex.calls.iter().all(|c| declared.neutral.contains(c)) {
@@ -191,7 +223,21 @@ impl Scan {
     }
 
     /// Scans the next piece of the message's payload.
-    pub(crate) fn feed(&mut self, mut bytes: &[u8]) {
+    #[inline]
+    pub(crate) fn feed(&mut self, bytes: &[u8]) {
+        // The commonest piece of all, inlined into the writing side: a Query's whole text,
+        // the last clean one again (what the rest of `feed` finds too, one call sooner).
+        if self.repeat == Some(0) && self.lex.state != State::Name && bytes.starts_with(&self.last)
+        {
+            self.lex.state = State::Done;
+            self.repeat = None;
+            return;
+        }
+        self.feed_piece(bytes);
+    }
+
+    /// [`feed`](Scan::feed), for any piece.
+    fn feed_piece(&mut self, mut bytes: &[u8]) {
         // A Parse's statement name comes first: kept for its verdict, never compared, never
         // remembered.
         while self.lex.state == State::Name
@@ -239,6 +285,7 @@ impl Scan {
     }
 
     fn lex_and_keep(&mut self, bytes: &[u8]) {
+        self.lexed = true;
         self.lex.feed(bytes);
         if self.text.len() <= REMEMBERED {
             let end = bytes
@@ -264,7 +311,7 @@ pub(crate) fn scan(sql: &str) -> Dirt {
     scan.begin(false, false);
     scan.feed(sql.as_bytes());
     scan.feed(&[0]);
-    scan.verdict(&Declared::default())
+    scan.verdict(Declared::nothing)
 }
 
 #[cfg(test)]
@@ -432,7 +479,7 @@ mod tests {
                 }
                 s.feed(&[0]);
                 assert_eq!(
-                    s.verdict(&Declared::default()),
+                    s.verdict(Declared::nothing),
                     whole,
                     "{sql} in pieces of {step}"
                 );
@@ -611,6 +658,63 @@ mod tests {
             assert_eq!(s.calls(), [b"audit".to_vec()]);
             assert!(s.dirt().is_clean(), "the call is the writer's to judge");
         }
+    }
+
+    /// The verdict asks what the application declared whenever the text called a function,
+    /// set a custom setting, or may have set one it could not name — and only then; without
+    /// a declaration each leaves what a reset cannot restore or everything it can.
+    #[test]
+    fn the_verdict_reads_the_declared_names_for_calls_and_custom_settings() {
+        let declared = Declared {
+            custom: vec![b"app.tenant".to_vec()],
+            neutral: vec![b"audit".to_vec()],
+        };
+        let judge = |text: &[u8], declared: &Declared| {
+            let mut s = Scan::default();
+            s.begin(false, false);
+            s.feed(text);
+            let asked = std::cell::Cell::new(false);
+            let dirt = s.verdict(|| {
+                asked.set(true);
+                declared
+            });
+            (dirt, asked.get())
+        };
+        let nothing = Declared::nothing();
+        // `set_config` is a call the application may declare neutral, and sets a setting.
+        let set_config = Dirt::ALL;
+        for (text, undeclared, with_declared) in [
+            (&b"SELECT app.audit(1)\0"[..], Dirt::ALL, 0),
+            (
+                b"SELECT set_config('app.tenant', $1, false)\0",
+                set_config | Dirt::CUSTOM,
+                set_config,
+            ),
+            (
+                b"SET app.tenant = 7\0",
+                Dirt::SETTING | Dirt::CUSTOM,
+                Dirt::SETTING,
+            ),
+            // Its name an expression: whatever was declared, it may be any setting.
+            (
+                b"SELECT set_config($1, 'x', false)\0",
+                set_config | Dirt::CUSTOM,
+                set_config | Dirt::CUSTOM,
+            ),
+        ] {
+            let shown = String::from_utf8_lossy(text);
+            assert_eq!(judge(text, nothing), (Dirt(undeclared), true), "{shown}");
+            assert_eq!(
+                judge(text, &declared),
+                (Dirt(with_declared), true),
+                "{shown}"
+            );
+        }
+        assert_eq!(judge(b"SELECT 1\0", nothing), (Dirt(0), false));
+        assert_eq!(
+            judge(b"SET search_path = x\0", nothing),
+            (Dirt(Dirt::SETTING), false)
+        );
     }
 
     /// A Parse's statement name is read once, by the scan, for the statement's verdict.

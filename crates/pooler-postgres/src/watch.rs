@@ -330,11 +330,7 @@ impl Seen {
 
     /// What the application declared, or nothing yet.
     fn declared(&self) -> &Declared {
-        static NOTHING: Declared = Declared {
-            custom: Vec::new(),
-            neutral: Vec::new(),
-        };
-        self.declared.get().map_or(&NOTHING, |d| d)
+        self.declared.get().map_or(Declared::nothing(), |d| d)
     }
 
     /// Session state the statements written so far may have left.

@@ -31,7 +31,7 @@ enum Call {
 }
 
 /// The custom setting names one message's statements set.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, PartialEq, Eq)]
 pub(super) struct Customs {
     /// The names read (lower case, with their dot).
     pub(super) names: Vec<Vec<u8>>,

@@ -76,7 +76,7 @@ impl Visit for Writer<'_> {
         match kind {
             b'Q' | b'P' => {
                 self.scan.feed(payload);
-                let dirt = self.scan.verdict(self.seen.declared()).0;
+                let dirt = self.scan.verdict(|| self.seen.declared()).0;
                 if dirt != 0 {
                     self.seen.dirt.fetch_or(dirt, Ordering::AcqRel);
                     if kind == b'P' {
@@ -107,7 +107,9 @@ impl Visit for Reader<'_> {
     #[inline(always)]
     fn header(&mut self, header: Header) -> bool {
         let seen = self.seen;
-        if let Header::Typed(kind) = header {
+        if let Header::Typed(kind) = header
+            && Listen::hears(kind)
+        {
             self.listen.begin(kind);
         }
         match header {
@@ -136,7 +138,9 @@ impl Visit for Reader<'_> {
 
     #[inline(always)]
     fn body(&mut self, kind: u8, payload: &[u8]) {
-        self.listen.feed(payload, &self.seen.heard);
+        if Listen::hears(kind) {
+            self.listen.feed(payload, &self.seen.heard);
+        }
         if kind == b'Z'
             && let Some(&status) = payload.first()
         {
