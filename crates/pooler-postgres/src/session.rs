@@ -21,8 +21,9 @@
 //! 1. `len ≤ WORD` and `tag_len ≤ TAG`: longer words are no keyword; a longer dollar-quote
 //!    tag marks the session dirty (its quote cannot be followed), never a missed statement.
 //! 2. After a `\0` the scan is `Done` until the next [`Scan::begin`].
-//! 3. While [`Scan`] has not lexed since its lexer's last reset, the lexer is as that reset
-//!    left it but for its state (`Lexer::restart` asserts it).
+//! 3. A lexer that has not lexed since its last reset is as that reset left it but for its
+//!    state: a Parse's statement name, the only other thing that steps it, moves only that
+//!    (`Lexer::begin` asserts it before it skips the reset).
 
 /// Session state a statement may have left, as bits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -140,9 +141,6 @@ pub(crate) struct Scan {
     /// A Parse's statement name (its first `STATEMENT` bytes), and whether it was longer.
     statement: Vec<u8>,
     statement_long: bool,
-    /// The lexer has read a byte of SQL since it was last reset (a Parse's statement name,
-    /// which moves only its state, does not count).
-    lexed: bool,
 }
 
 /// The longest statement name kept (the server keeps 63 bytes of a name).
@@ -158,11 +156,7 @@ impl Scan {
             self.last.clear();
             self.backslash = backslash;
         }
-        if std::mem::take(&mut self.lexed) {
-            self.lex.reset(parse, backslash);
-        } else {
-            self.lex.restart(parse, backslash);
-        }
+        self.lex.begin(parse, backslash);
         self.text.clear();
         self.statement.clear();
         self.statement_long = false;
@@ -285,7 +279,6 @@ impl Scan {
     }
 
     fn lex_and_keep(&mut self, bytes: &[u8]) {
-        self.lexed = true;
         self.lex.feed(bytes);
         if self.text.len() <= REMEMBERED {
             let end = bytes

@@ -103,6 +103,9 @@ pub(super) struct Lexer {
     /// `Dirt::ALL`).
     pub(super) calls: Vec<Vec<u8>>,
     pub(super) dirt: u8,
+    /// [`feed`](Lexer::feed) has run since the last [`reset`](Lexer::reset): only then does
+    /// the next [`begin`](Lexer::begin) reset the whole lexer.
+    read: bool,
 }
 
 /// The most calls of unknown functions a message's text is followed for.
@@ -130,12 +133,12 @@ impl Lexer {
         }
     }
 
-    /// As [`Lexer::new`], in place: every message's scan begins here, and a lexer built anew
-    /// and the old one dropped cost each query a few dozen instructions more (and a reset
-    /// by struct update over the default a hundred more). The whole struct is taken apart
+    /// As [`Lexer::new`], in place: what [`begin`](Lexer::begin) does after a text that was
+    /// lexed. A lexer built anew and the old one dropped cost each query a few dozen
+    /// instructions more (and a reset by struct update over the default a hundred more). The whole struct is taken apart
     /// with no `..`, so a field added later does not compile until it is reset here: no
     /// statement's state can reach the next scan by being forgotten.
-    pub(super) fn reset(&mut self, parse: bool, backslash: bool) {
+    fn reset(&mut self, parse: bool, backslash: bool) {
         let Lexer {
             state,
             word,
@@ -160,6 +163,7 @@ impl Lexer {
             customs,
             calls,
             dirt,
+            read,
         } = self;
         *state = if parse { State::Name } else { State::Code };
         *word = [0; WORD];
@@ -184,13 +188,23 @@ impl Lexer {
         customs.clear();
         calls.clear();
         *dirt = 0;
+        *read = false;
     }
 
-    /// As [`reset`](Lexer::reset), for a lexer that has read nothing since it was last reset
-    /// (the text before was the last clean one again, only compared): what the reset sets
-    /// from its arguments is set, and the state the comparison left; the rest is as the
-    /// reset left it. A statement sent again costs its scan this instead of the whole reset.
-    pub(super) fn restart(&mut self, parse: bool, backslash: bool) {
+    /// A new message's text: [`reset`](Lexer::reset) if the lexer has read since its last
+    /// one, else only what the reset sets from its arguments, and the state the scan's
+    /// comparison left (the text before was the last clean one again, never lexed). A
+    /// statement sent again costs its scan this instead of the whole reset.
+    pub(super) fn begin(&mut self, parse: bool, backslash: bool) {
+        if self.read {
+            self.reset(parse, backslash);
+        } else {
+            self.restart(parse, backslash);
+        }
+    }
+
+    /// [`begin`](Lexer::begin) of a lexer that has read nothing since its last reset.
+    fn restart(&mut self, parse: bool, backslash: bool) {
         self.state = if parse { State::Name } else { State::Code };
         self.backslash = backslash;
         debug_assert!(
@@ -205,6 +219,7 @@ impl Lexer {
 
     /// Lexes the next piece of the message's payload.
     pub(super) fn feed(&mut self, bytes: &[u8]) {
+        self.read = true;
         let mut i = 0;
         while i < bytes.len() {
             // The two states almost every byte of a statement is read in, in tight loops: the
