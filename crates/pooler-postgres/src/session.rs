@@ -186,6 +186,9 @@ impl Scan {
     pub(crate) fn verdict<'d>(&self, declared: impl FnOnce() -> &'d Declared) -> Dirt {
         let lex = &self.lex;
         if lex.calls.is_empty() && !lex.customs.unknown && lex.customs.names.is_empty() {
+            // Whatever was declared: a rule added to `judged` that reads something else must
+            // be added to this condition, or the fast path would miss it.
+            debug_assert_eq!(self.judged(Declared::nothing()), Dirt(lex.dirt));
             return Dirt(lex.dirt);
         }
         self.judged(declared())
