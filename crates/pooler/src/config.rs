@@ -131,7 +131,8 @@ pub struct PoolConfig {
     /// Adaptive admission: `vegas` or `gradient` let at most a limit of members be in use
     /// at once, the limit following the latency of holds between 1 and `max_count`; takes
     /// over it wait in the pool's queue (docs/design.md, "Admission"). Turned on, it brings
-    /// queue-delay shedding with it: `queue_target` is 50 ms unless set. Default: off.
+    /// queue-delay shedding with it: unless `queue_target` is set, half the latency the
+    /// limiter measures (50 ms until it has measured one). Default: off.
     #[cfg_attr(feature = "serde", serde(default))]
     pub admission: AdmissionMode,
     /// After a successful take, if at most this many members are free, start up to
