@@ -45,13 +45,7 @@ fn sequences(
     fresh: &str,
     case: impl Fn(&[(usize, Way)], i64) -> (String, String),
 ) -> Result<(), proptest::test_runner::TestError<Vec<(usize, Way)>>> {
-    let mut runner = proptest::test_runner::TestRunner::new(ProptestConfig {
-        cases: pooler_testkit::fuzz_cases(),
-        failure_persistence: Some(Box::new(
-            proptest::test_runner::FileFailurePersistence::WithSource("proptest-regressions"),
-        )),
-        ..ProptestConfig::default()
-    });
+    let mut runner = pooler_testkit::fuzz_runner(file!());
     let counter = std::sync::atomic::AtomicI64::new(0);
     runner.run(
         &proptest::collection::vec(action(statements), 1..8),

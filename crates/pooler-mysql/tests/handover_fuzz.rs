@@ -116,11 +116,7 @@ async fn fingerprint(conn: &mut Conn) -> Vec<String> {
 
 #[test]
 fn the_next_user_always_sees_a_session_like_a_new_one() {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = pooler_testkit::runtime();
     let Some(url) = rt.block_on(common::url()) else {
         return;
     };
@@ -147,13 +143,7 @@ fn the_next_user_always_sees_a_session_like_a_new_one() {
         drop(conn);
         (pool, fresh)
     });
-    let mut runner = proptest::test_runner::TestRunner::new(ProptestConfig {
-        cases: pooler_testkit::fuzz_cases(),
-        failure_persistence: Some(Box::new(
-            proptest::test_runner::FileFailurePersistence::WithSource("proptest-regressions"),
-        )),
-        ..ProptestConfig::default()
-    });
+    let mut runner = pooler_testkit::fuzz_runner(file!());
     let counter = std::sync::atomic::AtomicI64::new(0);
     let outcome = runner.run(&proptest::collection::vec(act(), 1..8), |acts| {
         let n = counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;

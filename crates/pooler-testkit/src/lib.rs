@@ -121,6 +121,37 @@ pub fn fuzz_cases() -> u32 {
         .unwrap_or(64)
 }
 
+/// A runtime for a test that blocks on it between steps (a fuzzer, a proptest): two worker
+/// threads, I/O and time drivers on.
+///
+/// # Panics
+///
+/// When the runtime cannot be built.
+#[must_use]
+pub fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a runtime")
+}
+
+/// The runner of a hand-over fuzzer whose test is in `source` (its `file!()`):
+/// [`fuzz_cases`] sequences, and each failing one kept in a corpus beside the source
+/// (`<source>.proptest-regressions`, to commit), replayed before any new one on later runs.
+#[must_use]
+pub fn fuzz_runner(source: &'static str) -> proptest::test_runner::TestRunner {
+    proptest::test_runner::TestRunner::new(proptest::test_runner::Config {
+        cases: fuzz_cases(),
+        // Without it the corpus has no place: proptest warns and keeps nothing.
+        source_file: Some(source),
+        failure_persistence: Some(Box::new(
+            proptest::test_runner::FileFailurePersistence::WithSource("proptest-regressions"),
+        )),
+        ..proptest::test_runner::Config::default()
+    })
+}
+
 /// Waits in real time, bounded by 15 s, until `done` holds; panics naming `what` otherwise.
 ///
 /// # Cancel safety
@@ -346,4 +377,42 @@ pub fn undefined_code_links(readme: &str) -> Vec<String> {
         rest = &after[end + 2..];
     }
     missing
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prop_assert;
+
+    /// A failing sequence lands in the corpus beside the fuzzer's source, and the next run
+    /// tries it first.
+    #[test]
+    fn a_fuzzer_keeps_its_failures_and_replays_them_first() {
+        let dir = std::env::temp_dir().join(format!("pooler-fuzz-corpus-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let source = dir.join("fuzz.rs");
+        std::fs::write(&source, "").unwrap();
+        let source: &'static str = Box::leak(source.to_str().unwrap().to_owned().into_boxed_str());
+        let failed = std::cell::Cell::new(None);
+        let outcome = super::fuzz_runner(source).run(&(0..1_000_000_u32), |n| {
+            if n >= 10 && failed.get().is_none() {
+                failed.set(Some(n));
+            }
+            prop_assert!(n < 10);
+            Ok(())
+        });
+        assert!(outcome.is_err(), "the property fails");
+        let corpus = dir.join("fuzz.proptest-regressions");
+        let kept = std::fs::read_to_string(&corpus).expect("the failure is kept in the corpus");
+        assert!(kept.lines().any(|l| l.starts_with("cc ")), "{kept}");
+        // Replayed first: the first case the next run tries is the kept failure.
+        let first = std::cell::Cell::new(None);
+        let _ = super::fuzz_runner(source).run(&(0..1_000_000_u32), |n| {
+            if first.get().is_none() {
+                first.set(Some(n));
+            }
+            Ok(())
+        });
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert_eq!(first.get(), failed.get(), "the kept failure is tried first");
+    }
 }

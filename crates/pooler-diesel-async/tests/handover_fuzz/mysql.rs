@@ -94,11 +94,7 @@ async fn fingerprint(conn: &mut AsyncMysqlConnection) -> String {
 
 #[test]
 fn the_next_user_always_sees_a_session_like_a_new_one() {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = pooler_testkit::runtime();
     let Some(url) = rt.block_on(service(
         "POOLER_MYSQL_URL",
         "mysql://root@127.0.0.1:3306/test",
