@@ -19,7 +19,6 @@ fn ms(s: f64) -> String {
     }
 }
 
-/// The score table, one row per scenario and mode.
 /// How many seeds the report's spread and the baseline run over.
 pub(crate) const SEEDS: u64 = 8;
 
@@ -76,6 +75,7 @@ pub(crate) fn spread(seeded: &[Vec<(Scenario, Mode, Score)>]) -> String {
     t
 }
 
+/// The score table, one row per scenario and mode.
 pub(crate) fn table(runs: &Runs) -> String {
     let mut t = String::from(
         "| scenario | mode | goodput /s (of servable) | admitted p50 / p99 (db latency) | timed out | shed | late | waited ≥ ½ connect | back in | connects (peak /s, mean /s) | connecting at once |\n\
