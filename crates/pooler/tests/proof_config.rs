@@ -156,7 +156,14 @@ fn bad_value() -> impl Strategy<Value = toml::Value> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 2000, failure_persistence: None, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig {
+        cases: 2000,
+        // A failing case's seed is kept beside this file and tried first on later runs.
+        failure_persistence: Some(Box::new(
+            proptest::test_runner::FileFailurePersistence::WithSource("proptest-regressions"),
+        )),
+        ..ProptestConfig::default()
+    })]
 
     /// A valid config written as TOML reads back as itself, through `from_toml_str` (the
     /// checked path) and through serde alone.
