@@ -45,7 +45,7 @@ fn sequences(
     fresh: &str,
     case: impl Fn(&[(usize, Way)], i64) -> (String, String),
 ) -> Result<(), proptest::test_runner::TestError<Vec<(usize, Way)>>> {
-    let mut runner = pooler_testkit::fuzz_runner(file!());
+    let mut runner = pooler_testkit::fuzz_runner!();
     let counter = std::sync::atomic::AtomicI64::new(0);
     runner.run(
         &proptest::collection::vec(action(statements), 1..8),

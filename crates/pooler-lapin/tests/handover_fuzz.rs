@@ -358,7 +358,7 @@ fn the_next_user_gets_a_channel_like_a_new_one_and_no_message_is_lost() {
         drop(ch);
         pool
     });
-    let mut runner = pooler_testkit::fuzz_runner(file!());
+    let mut runner = pooler_testkit::fuzz_runner!();
     let counter = std::sync::atomic::AtomicU64::new(0);
     // The last cases run: a pool left unable to serve fails the cases after the one that
     // left it so, which shrinking then cannot tell apart.

@@ -127,7 +127,7 @@ fn the_next_user_always_gets_a_connection_like_a_new_one() {
         drop(conn);
         (pool, fresh)
     });
-    let mut runner = pooler_testkit::fuzz_runner(file!());
+    let mut runner = pooler_testkit::fuzz_runner!();
     let counter = std::sync::atomic::AtomicU64::new(0);
     let outcome = runner.run(&proptest::collection::vec(action(), 1..8), |actions| {
         let n = counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;

@@ -136,20 +136,23 @@ pub fn runtime() -> tokio::runtime::Runtime {
         .expect("a runtime")
 }
 
-/// The runner of a hand-over fuzzer whose test is in `source` (its `file!()`):
-/// [`fuzz_cases`] sequences, and each failing one kept in a corpus beside the source
-/// (`<source>.proptest-regressions`, to commit), replayed before any new one on later runs.
-#[must_use]
-pub fn fuzz_runner(source: &'static str) -> proptest::test_runner::TestRunner {
-    proptest::test_runner::TestRunner::new(proptest::test_runner::Config {
-        cases: fuzz_cases(),
-        // Without it the corpus has no place: proptest warns and keeps nothing.
-        source_file: Some(source),
-        failure_persistence: Some(Box::new(
-            proptest::test_runner::FileFailurePersistence::WithSource("proptest-regressions"),
-        )),
-        ..proptest::test_runner::Config::default()
-    })
+/// The runner of a hand-over fuzzer, built in the fuzzer's own crate (which depends on
+/// `proptest`; this one does not): [`fuzz_cases`] sequences, and each failing one kept in a
+/// corpus beside the test's source (`<test>.proptest-regressions`, to commit), tried before
+/// any new one on later runs.
+#[macro_export]
+macro_rules! fuzz_runner {
+    () => {
+        ::proptest::test_runner::TestRunner::new(::proptest::test_runner::Config {
+            cases: $crate::fuzz_cases(),
+            // Without it the corpus has no place: proptest warns and keeps nothing.
+            source_file: ::core::option::Option::Some(::core::file!()),
+            failure_persistence: ::core::option::Option::Some(::std::boxed::Box::new(
+                ::proptest::test_runner::FileFailurePersistence::WithSource("proptest-regressions"),
+            )),
+            ..::proptest::test_runner::Config::default()
+        })
+    };
 }
 
 /// Waits in real time, bounded by 15 s, until `done` holds; panics naming `what` otherwise.
@@ -382,18 +385,31 @@ pub fn undefined_code_links(readme: &str) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use proptest::prop_assert;
+    use proptest::test_runner::TestRunner;
+
+    /// [`fuzz_runner!`](crate::fuzz_runner)'s runner, its corpus beside `source` instead of
+    /// this file.
+    fn runner(source: &'static str) -> TestRunner {
+        let mut config = crate::fuzz_runner!().config().clone();
+        config.source_file = Some(source);
+        TestRunner::new(config)
+    }
 
     /// A failing sequence lands in the corpus beside the fuzzer's source, and the next run
     /// tries it first.
     #[test]
     fn a_fuzzer_keeps_its_failures_and_replays_them_first() {
+        // The macro names the file it is written in: the corpus goes beside the fuzzer.
+        let config = crate::fuzz_runner!().config().clone();
+        assert_eq!(config.source_file, Some(file!()));
+        assert!(config.failure_persistence.is_some());
         let dir = std::env::temp_dir().join(format!("pooler-fuzz-corpus-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let source = dir.join("fuzz.rs");
         std::fs::write(&source, "").unwrap();
         let source: &'static str = Box::leak(source.to_str().unwrap().to_owned().into_boxed_str());
         let failed = std::cell::Cell::new(None);
-        let outcome = super::fuzz_runner(source).run(&(0..1_000_000_u32), |n| {
+        let outcome = runner(source).run(&(0..1_000_000_u32), |n| {
             if n >= 10 && failed.get().is_none() {
                 failed.set(Some(n));
             }
@@ -406,7 +422,7 @@ mod tests {
         assert!(kept.lines().any(|l| l.starts_with("cc ")), "{kept}");
         // Replayed first: the first case the next run tries is the kept failure.
         let first = std::cell::Cell::new(None);
-        let _ = super::fuzz_runner(source).run(&(0..1_000_000_u32), |n| {
+        let _ = runner(source).run(&(0..1_000_000_u32), |n| {
             if first.get().is_none() {
                 first.set(Some(n));
             }
