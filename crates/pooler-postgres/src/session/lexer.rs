@@ -135,9 +135,10 @@ impl Lexer {
 
     /// As [`Lexer::new`], in place: what [`begin`](Lexer::begin) does after a text that was
     /// lexed. A lexer built anew and the old one dropped cost each query a few dozen
-    /// instructions more (and a reset by struct update over the default a hundred more). The whole struct is taken apart
-    /// with no `..`, so a field added later does not compile until it is reset here: no
-    /// statement's state can reach the next scan by being forgotten.
+    /// instructions more (and a reset by struct update over the default a hundred more).
+    /// The whole struct is taken apart with no `..`, so a field added later does not compile
+    /// until it is reset here: no statement's state can reach the next scan by being
+    /// forgotten.
     fn reset(&mut self, parse: bool, backslash: bool) {
         let Lexer {
             state,
