@@ -3,6 +3,8 @@
 //! or a typed error. (`fuzz/` holds a cargo-fuzz target for the same, run locally.)
 #![cfg(feature = "file")]
 
+mod common;
+
 use std::time::Duration;
 
 use pooler::{ConfigError, Kinds, Manager, MemberContext, MemberOrder, PoolConfig, Pooler};
@@ -156,14 +158,7 @@ fn bad_value() -> impl Strategy<Value = toml::Value> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig {
-        cases: 2000,
-        // A failing case's seed is kept beside this file and tried first on later runs.
-        failure_persistence: Some(Box::new(
-            proptest::test_runner::FileFailurePersistence::WithSource("proptest-regressions"),
-        )),
-        ..ProptestConfig::default()
-    })]
+    #![proptest_config(common::keeping_failures(2000))]
 
     /// A valid config written as TOML reads back as itself, through `from_toml_str` (the
     /// checked path) and through serde alone.

@@ -11,6 +11,19 @@ use std::time::Duration;
 use pooler::{Manager, MemberContext, Pool, PoolConfig};
 use tokio::sync::oneshot;
 
+/// A proptest config of `cases` cases that keeps a failing case's seed beside the test's
+/// source (`<test>.proptest-regressions`, to commit with the fix) and tries it first on
+/// later runs.
+pub fn keeping_failures(cases: u32) -> proptest::test_runner::Config {
+    proptest::test_runner::Config {
+        cases,
+        failure_persistence: Some(Box::new(
+            proptest::test_runner::FileFailurePersistence::WithSource("proptest-regressions"),
+        )),
+        ..proptest::test_runner::Config::default()
+    }
+}
+
 /// What one hook does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Step {

@@ -240,14 +240,7 @@ fn the_pool_agrees_with_the_model_after_every_step() {
         .unwrap_or(500);
     let steps = Arc::new(AtomicUsize::new(0));
     let counted = steps.clone();
-    proptest!(ProptestConfig {
-        cases,
-        // A failing case's seed is kept beside this file and tried first on later runs.
-        failure_persistence: Some(Box::new(
-            proptest::test_runner::FileFailurePersistence::WithSource("proptest-regressions"),
-        )),
-        ..ProptestConfig::default()
-    }, |(ops in proptest::collection::vec(op(), 200))| {
+    proptest!(common::keeping_failures(cases), |(ops in proptest::collection::vec(op(), 200))| {
         run(ops, counted.clone());
     });
     let steps = steps.load(SeqCst);

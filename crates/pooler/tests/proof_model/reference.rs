@@ -1069,14 +1069,7 @@ fn the_pool_does_what_the_reference_model_says() {
         .unwrap_or(500);
     let steps = Arc::new(AtomicUsize::new(0));
     let counted = steps.clone();
-    proptest!(ProptestConfig {
-        cases,
-        // A failing case's seed is kept beside this file and tried first on later runs.
-        failure_persistence: Some(Box::new(
-            proptest::test_runner::FileFailurePersistence::WithSource("proptest-regressions"),
-        )),
-        ..ProptestConfig::default()
-    }, |(ops in proptest::collection::vec(op(), 200), features in features())| {
+    proptest!(crate::common::keeping_failures(cases), |(ops in proptest::collection::vec(op(), 200), features in features())| {
         run(ops, features, counted.clone());
     });
     let steps = steps.load(SeqCst);
