@@ -144,14 +144,26 @@ fn over_seeds<'a>(
         .collect()
 }
 
-/// The lowest and highest of `f` over `scores`.
-fn range(scores: &[&Score], f: impl Fn(&Score) -> f64) -> (f64, f64) {
-    scores
-        .iter()
-        .map(|s| f(s))
+/// The lowest and highest of `values`.
+fn bounds(values: impl IntoIterator<Item = f64>) -> (f64, f64) {
+    values
+        .into_iter()
         .fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), v| {
             (lo.min(v), hi.max(v))
         })
+}
+
+/// The lowest and highest of `f` over `scores`.
+fn range(scores: &[&Score], f: impl Fn(&Score) -> f64) -> (f64, f64) {
+    bounds(scores.iter().map(|s| f(s)))
+}
+
+/// The most connects at once `scenario`'s pools allow (0: it sets no cap, or is unknown).
+fn start_cap(scenario: &str) -> usize {
+    pooler_sim::scenario(scenario)
+        .ok()
+        .and_then(|sc| sc.start_cap())
+        .unwrap_or(0)
 }
 
 /// `lo–hi`, or one figure when they are equal, each written by `fmt`.
@@ -200,13 +212,14 @@ pub(crate) fn goals(seeded: &[Vec<(Scenario, Mode, Score)>]) -> String {
             waited == 0.0,
         );
         let connecting = range(&overlap, |s| s.peak_connecting as f64).1;
+        let cap = start_cap("lifetimes-overlap");
         row(
-            "lifetimes ending together: connects at once never exceed the cap (2)",
+            &format!("lifetimes ending together: connects at once never exceed the cap ({cap})"),
             format!(
                 "at most {connecting:.0} (without the cap: {:.0})",
                 range(&plain, |s| s.peak_connecting as f64).1
             ),
-            connecting <= 2.0,
+            connecting <= cap as f64,
         );
     }
     // Where the database is the bottleneck: the one switch (`vegas-alone`), admission with
@@ -252,13 +265,8 @@ pub(crate) fn goals(seeded: &[Vec<(Scenario, Mode, Score)>]) -> String {
             if pairs.is_empty() {
                 continue;
             }
-            let (mut share, mut p99) = ((f64::INFINITY, 0.0_f64), (f64::INFINITY, 0.0_f64));
-            for (fixed, s) in &pairs {
-                let g = s.goodput / fixed.goodput.max(1e-9);
-                let p = s.p99 / fixed.p99.max(1e-9);
-                share = (share.0.min(g), share.1.max(g));
-                p99 = (p99.0.min(p), p99.1.max(p));
-            }
+            let share = bounds(pairs.iter().map(|(f, s)| s.goodput / f.goodput.max(1e-9)));
+            let p99 = bounds(pairs.iter().map(|(f, s)| s.p99 / f.p99.max(1e-9)));
             row(
                 &format!(
                     "no overload (`{sc}`), `{mode}`: goodput ≥ 95 %, p99 ≤ 1.2 × a fixed pool's"
@@ -300,6 +308,7 @@ pub(crate) fn goals(seeded: &[Vec<(Scenario, Mode, Score)>]) -> String {
             back.1 <= 20.0,
         );
     }
+    let cap = start_cap("outage");
     for mode in ["vegas-alone", "vegas", "shed", "fixed"] {
         let scores = over_seeds(seeded, "outage", mode);
         if scores.is_empty() {
@@ -314,14 +323,14 @@ pub(crate) fn goals(seeded: &[Vec<(Scenario, Mode, Score)>]) -> String {
         row(
             &format!(
                 "outage of 10 s, `{mode}`: full throughput ≤ 5 s after the server is back in \
-                 ≥ 95 % of runs, connects at once never above the cap (4)"
+                 ≥ 95 % of runs, connects at once never above the cap ({cap})"
             ),
             format!(
                 "back in {} ({within} of {} runs within 5 s); at most {connecting:.0} at once",
                 span(back.0, back.1, secs),
                 scores.len()
             ),
-            within * 100 >= scores.len() * 95 && connecting <= 4.0,
+            within * 100 >= scores.len() * 95 && connecting <= cap as f64,
         );
     }
     let (plain, jitter) = (
@@ -520,6 +529,19 @@ mod tests {
         }
     }
 
+    /// One run of `scenario` in `mode` a seed, each scored (goodput share, p99 in ms).
+    fn seeds<const N: usize>(
+        scenario: &str,
+        mode: Mode,
+        scores: [(f64, f64); N],
+    ) -> Vec<Vec<(Scenario, Mode, Score)>> {
+        let sc = pooler_sim::scenario(scenario).expect("a scenario");
+        scores
+            .into_iter()
+            .map(|(share, p99)| vec![(sc.clone(), mode, score(share, p99))])
+            .collect()
+    }
+
     fn row<'a>(table: &'a str, starts: &str) -> &'a str {
         table
             .lines()
@@ -531,11 +553,11 @@ mod tests {
     /// range over the seeds.
     #[test]
     fn a_goal_is_judged_on_its_worst_seed() {
-        let sc = pooler_sim::scenario("capacity-halved").expect("a scenario");
-        let seeded = vec![
-            vec![(sc.clone(), Mode::VegasAlone, score(0.98, 15.0))],
-            vec![(sc.clone(), Mode::VegasAlone, score(0.97, 30.0))],
-        ];
+        let seeded = seeds(
+            "capacity-halved",
+            Mode::VegasAlone,
+            [(0.98, 15.0), (0.97, 30.0)],
+        );
         let table = goals(&seeded);
         let missed = row(&table, "| capacity halved at 70 % load, `vegas-alone`");
         assert!(missed.ends_with("| no |"), "{missed}");
@@ -548,11 +570,7 @@ mod tests {
     /// Over the seeds, goodput counts by its lowest: one seed under 90 % misses the goal.
     #[test]
     fn goodput_is_judged_by_its_lowest_seed() {
-        let sc = pooler_sim::scenario("burst").expect("a scenario");
-        let seeded = vec![
-            vec![(sc.clone(), Mode::Vegas, score(0.99, 15.0))],
-            vec![(sc.clone(), Mode::Vegas, score(0.85, 15.0))],
-        ];
+        let seeded = seeds("burst", Mode::Vegas, [(0.99, 15.0), (0.85, 15.0)]);
         let table = goals(&seeded);
         assert!(
             row(&table, "| ten times the arrivals for 5 s, `vegas`").ends_with("| no |"),

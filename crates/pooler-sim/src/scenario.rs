@@ -38,6 +38,17 @@ pub struct Scenario {
     pub(crate) change: Vec<Change>,
 }
 
+impl Scenario {
+    /// The most connects at once its pools allow (`max_concurrent_starts`), if it sets one.
+    #[must_use]
+    pub fn start_cap(&self) -> Option<usize> {
+        self.pool
+            .get("max_concurrent_starts")
+            .and_then(toml::Value::as_integer)
+            .and_then(|n| usize::try_from(n).ok())
+    }
+}
+
 pub(crate) fn one() -> usize {
     1
 }
