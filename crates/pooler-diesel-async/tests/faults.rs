@@ -9,10 +9,11 @@
 
 use std::time::Duration;
 
-use pooler::{Pool, PoolConfig, Shutdown};
+use pooler::{PoolConfig, Shutdown};
 use pooler_diesel_async::DieselManager;
 use pooler_diesel_async::diesel_async::{AsyncPgConnection, SimpleAsyncConnection};
 use pooler_testkit::blackhole::Blackhole;
+use pooler_testkit::started;
 use pooler_testkit::{host_port, scenarios, service};
 
 /// The bound, with a margin for the kernel's timer granularity.
@@ -36,12 +37,11 @@ async fn a_query_on_a_dead_link_fails_and_an_idle_member_is_never_handed_out() {
         "postgres://postgres@{}/test?sslmode=disable&connect_timeout=3",
         hole.addr()
     );
-    let pool = Pool::start(
+    let pool = started(
         PoolConfig::new("diesel-dead", 2, 2),
         DieselManager::<AsyncPgConnection>::new(via),
     )
-    .await
-    .unwrap();
+    .await;
     scenarios::busy_and_idle_across_a_dead_link(&pool, &hole, BOUND, async |conn| {
         conn.batch_execute("SELECT 1").await
     })
@@ -66,12 +66,11 @@ async fn a_slow_link_under_load_keeps_every_deadline_and_loses_nothing() {
     };
     let proxy = Proxy::start(&host_port(&url)).await;
     let via = format!("postgres://postgres@{}/test?sslmode=disable", proxy.addr());
-    let pool = Pool::start(
+    let pool = started(
         PoolConfig::new("diesel-slow-load", 4, 4),
         DieselManager::<AsyncPgConnection>::new(via),
     )
-    .await
-    .unwrap();
+    .await;
     let seen = scenarios::slow_link_under_load(&pool, &proxy, |mut conn| async move {
         conn.batch_execute("SELECT 41 + 1").await.is_ok()
     })

@@ -10,10 +10,11 @@
 
 use std::time::Duration;
 
-use pooler::{Pool, PoolConfig, Shutdown};
+use pooler::{PoolConfig, Shutdown};
 use pooler_diesel_async::diesel_async::{AsyncMysqlConnection, SimpleAsyncConnection};
 use pooler_diesel_async::{CHECK_TIMEOUT, DieselManager, PooledConnection};
 use pooler_testkit::blackhole::Blackhole;
+use pooler_testkit::started;
 use pooler_testkit::{host_port, scenarios, service};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -21,12 +22,11 @@ async fn an_idle_member_on_a_dead_link_is_checked_and_never_handed_out() {
     let Some((hole, via)) = behind_a_blackhole().await else {
         return;
     };
-    let pool = Pool::start(
+    let pool = started(
         scenarios::checked_config("diesel-mysql-dead"),
         DieselManager::<AsyncMysqlConnection>::new(via),
     )
-    .await
-    .unwrap();
+    .await;
     scenarios::checked_across_a_dead_link(&pool, &hole, async |conn| {
         conn.batch_execute("SELECT 1").await.is_ok()
     })
@@ -42,12 +42,11 @@ async fn with_the_defaults_an_idle_member_on_a_dead_link_is_never_handed_out() {
     let Some((hole, via)) = behind_a_blackhole().await else {
         return;
     };
-    let pool = Pool::start(
+    let pool = started(
         PoolConfig::new("diesel-mysql-dead-defaults", 1, 1),
         DieselManager::<AsyncMysqlConnection>::new(via),
     )
-    .await
-    .unwrap();
+    .await;
     scenarios::defaults_across_a_dead_link(
         &pool,
         &hole,
@@ -66,12 +65,11 @@ async fn a_query_on_a_dead_link_fails_within_the_bound() {
     let Some((hole, via)) = behind_a_blackhole().await else {
         return;
     };
-    let pool = Pool::start(
+    let pool = started(
         PoolConfig::new("diesel-mysql-dead-query", 1, 1),
         DieselManager::<AsyncMysqlConnection>::new(via),
     )
-    .await
-    .unwrap();
+    .await;
     scenarios::query_across_a_dead_link(&pool, &hole, Duration::from_secs(40), async |conn| {
         conn.batch_execute("SELECT 1").await
     })
@@ -105,12 +103,11 @@ async fn a_restarted_server_is_served_again_and_loses_nothing() {
     let Some(mut server) = pooler_testkit::mariadb::MariaDbServer::with_writes_table() else {
         return;
     };
-    let pool = Pool::start(
+    let pool = started(
         PoolConfig::new("diesel-mysql-restart", 4, 4),
         DieselManager::<AsyncMysqlConnection>::new(server.url()),
     )
-    .await
-    .unwrap();
+    .await;
     let seen = scenarios::restarted_under_writers(
         &pool,
         |mut conn, v| async move {

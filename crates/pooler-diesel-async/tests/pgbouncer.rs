@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use pooler::{Pool, PoolConfig, Shutdown};
+use pooler::{PoolConfig, Shutdown};
 use pooler_diesel_async::DieselManager;
 use pooler_diesel_async::diesel::sql_types::Integer;
 use pooler_diesel_async::diesel::{IntoSql, QueryableByName, select, sql_query};
@@ -20,6 +20,7 @@ use pooler_diesel_async::diesel_async::SimpleAsyncConnection;
 use pooler_diesel_async::diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
 use pooler_testkit::pgbouncer::{Mode, PgBouncer};
 use pooler_testkit::pgwire::PipelineWatch;
+use pooler_testkit::started;
 use pooler_testkit::{host_port, service};
 
 #[derive(QueryableByName)]
@@ -50,7 +51,7 @@ async fn failures(bouncer: &PgBouncer, cached: bool) -> (usize, Option<String>) 
         .queue_max(16)
         .build()
         .unwrap();
-    let pool = Pool::start(config, manager).await.unwrap();
+    let pool = started(config, manager).await;
     let failed = Arc::new(AtomicUsize::new(0));
     let first = Arc::new(std::sync::Mutex::new(None::<String>));
     let tasks: Vec<_> = (0..16_i32)
@@ -139,7 +140,7 @@ async fn nothing_is_sent_behind_an_unanswered_sync_point_outside_a_transaction()
         .idle_check_threshold(Duration::ZERO)
         .build()
         .unwrap();
-    let pool = Pool::start(config, manager).await.unwrap();
+    let pool = started(config, manager).await;
     for n in 0..20_i32 {
         let mut conn = pool.take_member(Duration::from_secs(5)).await.unwrap();
         conn.batch_execute("SELECT 1").await.unwrap();

@@ -8,6 +8,7 @@
 mod common;
 
 use pooler_diesel_async::diesel_async::AsyncPgConnection;
+use pooler_testkit::started;
 
 live_tests!(
     AsyncPgConnection,
@@ -26,7 +27,7 @@ async fn after_a_user_set_the_application_name(
         .max_count(1)
         .build()
         .unwrap();
-    let pool = Pool::start(config, manager).await.unwrap();
+    let pool = started(config, manager).await;
     let mut conn = pool.take_member(Duration::from_secs(5)).await.unwrap();
     pooler_diesel_async::diesel::sql_query("SET application_name = 'left-behind'")
         .execute(&mut *conn)
@@ -91,7 +92,7 @@ async fn connections_open_the_way_given_and_run_the_hooks() {
         .max_count(2)
         .build()
         .unwrap();
-    let pool = Pool::start(config, manager).await.unwrap();
+    let pool = started(config, manager).await;
     assert_eq!(AtomicUsize::load(&opened, Ordering::Relaxed), 2);
     let mut conn = pool.take_member(Duration::from_secs(5)).await.unwrap();
     let name: String = select(sql::<pooler_diesel_async::diesel::sql_types::Text>(

@@ -11,9 +11,10 @@ use std::time::{Duration, Instant};
 
 use lapin::options::QueueDeclareOptions;
 use lapin::types::FieldTable;
-use pooler::{Member, Pool, PoolConfig, Shutdown};
+use pooler::{Member, PoolConfig, Shutdown};
 use pooler_lapin::AmqpManager;
 use pooler_testkit::blackhole::Blackhole;
+use pooler_testkit::started;
 use pooler_testkit::{eventually, host_port, scenarios, service};
 
 const DEFAULT: &str = "amqp://guest:guest@127.0.0.1:5672/%2f";
@@ -60,9 +61,7 @@ async fn a_request_on_a_dead_link_fails_within_two_heartbeats_and_no_channel_on_
         return;
     };
     let via = url.replace(&host_port(&url), &hole.addr().to_string());
-    let pool = Pool::start(PoolConfig::new("amqp-dead", 2, 2), AmqpManager::new(via))
-        .await
-        .unwrap();
+    let pool = started(PoolConfig::new("amqp-dead", 2, 2), AmqpManager::new(via)).await;
     let busy = pool.take_member(Duration::from_secs(5)).await.unwrap();
     let idle_id = Member::id(&pool.take_member(Duration::from_secs(5)).await.unwrap());
     fails_within_the_bound(&busy, "on a dead link", || hole.set_down(true)).await;
@@ -131,9 +130,7 @@ async fn a_frozen_broker_fails_requests_within_two_heartbeats_and_holds_no_close
         .member_start_timeout(Duration::from_secs(2))
         .build()
         .unwrap();
-    let pool = Pool::start(config, AmqpManager::new(via.clone()))
-        .await
-        .unwrap();
+    let pool = started(config, AmqpManager::new(via.clone())).await;
     let busy = pool.take_member(Duration::from_secs(5)).await.unwrap();
     fails_within_the_bound(&busy, "to a frozen broker", || freeze(true)).await;
     drop(busy);
@@ -168,7 +165,7 @@ async fn a_frozen_broker_fails_requests_within_two_heartbeats_and_holds_no_close
         .member_shutdown(Duration::from_secs(2))
         .build()
         .unwrap();
-    let pool = Pool::start(config, AmqpManager::new(via)).await.unwrap();
+    let pool = started(config, AmqpManager::new(via)).await;
     drop(pool.take_member(Duration::from_secs(5)).await.unwrap());
     freeze(true);
     let took = scenarios::closes_within(&pool, Shutdown::Graceful, Duration::from_secs(4)).await;
@@ -187,12 +184,11 @@ async fn a_slow_link_under_load_keeps_every_deadline_and_loses_nothing() {
     };
     let proxy = Proxy::start(&host_port(&url)).await;
     let via = url.replace(&host_port(&url), &proxy.addr().to_string());
-    let pool = Pool::start(
+    let pool = started(
         PoolConfig::new("amqp-slow-load", 4, 4),
         AmqpManager::new(via),
     )
-    .await
-    .unwrap();
+    .await;
     let seen = scenarios::slow_link_under_load(&pool, &proxy, |channel| async move {
         channel
             .queue_declare("".into(), exclusive(), FieldTable::default())

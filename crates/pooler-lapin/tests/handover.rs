@@ -15,6 +15,7 @@ use lapin::options::{
 use lapin::types::FieldTable;
 use pooler::{Manager as _, Member, Pool, PoolConfig, Shutdown};
 use pooler_lapin::{AmqpChannel, AmqpManager};
+use pooler_testkit::started;
 use pooler_testkit::{eventually, host_port, service};
 
 const DEFAULT: &str = "amqp://guest:guest@127.0.0.1:5672/%2f";
@@ -190,9 +191,7 @@ async fn channel_modes_are_reset_or_the_channel_replaced() {
 async fn an_immediate_close_leaves_no_connection_open_after_a_late_return() {
     let Some(url) = url().await else { return };
     let manager = AmqpManager::new(url);
-    let pool = Pool::start(PoolConfig::new("amqp-immediate", 2, 2), manager.clone())
-        .await
-        .unwrap();
+    let pool = started(PoolConfig::new("amqp-immediate", 2, 2), manager.clone()).await;
     let held = take(&pool).await;
     pool.close(Shutdown::Immediate).await;
     assert!(manager.connected().await, "still open: a channel is in use");

@@ -23,6 +23,7 @@ use lapin::options::{
 use lapin::types::FieldTable;
 use pooler::{Member, Pool, PoolConfig, Shutdown};
 use pooler_lapin::{AmqpChannel, AmqpManager};
+use pooler_testkit::started;
 use pooler_testkit::{host_port, service};
 use proptest::prelude::*;
 
@@ -344,9 +345,7 @@ fn the_next_user_gets_a_channel_like_a_new_one_and_no_message_is_lost() {
     };
     let queue = format!("pooler-fuzz-{}", std::process::id());
     let pool = rt.block_on(async {
-        let pool = Pool::start(PoolConfig::new("amqp-fuzz", 1, 1), AmqpManager::new(&url))
-            .await
-            .unwrap();
+        let pool = started(PoolConfig::new("amqp-fuzz", 1, 1), AmqpManager::new(&url)).await;
         let ch = pool.take_member(Duration::from_secs(5)).await.unwrap();
         ch.queue_declare(
             queue.as_str().into(),

@@ -11,8 +11,9 @@ use lapin::options::{
 };
 use lapin::types::FieldTable;
 use lapin::{BasicProperties, ConnectionProperties};
-use pooler::{Member, Pool, PoolConfig, Shutdown, TakeError};
+use pooler::{Member, PoolConfig, Shutdown, TakeError};
 use pooler_lapin::AmqpManager;
+use pooler_testkit::started;
 use pooler_testkit::{Proxy, eventually, host_port, scenarios, service};
 
 const DEFAULT: &str = "amqp://guest:guest@127.0.0.1:5672/%2f";
@@ -35,7 +36,7 @@ async fn sixty_four_tasks_publish_and_get_back_their_own_messages() {
         .queue_max(64)
         .build()
         .unwrap();
-    let pool = Pool::start(config, AmqpManager::new(url)).await.unwrap();
+    let pool = started(config, AmqpManager::new(url)).await;
     let tasks: Vec<_> = (0..64u32)
         .map(|t| {
             let pool = pool.clone();
@@ -112,9 +113,7 @@ async fn sixty_four_tasks_publish_and_get_back_their_own_messages() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_channel_the_broker_closed_is_replaced() {
     let Some(url) = url().await else { return };
-    let pool = Pool::start(PoolConfig::new("amqp-closed", 2, 2), AmqpManager::new(url))
-        .await
-        .unwrap();
+    let pool = started(PoolConfig::new("amqp-closed", 2, 2), AmqpManager::new(url)).await;
     let channel = pool.take_member(Duration::from_secs(5)).await.unwrap();
     let id = Member::id(&channel);
     let refused = channel
@@ -189,9 +188,7 @@ async fn a_connection_the_broker_closed_ends_every_channel_and_the_pool_refills(
     let name = format!("pooler-broker-close-{}", std::process::id());
     let manager = AmqpManager::new(url)
         .properties(ConnectionProperties::default().with_connection_name(name.as_str().into()));
-    let pool = Pool::start(PoolConfig::new("amqp-broker-close", 2, 4), manager.clone())
-        .await
-        .unwrap();
+    let pool = started(PoolConfig::new("amqp-broker-close", 2, 4), manager.clone()).await;
     let held = pool.take_member(Duration::from_secs(5)).await.unwrap();
     let before: HashSet<u64> = pool.stats().iter().map(|s| s.id).collect();
     assert_eq!(before.len(), 2);
@@ -247,7 +244,7 @@ async fn a_lost_connection_fails_fast_and_the_pool_refills() {
     let proxy = Proxy::start(&host_port(&url)).await;
     let config = scenarios::outage_config("amqp-outage");
     let manager = AmqpManager::new(through(&url, &proxy));
-    let pool = Pool::start(config, manager.clone()).await.unwrap();
+    let pool = started(config, manager.clone()).await;
     assert_eq!(pool.utilization().free_count, 2);
     assert!(manager.connected().await);
 
@@ -296,9 +293,7 @@ async fn a_channel_replaced_on_every_return_is_never_handed_out_on_a_closing_con
             .max_count(max)
             .build()
             .unwrap();
-        let pool = Pool::start(config, AmqpManager::new(url.clone()))
-            .await
-            .unwrap();
+        let pool = started(config, AmqpManager::new(url.clone())).await;
         pool.take_member(Duration::from_secs(5))
             .await
             .unwrap()

@@ -11,9 +11,10 @@ use lapin::options::{
 };
 use lapin::types::FieldTable;
 use lapin::{BasicProperties, Confirmation};
-use pooler::{Pool, PoolConfig, Shutdown};
+use pooler::{PoolConfig, Shutdown};
 use pooler_lapin::AmqpManager;
 use pooler_testkit::scenarios;
+use pooler_testkit::started;
 
 /// A broker killed (SIGKILL, a RabbitMQ node of the test's own) and started again on its
 /// port while publishers run (`pooler_testkit::scenarios::restarted_under_writers`):
@@ -26,12 +27,11 @@ async fn a_restarted_broker_is_served_again_and_loses_nothing_it_confirmed() {
         return;
     };
     const QUEUE: &str = "pooler-restart";
-    let pool = Pool::start(
+    let pool = started(
         PoolConfig::new("lapin-restart", 4, 4),
         AmqpManager::new(broker.url()),
     )
-    .await
-    .unwrap();
+    .await;
     let durable = QueueDeclareOptions {
         durable: true,
         ..QueueDeclareOptions::default()

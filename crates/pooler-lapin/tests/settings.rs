@@ -1,9 +1,10 @@
 //! A pool built from settings as a pools file names them, live against RabbitMQ.
 #![cfg(feature = "serde")]
 
-use pooler::{Pool, PoolConfig};
+use pooler::PoolConfig;
 use pooler_lapin::lapin;
 use pooler_lapin::{AmqpManager, AmqpSettings};
+use pooler_testkit::started;
 use pooler_testkit::{host_port, service};
 
 async fn url() -> Option<String> {
@@ -29,9 +30,7 @@ async fn a_pool_from_settings_connects_where_they_say() {
     ))
     .unwrap();
     let manager = AmqpManager::from_settings(&settings).unwrap();
-    let pool = Pool::start(PoolConfig::new("settings", 1, 1), manager.clone())
-        .await
-        .unwrap();
+    let pool = started(PoolConfig::new("settings", 1, 1), manager.clone()).await;
     let channel = pool.take().await.unwrap();
     let queue = channel
         .queue_declare(

@@ -15,8 +15,9 @@ use lapin::BasicProperties;
 use lapin::options::{BasicGetOptions, BasicPublishOptions, QueueDeclareOptions};
 use lapin::tcp::OwnedTLSConfig;
 use lapin::types::FieldTable;
-use pooler::{Pool, PoolConfig, Shutdown};
+use pooler::{PoolConfig, Shutdown};
 use pooler_lapin::AmqpManager;
+use pooler_testkit::started;
 use pooler_testkit::tls::{Certificates, tool};
 
 const SERVER: &str = "/usr/lib/rabbitmq/bin/rabbitmq-server";
@@ -130,9 +131,7 @@ async fn amqps_channels_are_pooled_and_the_broker_verified() {
     let url = format!("amqps://guest:guest@localhost:{}/%2f", node.port);
     // guest may connect from localhost only, which is where the test is.
     let manager = AmqpManager::new(url.as_str()).tls(trusting(&node.certificates));
-    let pool = Pool::start(PoolConfig::new("amqps", 2, 2), manager)
-        .await
-        .unwrap();
+    let pool = started(PoolConfig::new("amqps", 2, 2), manager).await;
     let queue = format!("pooler-tls-{}", std::process::id());
     let channel = pool.take_member(Duration::from_secs(10)).await.unwrap();
     channel
@@ -176,9 +175,7 @@ async fn amqps_channels_are_pooled_and_the_broker_verified() {
     // A CA the broker's certificate is not signed by: no channel is opened.
     let stranger = Certificates::new("amqp-tls-other");
     let manager = AmqpManager::new(url.as_str()).tls(trusting(&stranger));
-    let pool = Pool::start(PoolConfig::new("amqps-untrusted", 1, 1), manager)
-        .await
-        .unwrap();
+    let pool = started(PoolConfig::new("amqps-untrusted", 1, 1), manager).await;
     assert!(
         pool.try_take_member().is_err(),
         "an unverified broker is never pooled"
@@ -186,12 +183,11 @@ async fn amqps_channels_are_pooled_and_the_broker_verified() {
     pool.close(Shutdown::Immediate).await;
 
     // No CA given: the system's roots do not know the test's CA either.
-    let pool = Pool::start(
+    let pool = started(
         PoolConfig::new("amqps-system-roots", 1, 1),
         AmqpManager::new(url.as_str()),
     )
-    .await
-    .unwrap();
+    .await;
     assert!(pool.try_take_member().is_err());
     pool.close(Shutdown::Immediate).await;
     drop(node);

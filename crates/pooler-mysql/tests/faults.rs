@@ -12,9 +12,10 @@ mod common;
 use std::time::{Duration, Instant};
 
 use mysql_async::prelude::Queryable;
-use pooler::{Member, Pool, PoolConfig, Shutdown};
+use pooler::{Member, PoolConfig, Shutdown};
 use pooler_mysql::MysqlManager;
 use pooler_testkit::blackhole::Blackhole;
+use pooler_testkit::started;
 use pooler_testkit::{Direction, Proxy, host_port, scenarios};
 
 /// With a check before each take, a member idle on a link that died is checked — the check
@@ -26,12 +27,11 @@ async fn an_idle_member_on_a_dead_link_is_checked_and_never_handed_out() {
     let Some((hole, via)) = behind_a_blackhole().await else {
         return;
     };
-    let pool = Pool::start(
+    let pool = started(
         scenarios::checked_config("mysql-dead"),
         MysqlManager::new(&via).unwrap(),
     )
-    .await
-    .unwrap();
+    .await;
     scenarios::checked_across_a_dead_link(&pool, &hole, async |conn| {
         conn.query_first::<i64, _>("SELECT 1").await.ok().flatten() == Some(1)
     })
@@ -48,12 +48,11 @@ async fn with_the_defaults_an_idle_member_on_a_dead_link_is_never_handed_out() {
     let Some((hole, via)) = behind_a_blackhole().await else {
         return;
     };
-    let pool = Pool::start(
+    let pool = started(
         PoolConfig::new("mysql-dead-defaults", 1, 1),
         MysqlManager::new(&via).unwrap(),
     )
-    .await
-    .unwrap();
+    .await;
     scenarios::defaults_across_a_dead_link(
         &pool,
         &hole,
@@ -77,12 +76,11 @@ async fn a_query_on_a_dead_link_fails_within_the_bound() {
     let Some((hole, via)) = behind_a_blackhole().await else {
         return;
     };
-    let pool = Pool::start(
+    let pool = started(
         PoolConfig::new("mysql-dead-query", 1, 1),
         MysqlManager::new(&via).unwrap(),
     )
-    .await
-    .unwrap();
+    .await;
     scenarios::query_across_a_dead_link(&pool, &hole, BOUND, async |conn| {
         conn.query_drop("SELECT 1").await
     })
@@ -127,9 +125,7 @@ async fn frozen_holds_nothing(name: &str, url: &str, freeze: impl Fn(bool)) {
         .member_start_timeout(Duration::from_secs(2))
         .build()
         .unwrap();
-    let pool = Pool::start(config, MysqlManager::new(url).unwrap())
-        .await
-        .unwrap();
+    let pool = started(config, MysqlManager::new(url).unwrap()).await;
     let mut conn = pool.take_member(Duration::from_secs(5)).await.unwrap();
     let one: Option<i64> = conn.query_first("SELECT 1").await.unwrap();
     assert_eq!(one, Some(1));
@@ -171,12 +167,11 @@ async fn a_slow_link_under_load_keeps_every_deadline_and_loses_nothing() {
     };
     let proxy = Proxy::start(&host_port(&url)).await;
     let via = format!("mysql://root@{}/test?prefer_socket=false", proxy.addr());
-    let pool = Pool::start(
+    let pool = started(
         PoolConfig::new("mysql-slow-load", 4, 4),
         MysqlManager::new(&via).unwrap(),
     )
-    .await
-    .unwrap();
+    .await;
     let seen = scenarios::slow_link_under_load(&pool, &proxy, |mut conn| async move {
         conn.query_first::<i64, _>("SELECT 41 + 1")
             .await
@@ -198,12 +193,11 @@ async fn a_restarted_server_is_served_again_and_loses_nothing() {
     let Some(mut server) = pooler_testkit::mariadb::MariaDbServer::with_writes_table() else {
         return;
     };
-    let pool = Pool::start(
+    let pool = started(
         PoolConfig::new("mysql-restart", 4, 4),
         MysqlManager::new(&server.url()).unwrap(),
     )
-    .await
-    .unwrap();
+    .await;
     let seen = scenarios::restarted_under_writers(
         &pool,
         |mut conn, v| async move {

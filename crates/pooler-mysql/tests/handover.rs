@@ -14,6 +14,7 @@ use mysql_async::Conn;
 use mysql_async::prelude::Queryable;
 use pooler::{Member, Pool, PoolConfig, Shutdown};
 use pooler_mysql::{MysqlManager, Recycle};
+use pooler_testkit::started;
 
 async fn one_of_one(url: &str, recycle: Recycle) -> pooler_mysql::Pool {
     Pool::start(
@@ -224,12 +225,11 @@ async fn after_connect_survives_the_reset() {
             Ok(())
         })
     });
-    let pool = Pool::start(
+    let pool = started(
         PoolConfig::new("mysql-hooks", 1, 1),
         MysqlManager::new(&url).unwrap().hooks(hooks),
     )
-    .await
-    .unwrap();
+    .await;
     for _ in 0..3 {
         let mut conn = take(&pool).await;
         let zone: Option<String> = conn

@@ -13,8 +13,9 @@ use std::time::Duration;
 
 use mysql_async::Conn;
 use mysql_async::prelude::Queryable;
-use pooler::{Pool, PoolConfig, Shutdown};
+use pooler::{PoolConfig, Shutdown};
 use pooler_mysql::MysqlManager;
+use pooler_testkit::started;
 use proptest::prelude::*;
 
 /// What user A does.
@@ -132,12 +133,11 @@ fn the_next_user_always_sees_a_session_like_a_new_one() {
         ] {
             admin.query_drop(sql).await.unwrap();
         }
-        let pool = Pool::start(
+        let pool = started(
             PoolConfig::new("mysql-fuzz", 1, 1),
             MysqlManager::new(&url).unwrap(),
         )
-        .await
-        .unwrap();
+        .await;
         let mut conn = pool.take_member(Duration::from_secs(5)).await.unwrap();
         let fresh = fingerprint(&mut conn).await;
         drop(conn);

@@ -10,8 +10,9 @@ use std::time::Duration;
 use common::{admin, url};
 use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, Opts, OptsBuilder};
-use pooler::{Member, Pool, PoolConfig, Shutdown};
+use pooler::{Member, PoolConfig, Shutdown};
 use pooler_mysql::{MysqlManager, Recycle};
+use pooler_testkit::started;
 use pooler_testkit::{Proxy, eventually, host_port, scenarios};
 
 /// A manager whose connections use database `db` (created if needed), so the server's
@@ -79,9 +80,7 @@ async fn sixty_four_tasks_share_eight_connections_with_correct_results() {
         .queue_max(64)
         .build()
         .unwrap();
-    let pool = Pool::start(config, MysqlManager::new(&url).unwrap())
-        .await
-        .unwrap();
+    let pool = started(config, MysqlManager::new(&url).unwrap()).await;
     scenarios::sixty_four_tasks_share_eight(&pool, async |mut conn, n| {
         let back: Option<u32> = conn.exec_first("SELECT ?", (n,)).await.unwrap();
         assert_eq!(back, Some(n));
@@ -102,9 +101,7 @@ async fn a_killed_connection_is_replaced_and_never_handed_out() {
         .idle_check_threshold(Duration::ZERO)
         .build()
         .unwrap();
-    let pool = Pool::start(config, MysqlManager::new(&url).unwrap())
-        .await
-        .unwrap();
+    let pool = started(config, MysqlManager::new(&url).unwrap()).await;
 
     // Killed while free.
     let id = my_id(&mut pool.take_member(Duration::from_secs(5)).await.unwrap()).await;
@@ -148,9 +145,7 @@ async fn an_outage_fails_fast_backs_off_and_refills_by_itself() {
         .ip_or_hostname("127.0.0.1")
         .tcp_port(proxy.addr().port());
     let config = scenarios::outage_config("mysql-outage");
-    let pool = Pool::start(config, MysqlManager::from_opts(opts.into()))
-        .await
-        .unwrap();
+    let pool = started(config, MysqlManager::from_opts(opts.into())).await;
     scenarios::outage_and_recovery(&pool, &proxy, async |conn| {
         conn.query_first::<u8, _>("SELECT 1").await.is_ok()
     })
@@ -167,9 +162,7 @@ async fn max_lifetime_with_jitter_recycles_real_connections() {
         .max_lifetime_jitter(Duration::from_millis(500))
         .build()
         .unwrap();
-    let pool = Pool::start(config, MysqlManager::new(&url).unwrap())
-        .await
-        .unwrap();
+    let pool = started(config, MysqlManager::new(&url).unwrap()).await;
     scenarios::lifetimes_recycle_connections(&pool, async |conn| {
         i64::try_from(my_id(conn).await).unwrap()
     })
@@ -182,9 +175,7 @@ async fn close_leaves_no_session_open() {
     let db = "pooler_close";
     let manager = manager_in(&url, db).await;
     let mut admin = admin(&url).await;
-    let pool = Pool::start(PoolConfig::new("mysql-close", 5, 8), manager)
-        .await
-        .unwrap();
+    let pool = started(PoolConfig::new("mysql-close", 5, 8), manager).await;
     scenarios::close_leaves_nothing(&pool, async || sessions(&mut admin, db).await).await;
 }
 
@@ -201,12 +192,11 @@ async fn a_connection_returned_inside_a_transaction_is_rolled_back() {
         .unwrap();
     admin.query_drop("DELETE FROM pooler_tx").await.unwrap();
     for recycle in [Recycle::Rollback, Recycle::Reset] {
-        let pool = Pool::start(
+        let pool = started(
             PoolConfig::new("mysql-tx", 1, 1),
             MysqlManager::new(&url).unwrap().recycle(recycle),
         )
-        .await
-        .unwrap();
+        .await;
         let mut conn = pool.take_member(Duration::from_secs(5)).await.unwrap();
         let id = Member::id(&conn);
         conn.query_drop("BEGIN").await.unwrap();
@@ -227,12 +217,11 @@ async fn a_connection_returned_inside_a_transaction_is_rolled_back() {
         assert_eq!(rows, Some(0), "{recycle:?}: nothing was committed");
     }
 
-    let pool = Pool::start(
+    let pool = started(
         PoolConfig::new("mysql-tx-plain", 1, 1),
         MysqlManager::new(&url).unwrap().recycle(Recycle::Nothing),
     )
-    .await
-    .unwrap();
+    .await;
     let mut conn = pool.take_member(Duration::from_secs(5)).await.unwrap();
     conn.query_drop("BEGIN").await.unwrap();
     drop(conn);
@@ -250,9 +239,7 @@ async fn the_server_sees_exactly_the_pools_connections() {
     let db = "pooler_count";
     let manager = manager_in(&url, db).await;
     let mut admin = admin(&url).await;
-    let pool = Pool::start(PoolConfig::new("mysql-count", 3, 3), manager)
-        .await
-        .unwrap();
+    let pool = started(PoolConfig::new("mysql-count", 3, 3), manager).await;
     eventually("the server lists three sessions", async || {
         sessions(&mut admin, db).await == 3
     })

@@ -4,9 +4,10 @@
 mod common;
 
 use common::url;
-use pooler::{Pool, PoolConfig};
+use pooler::PoolConfig;
 use pooler_mysql::mysql_async::prelude::Queryable;
 use pooler_mysql::{MysqlManager, MysqlSettings};
+use pooler_testkit::started;
 
 #[tokio::test]
 async fn a_pool_from_settings_connects_where_they_say() {
@@ -15,12 +16,11 @@ async fn a_pool_from_settings_connects_where_they_say() {
         "url = \"{url}\"\nsetup = [\"SET @from_settings = 42\", \"SET SESSION wait_timeout = 600\"]"
     ))
     .unwrap();
-    let pool = Pool::start(
+    let pool = started(
         PoolConfig::new("settings", 1, 1),
         MysqlManager::from_settings(&settings).unwrap(),
     )
-    .await
-    .unwrap();
+    .await;
     let mut conn = pool.take().await.unwrap();
     let id = pooler::Member::id(&conn);
     let session = "SELECT @from_settings, @@session.wait_timeout";

@@ -16,6 +16,7 @@ use pooler_postgres::{PgManager, Pool, SessionTarget};
 use pooler_testkit::eventually;
 
 use common::{backend_pid, url};
+use pooler_testkit::started;
 
 /// A primary and its standby, removed when dropped.
 struct Clusters {
@@ -132,24 +133,21 @@ async fn writes_follow_a_failover() {
         .batch_execute("CREATE TABLE w (id bigserial, writer int)")
         .await
         .unwrap();
-    let writes = Pool::start(
+    let writes = started(
         PoolConfig::new("pg-failover-rw", 2, 4),
         clusters.manager(SessionTarget::ReadWrite),
     )
-    .await
-    .unwrap();
-    let reads = Pool::start(
+    .await;
+    let reads = started(
         PoolConfig::new("pg-failover-standby", 1, 2),
         clusters.manager(SessionTarget::Standby),
     )
-    .await
-    .unwrap();
-    let prefer = Pool::start(
+    .await;
+    let prefer = started(
         PoolConfig::new("pg-failover-prefer", 1, 2),
         clusters.manager(SessionTarget::PreferStandby),
     )
-    .await
-    .unwrap();
+    .await;
     assert_eq!(port_of(&writes).await, Ok(clusters.primary));
     assert_eq!(port_of(&reads).await, Ok(clusters.standby));
     assert_eq!(port_of(&prefer).await, Ok(clusters.standby));
@@ -273,9 +271,7 @@ async fn a_primary_made_read_only_is_left() {
     ))
     .unwrap()
     .target_session_attrs(SessionTarget::ReadWrite);
-    let pool = Pool::start(PoolConfig::new("pg-made-read-only", 1, 1), manager)
-        .await
-        .unwrap();
+    let pool = started(PoolConfig::new("pg-made-read-only", 1, 1), manager).await;
     let conn = pool.take_member(Duration::from_secs(3)).await.unwrap();
     conn.execute("INSERT INTO r VALUES (1)", &[]).await.unwrap();
     drop(conn);
@@ -328,9 +324,7 @@ async fn a_write_refused_as_read_only_retires_the_connection() {
     let manager = PgManager::new(&url)
         .unwrap()
         .target_session_attrs(SessionTarget::Primary);
-    let pool = Pool::start(PoolConfig::new("pg-refused-write", 1, 1), manager)
-        .await
-        .unwrap();
+    let pool = started(PoolConfig::new("pg-refused-write", 1, 1), manager).await;
     let conn = pool.take_member(Duration::from_secs(3)).await.unwrap();
     let first = backend_pid(&conn).await;
     drop(conn);
@@ -379,9 +373,7 @@ async fn a_restarted_server_is_served_again_and_loses_nothing() {
         clusters.primary
     ))
     .unwrap();
-    let pool = Pool::start(PoolConfig::new("pg-restart", 4, 4), manager)
-        .await
-        .unwrap();
+    let pool = started(PoolConfig::new("pg-restart", 4, 4), manager).await;
     let seen = pooler_testkit::scenarios::restarted_under_writers(
         &pool,
         |conn, v| async move {

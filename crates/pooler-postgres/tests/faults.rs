@@ -12,9 +12,10 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use pooler::{Member, Pool, PoolConfig, Shutdown, TakeError};
+use pooler::{Member, PoolConfig, Shutdown, TakeError};
 use pooler_postgres::PgManager;
 use pooler_testkit::blackhole::Blackhole;
+use pooler_testkit::started;
 use pooler_testkit::{Direction, Proxy, host_port, scenarios};
 
 /// The bound the defaults keep a dead link's detection under, with a margin for the
@@ -38,12 +39,11 @@ async fn a_query_on_a_dead_link_fails_within_the_bound() {
     let Some((hole, url)) = through_a_blackhole().await else {
         return;
     };
-    let pool = Pool::start(
+    let pool = started(
         PoolConfig::new("pg-dead-query", 1, 1),
         PgManager::new(&url).unwrap(),
     )
-    .await
-    .unwrap();
+    .await;
     scenarios::query_across_a_dead_link(&pool, &hole, BOUND, async |conn| {
         conn.simple_query("SELECT 1").await.map(drop)
     })
@@ -58,12 +58,11 @@ async fn an_idle_member_on_a_dead_link_is_never_handed_out() {
     let Some((hole, url)) = through_a_blackhole().await else {
         return;
     };
-    let pool = Pool::start(
+    let pool = started(
         PoolConfig::new("pg-dead-idle", 1, 1),
         PgManager::new(&url).unwrap(),
     )
-    .await
-    .unwrap();
+    .await;
     let first = {
         let conn = pool.take_member(Duration::from_secs(5)).await.unwrap();
         conn.simple_query("SELECT 1").await.unwrap();
@@ -119,12 +118,11 @@ async fn a_close_with_the_server_unreachable_ends_at_once_and_leaves_no_task() {
         let Some((hole, url)) = through_a_blackhole().await else {
             return;
         };
-        let pool = Pool::start(
+        let pool = started(
             PoolConfig::new("pg-dead-close", 2, 2),
             PgManager::new(&url).unwrap(),
         )
-        .await
-        .unwrap();
+        .await;
         {
             let conn = pool.take_member(Duration::from_secs(5)).await.unwrap();
             conn.simple_query("SELECT 1").await.unwrap();
@@ -172,12 +170,11 @@ async fn a_request_to_a_frozen_server_ends_at_its_deadline() {
     let Some(url) = common::url().await else {
         return;
     };
-    let pool = Pool::start(
+    let pool = started(
         PoolConfig::new("pg-frozen", 2, 2),
         PgManager::new(&url).unwrap(),
     )
-    .await
-    .unwrap();
+    .await;
     let conn = pool.take_member(Duration::from_secs(5)).await.unwrap();
     let (pid, id) = (common::backend_pid(&conn).await, Member::id(&conn));
     let frozen = Frozen::stop(pid);
@@ -210,12 +207,11 @@ async fn a_request_on_a_dead_link_ends_at_its_deadline() {
     let Some((hole, url)) = through_a_blackhole().await else {
         return;
     };
-    let pool = Pool::start(
+    let pool = started(
         PoolConfig::new("pg-dead-until", 1, 1),
         PgManager::new(&url).unwrap(),
     )
-    .await
-    .unwrap();
+    .await;
     let conn = pool.take_member(Duration::from_secs(5)).await.unwrap();
     conn.simple_query("SELECT 1").await.unwrap();
     hole.set_down(true);
@@ -273,12 +269,11 @@ async fn a_write_whose_answer_is_lost_says_it_may_have_reached_the_server() {
         .unwrap();
     let proxy = Proxy::start(&host_port(&url)).await;
     let via = format!("postgres://postgres@{}/test?sslmode=disable", proxy.addr());
-    let pool = Pool::start(
+    let pool = started(
         PoolConfig::new("pg-lost-answer", 1, 1),
         PgManager::new(&via).unwrap(),
     )
-    .await
-    .unwrap();
+    .await;
     let conn = pool.take_member(Duration::from_secs(5)).await.unwrap();
     let insert = format!("INSERT INTO {table} VALUES (1)");
     conn.batch_execute(&insert).await.unwrap();
@@ -322,12 +317,11 @@ async fn on_a_slow_link_deadlines_still_hold() {
     };
     let proxy = Proxy::start(&host_port(&url)).await;
     let via = format!("postgres://postgres@{}/test?sslmode=disable", proxy.addr());
-    let pool = Pool::start(
+    let pool = started(
         PoolConfig::new("pg-slow-link", 1, 1),
         PgManager::new(&via).unwrap(),
     )
-    .await
-    .unwrap();
+    .await;
     proxy.set_delay(Duration::from_millis(150));
     let conn = pool.take_member(Duration::from_secs(5)).await.unwrap();
     let began = tokio::time::Instant::now();
@@ -382,12 +376,11 @@ async fn a_slow_link_under_load_keeps_every_deadline_and_loses_nothing() {
     };
     let proxy = Proxy::start(&host_port(&url)).await;
     let via = format!("postgres://postgres@{}/test?sslmode=disable", proxy.addr());
-    let pool = Pool::start(
+    let pool = started(
         PoolConfig::new("pg-slow-load", 4, 4),
         PgManager::new(&via).unwrap(),
     )
-    .await
-    .unwrap();
+    .await;
     let seen = scenarios::slow_link_under_load(&pool, &proxy, |conn| async move {
         conn.query_one("SELECT $1::int4 + 1", &[&41_i32])
             .await

@@ -11,6 +11,7 @@ use std::time::Duration;
 use common::{admin, url};
 use pooler::{Member, Pool, PoolConfig, Shutdown};
 use pooler_postgres::{PgConnection, PgManager, Recycle, TxStatus};
+use pooler_testkit::started;
 
 /// A manager tagged `tag`, cleaning as `recycle` says; the custom setting the tests use for
 /// row-level security, `app.tenant`, is declared (`custom_settings`), as applications that
@@ -413,9 +414,7 @@ async fn cancel_token_cancels_a_long_query_from_another_task() {
 async fn the_statement_cache_serves_typed_statements_and_transactions_and_evicts_lru() {
     let Some(url) = url().await else { return };
     let manager = manager(&url, "pg-cache", Recycle::default()).statement_cache(2);
-    let pool = Pool::start(PoolConfig::new("pg-cache", 1, 1), manager)
-        .await
-        .unwrap();
+    let pool = started(PoolConfig::new("pg-cache", 1, 1), manager).await;
     let mut conn = take(&pool).await;
     let int4 = [tokio_postgres::types::Type::INT4];
     let stats = |conn: &PgConnection| {
@@ -469,9 +468,7 @@ async fn hooks_set_up_connections_without_losing_the_clean_return() {
             })
         });
     let manager = manager(&url, "pg-hooks", Recycle::default()).hooks(hooks);
-    let pool = Pool::start(PoolConfig::new("pg-hooks", 1, 1), manager)
-        .await
-        .unwrap();
+    let pool = started(PoolConfig::new("pg-hooks", 1, 1), manager).await;
     let search_path = async |conn: &PgConnection| -> String {
         conn.query_one("SELECT current_setting('search_path')", &[])
             .await
@@ -727,9 +724,7 @@ async fn a_function_declared_neutral_needs_no_reset() {
         .unwrap();
     let manager =
         manager(&url, "pg-neutral", Recycle::default()).neutral_functions(["Pooler_Neutral_Fn"]);
-    let pool = Pool::start(PoolConfig::new("pg-neutral", 1, 1), manager)
-        .await
-        .unwrap();
+    let pool = started(PoolConfig::new("pg-neutral", 1, 1), manager).await;
     for (sql, dirty) in [
         ("SELECT pooler_neutral_fn(1)", false),
         ("SELECT public.pooler_neutral_fn(1)", false),

@@ -15,8 +15,9 @@ mod common;
 use std::future::Future;
 use std::time::Duration;
 
-use pooler::{Pool, PoolConfig, Shutdown};
+use pooler::{PoolConfig, Shutdown};
 use pooler_postgres::{PgConnection, PgManager};
+use pooler_testkit::started;
 use proptest::prelude::*;
 
 /// How a statement is sent.
@@ -159,9 +160,7 @@ fn the_next_user_always_sees_a_session_like_a_new_one() {
         let manager = PgManager::new(&url)
             .unwrap()
             .custom_settings(["app.tenant"]);
-        let pool = Pool::start(PoolConfig::new("pg-fuzz", 1, 1), manager)
-            .await
-            .unwrap();
+        let pool = started(PoolConfig::new("pg-fuzz", 1, 1), manager).await;
         let conn = pool.take_member(Duration::from_secs(5)).await.unwrap();
         let fresh = fingerprint(&conn).await;
         drop(conn);

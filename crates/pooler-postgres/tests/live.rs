@@ -9,8 +9,9 @@ use std::time::Duration;
 
 use common::{admin, backend_pid, url};
 use pooler::Manager as _;
-use pooler::{Member, Pool, PoolConfig, Shutdown};
+use pooler::{Member, PoolConfig, Shutdown};
 use pooler_postgres::{PgManager, Recycle, TxStatus};
+use pooler_testkit::started;
 use pooler_testkit::{Proxy, eventually, host_port, scenarios};
 
 /// The connection's transaction status once its driver has written everything and every
@@ -61,9 +62,7 @@ async fn sixty_four_tasks_share_eight_connections_with_correct_results() {
         .queue_max(64)
         .build()
         .unwrap();
-    let pool = Pool::start(config, manager(&url, "pooler-64"))
-        .await
-        .unwrap();
+    let pool = started(config, manager(&url, "pooler-64")).await;
     scenarios::sixty_four_tasks_share_eight(&pool, async |conn, n| {
         let n = i32::try_from(n).unwrap();
         let row = conn
@@ -80,12 +79,11 @@ async fn sixty_four_tasks_share_eight_connections_with_correct_results() {
 async fn a_killed_backend_is_replaced_and_never_handed_out() {
     let Some(url) = url().await else { return };
     let admin = admin(&url).await;
-    let pool = Pool::start(
+    let pool = started(
         PoolConfig::new("pg-kill", 2, 2),
         manager(&url, "pooler-kill"),
     )
-    .await
-    .unwrap();
+    .await;
 
     // Killed while free: the driver task ends, the member is replaced without any take.
     let pid = backend_pid(&pool.take_member(Duration::from_secs(5)).await.unwrap()).await;
@@ -151,12 +149,11 @@ async fn an_outage_fails_fast_backs_off_and_refills_by_itself() {
     if let Some(db) = parsed.get_dbname() {
         config.dbname(db);
     }
-    let pool = Pool::start(
+    let pool = started(
         scenarios::outage_config("pg-outage"),
         PgManager::from_config(config),
     )
-    .await
-    .unwrap();
+    .await;
     scenarios::outage_and_recovery(&pool, &proxy, async |conn| {
         conn.query_one("SELECT 1", &[]).await.is_ok()
     })
@@ -172,9 +169,7 @@ async fn max_lifetime_with_jitter_recycles_real_connections() {
         .max_lifetime_jitter(Duration::from_millis(500))
         .build()
         .unwrap();
-    let pool = Pool::start(config, manager(&url, "pooler-life"))
-        .await
-        .unwrap();
+    let pool = started(config, manager(&url, "pooler-life")).await;
     scenarios::lifetimes_recycle_connections(&pool, async |conn| {
         let pid = backend_pid(conn).await;
         i64::from(pid)
@@ -191,9 +186,7 @@ async fn a_connection_returned_inside_a_transaction_is_rolled_back() {
         .await
         .unwrap();
     admin.batch_execute("DELETE FROM pooler_tx").await.unwrap();
-    let pool = Pool::start(PoolConfig::new("pg-tx", 1, 1), manager(&url, "pooler-tx"))
-        .await
-        .unwrap();
+    let pool = started(PoolConfig::new("pg-tx", 1, 1), manager(&url, "pooler-tx")).await;
     {
         let conn = pool.take_member(Duration::from_secs(5)).await.unwrap();
         conn.batch_execute("BEGIN; INSERT INTO pooler_tx VALUES (1)")
@@ -237,9 +230,7 @@ async fn a_connection_returned_inside_a_transaction_is_rolled_back() {
 
     // Recycle::Nothing leaves the session as it was (documented trade-off).
     let plain = manager(&url, "pooler-tx-plain").recycle(Recycle::Nothing);
-    let pool = Pool::start(PoolConfig::new("pg-tx-plain", 1, 1), plain)
-        .await
-        .unwrap();
+    let pool = started(PoolConfig::new("pg-tx-plain", 1, 1), plain).await;
     pool.take_member(Duration::from_secs(5))
         .await
         .unwrap()
@@ -257,9 +248,7 @@ async fn close_leaves_no_session_open() {
     let Some(url) = url().await else { return };
     let admin = admin(&url).await;
     let tag = "pooler-close";
-    let pool = Pool::start(PoolConfig::new("pg-close", 5, 8), manager(&url, tag))
-        .await
-        .unwrap();
+    let pool = started(PoolConfig::new("pg-close", 5, 8), manager(&url, tag)).await;
     scenarios::close_leaves_nothing(&pool, async || sessions(&admin, tag).await).await;
 }
 
@@ -277,12 +266,11 @@ async fn observed_status_keeps_every_abandoned_transaction_from_the_next_user() 
         )
         .await
         .unwrap();
-    let pool = Pool::start(
+    let pool = started(
         PoolConfig::new("pg-observed", 1, 1),
         manager(&url, "pooler-observed"),
     )
-    .await
-    .unwrap();
+    .await;
     let take = async || pool.take_member(Duration::from_secs(5)).await.unwrap();
 
     // Idle after a query: no recycle at all, at once.
@@ -431,12 +419,11 @@ async fn observed_status_keeps_every_abandoned_transaction_from_the_next_user() 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn prepared_statements_are_cached_per_connection() {
     let Some(url) = url().await else { return };
-    let pool = Pool::start(
+    let pool = started(
         PoolConfig::new("pg-statements", 1, 1),
         manager(&url, "pooler-statements").statement_cache(2),
     )
-    .await
-    .unwrap();
+    .await;
     let conn = pool.take_member(Duration::from_secs(5)).await.unwrap();
     for n in [1_i32, 2] {
         let statement = conn.prepare_cached("SELECT $1::int4 + 1").await.unwrap();
@@ -492,12 +479,11 @@ async fn prepared_statements_are_cached_per_connection() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_running_query_is_cancelled() {
     let Some(url) = url().await else { return };
-    let pool = Pool::start(
+    let pool = started(
         PoolConfig::new("pg-cancel", 1, 1),
         manager(&url, "pooler-cancel"),
     )
-    .await
-    .unwrap();
+    .await;
     let conn = pool.take_member(Duration::from_secs(5)).await.unwrap();
     let sleeping = conn.batch_execute("SELECT pg_sleep(60)");
     let cancelling = async {
@@ -566,12 +552,11 @@ async fn the_session_kind_and_every_host_are_honoured() {
             .target_session_attrs(attrs);
         PgManager::from_config(config)
     };
-    let pool = Pool::start(
+    let pool = started(
         PoolConfig::new("pg-read-only", 0, 1),
         config(tokio_postgres::config::TargetSessionAttrs::ReadOnly),
     )
-    .await
-    .unwrap();
+    .await;
     let e = pool
         .take_member(Duration::from_secs(2))
         .await
@@ -584,12 +569,11 @@ async fn the_session_kind_and_every_host_are_honoured() {
     );
     pool.close(Shutdown::Graceful).await;
 
-    let pool = Pool::start(
+    let pool = started(
         PoolConfig::new("pg-read-write", 1, 1),
         config(tokio_postgres::config::TargetSessionAttrs::ReadWrite),
     )
-    .await
-    .unwrap();
+    .await;
     let conn = pool.take_member(Duration::from_secs(5)).await.unwrap();
     assert_eq!(conn.simple_query("SELECT 1").await.unwrap().len(), 3);
     assert_eq!(
@@ -609,12 +593,11 @@ async fn the_session_kind_and_every_host_are_honoured() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_deadline_handed_to_the_server_cancels_the_statement() {
     let Some(url) = url().await else { return };
-    let pool = Pool::start(
+    let pool = started(
         PoolConfig::new("pg-until", 1, 1),
         PgManager::new(&url).unwrap(),
     )
-    .await
-    .unwrap();
+    .await;
     let conn = pool.take_member(Duration::from_secs(5)).await.unwrap();
     let begun = tokio::time::Instant::now();
     let deadline = begun + Duration::from_millis(200);
@@ -664,12 +647,11 @@ async fn a_deadline_handed_to_the_server_cancels_the_statement() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_deadline_at_the_end_of_time_is_no_deadline() {
     let Some(url) = url().await else { return };
-    let pool = Pool::start(
+    let pool = started(
         PoolConfig::new("pg-until-far", 1, 1),
         PgManager::new(&url).unwrap(),
     )
-    .await
-    .unwrap();
+    .await;
     let conn = pool.take_member(Duration::from_secs(5)).await.unwrap();
     let mut far = tokio::time::Instant::now();
     let mut step = Duration::from_secs(1 << 62);
@@ -694,12 +676,11 @@ async fn a_deadline_at_the_end_of_time_is_no_deadline() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cancel_that_may_still_land_never_reaches_the_next_user() {
     let Some(url) = url().await else { return };
-    let pool = Pool::start(
+    let pool = started(
         PoolConfig::new("pg-until-stray", 1, 1),
         PgManager::new(&url).unwrap(),
     )
-    .await
-    .unwrap();
+    .await;
     let conn = pool.take_member(Duration::from_secs(5)).await.unwrap();
     let first = backend_pid(&conn).await;
     // The deadline has passed when the request is still pending; it then ends well.
@@ -745,9 +726,7 @@ async fn a_cancel_that_may_still_land_never_reaches_the_next_user() {
 async fn a_use_measures_the_servers_time_per_statement() {
     let Some(url) = url().await else { return };
     let manager = PgManager::new(&url).unwrap();
-    let pool = Pool::start(PoolConfig::new("pg-latency", 1, 1), manager.clone())
-        .await
-        .unwrap();
+    let pool = started(PoolConfig::new("pg-latency", 1, 1), manager.clone()).await;
     let conn = pool.take_member(Duration::from_secs(5)).await.unwrap();
     // The pool's own statements (the connect's, `after_connect`'s) are not this use's.
     assert_eq!(manager.latency(&conn), pooler::Latency::Unmeasured);
@@ -774,9 +753,7 @@ async fn a_use_measures_the_servers_time_per_statement() {
 async fn the_pools_own_statements_are_not_the_next_uses_latency() {
     let Some(url) = url().await else { return };
     let manager = PgManager::new(&url).unwrap().recycle(Recycle::Always);
-    let pool = Pool::start(PoolConfig::new("pg-latency-own", 1, 1), manager.clone())
-        .await
-        .unwrap();
+    let pool = started(PoolConfig::new("pg-latency-own", 1, 1), manager.clone()).await;
     let conn = pool.take_member(Duration::from_secs(5)).await.unwrap();
     // Asked once, as a pool with admission asks at every return: from then on it is timed.
     assert_eq!(manager.latency(&conn), pooler::Latency::Unmeasured);
@@ -803,7 +780,7 @@ async fn the_pools_own_statements_are_not_the_next_uses_latency() {
         .idle_check_threshold(Some(Duration::ZERO))
         .build()
         .unwrap();
-    let pool = Pool::start(config, manager.clone()).await.unwrap();
+    let pool = started(config, manager.clone()).await;
     for _ in 0..2 {
         let conn = pool.take_member(Duration::from_secs(5)).await.unwrap();
         assert_eq!(manager.latency(&conn), pooler::Latency::Unmeasured);
@@ -819,12 +796,11 @@ async fn the_pools_own_statements_are_not_the_next_uses_latency() {
 async fn the_status_is_settled_when_a_statement_returns() {
     use TxStatus::{Failed, Idle, InTransaction};
     let Some(url) = url().await else { return };
-    let pool = Pool::start(
+    let pool = started(
         PoolConfig::new("pg-settled", 1, 1),
         manager(&url, "pooler-settled"),
     )
-    .await
-    .unwrap();
+    .await;
     let mut conn = pool.take_member(Duration::from_secs(5)).await.unwrap();
     // What read otherwise than expected: how often, and the first reading.
     let mut misses: std::collections::BTreeMap<&str, (usize, TxStatus)> = Default::default();
@@ -888,12 +864,11 @@ async fn the_status_is_settled_when_a_statement_returns() {
 async fn a_dead_connection_ends_the_wait_for_its_answer() {
     let Some(url) = url().await else { return };
     let admin = admin(&url).await;
-    let pool = Pool::start(
+    let pool = started(
         PoolConfig::new("pg-settled-dead", 1, 1),
         manager(&url, "pooler-settled-dead"),
     )
-    .await
-    .unwrap();
+    .await;
     let conn = pool.take_member(Duration::from_secs(5)).await.unwrap();
     let pid = backend_pid(&conn).await;
     // Sent, then given up on: its answer is owed.
@@ -924,12 +899,11 @@ async fn a_dead_connection_ends_the_wait_for_its_answer() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_statement_does_not_wait_for_another_under_way() {
     let Some(url) = url().await else { return };
-    let pool = Pool::start(
+    let pool = started(
         PoolConfig::new("pg-settled-pipelined", 1, 1),
         manager(&url, "pooler-settled-pipelined"),
     )
-    .await
-    .unwrap();
+    .await;
     let conn = pool.take_member(Duration::from_secs(5)).await.unwrap();
     // Its parameter types described first: the description is a round trip of its own.
     conn.query_one("SELECT $1::int4", &[&1_i32]).await.unwrap();

@@ -10,9 +10,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use common::url;
-use pooler::{Pool, PoolConfig};
+use pooler::PoolConfig;
 use pooler_postgres::{PgManager, TxStatus};
 use pooler_testkit::pgbouncer::{Mode, PgBouncer};
+use pooler_testkit::started;
 
 /// The connection's transaction status once its driver has caught up (bounded).
 async fn settled(conn: &pooler_postgres::PgConnection) -> TxStatus {
@@ -122,7 +123,7 @@ async fn behind_transaction_pooling_parameterised_and_cached_statements_never_fa
     let manager = PgManager::new(&bouncer.url("postgres"))
         .unwrap()
         .transaction_pooling(true);
-    let pool = Pool::start(pool_config("pgb-tx"), manager).await.unwrap();
+    let pool = started(pool_config("pgb-tx"), manager).await;
     let (failed, first) = workload(&pool).await;
     assert_eq!(failed, 0, "of 4 000 statements; the first: {first:?}");
     pool.close(pooler::Shutdown::Graceful).await;
@@ -141,7 +142,7 @@ async fn behind_session_pooling_the_defaults_serve_unchanged() {
         .queue_max(16)
         .build()
         .unwrap();
-    let pool = Pool::start(config, manager).await.unwrap();
+    let pool = started(config, manager).await;
     let (failed, first) = workload(&pool).await;
     assert_eq!(failed, 0, "of 4 000 statements; the first: {first:?}");
     let conn = pool.take().await.unwrap();
@@ -162,9 +163,7 @@ async fn behind_transaction_pooling_a_transaction_left_open_is_rolled_back() {
     let manager = PgManager::new(&bouncer.url("postgres"))
         .unwrap()
         .transaction_pooling(true);
-    let pool = Pool::start(PoolConfig::new("pgb-open", 1, 1), manager)
-        .await
-        .unwrap();
+    let pool = started(PoolConfig::new("pgb-open", 1, 1), manager).await;
     let conn = pool.take().await.unwrap();
     conn.batch_execute("BEGIN; CREATE TEMP TABLE left_open (n int)")
         .await
@@ -197,7 +196,7 @@ async fn transaction_pool(bouncer: &PgBouncer, name: &str, size: usize) -> poole
         .queue_max(16)
         .build()
         .unwrap();
-    Pool::start(config, manager).await.unwrap()
+    started(config, manager).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -394,9 +393,7 @@ async fn behind_pgbouncer_a_dead_link_is_found_within_the_bound() {
         hole.addr()
     );
     let manager = PgManager::new(&via).unwrap().transaction_pooling(true);
-    let pool = Pool::start(PoolConfig::new("pgbouncer-dead", 2, 2), manager)
-        .await
-        .unwrap();
+    let pool = started(PoolConfig::new("pgbouncer-dead", 2, 2), manager).await;
     pooler_testkit::scenarios::busy_and_idle_across_a_dead_link(
         &pool,
         &hole,
@@ -426,7 +423,7 @@ async fn with_transaction_pooling_nothing_is_sent_behind_an_unanswered_sync_poin
         .idle_check_threshold(Duration::ZERO)
         .build()
         .unwrap();
-    let pool = Pool::start(config, manager).await.unwrap();
+    let pool = started(config, manager).await;
     let (failed, first) = workload(&pool).await;
     assert_eq!(failed, 0, "of 4 000 statements; the first: {first:?}");
     pool.close(pooler::Shutdown::Graceful).await;

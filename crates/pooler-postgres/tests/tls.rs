@@ -9,7 +9,7 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use pooler::{Member, Pool, PoolConfig, Shutdown};
+use pooler::{Member, PoolConfig, Shutdown};
 use pooler_postgres::rustls::client::danger::{
     HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier,
 };
@@ -18,6 +18,7 @@ use pooler_postgres::rustls::pki_types::pem::PemObject as _;
 use pooler_postgres::rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use pooler_postgres::rustls::{ClientConfig, DigitallySignedStruct, SignatureScheme};
 use pooler_postgres::{PgManager, TxStatus};
+use pooler_testkit::started;
 use pooler_testkit::{host_port, service};
 
 /// The connection's transaction status once its driver has written everything and every
@@ -139,9 +140,7 @@ async fn connections_over_rustls_keep_the_zero_round_trip_transaction_check() {
     pg.ssl_mode(tokio_postgres::config::SslMode::Require)
         .application_name("pooler-tls");
     let manager = PgManager::from_config(pg).with_rustls(config.clone());
-    let pool = Pool::start(PoolConfig::new("pg-tls", 2, 2), manager)
-        .await
-        .unwrap();
+    let pool = started(PoolConfig::new("pg-tls", 2, 2), manager).await;
 
     let conn = pool.take_member(Duration::from_secs(5)).await.unwrap();
     let id = Member::id(&conn);

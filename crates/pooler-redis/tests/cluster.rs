@@ -9,9 +9,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use pooler::{Member, Pool, PoolConfig};
+use pooler::{Member, PoolConfig};
 use pooler_redis::{ClusterManager, ClusterPool, redis};
 use pooler_testkit::redis::{RedisCluster, RedisServer};
+use pooler_testkit::started;
 
 /// The node timeout of the cluster whose master the test kills: the replica is promoted
 /// about this long after the kill.
@@ -30,9 +31,7 @@ async fn pool(cluster: &RedisCluster, name: &str, size: usize) -> ClusterPool {
         .queue_max(64)
         .build()
         .unwrap();
-    Pool::start(config, ClusterManager::new(cluster.urls()).unwrap())
-        .await
-        .unwrap()
+    started(config, ClusterManager::new(cluster.urls()).unwrap()).await
 }
 
 /// A master in `CLUSTER NODES`: its id, port and slot ranges.

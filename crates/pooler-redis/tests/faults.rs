@@ -12,12 +12,13 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use pooler::{Member, Pool, PoolConfig, Shutdown};
+use pooler::{Member, PoolConfig, Shutdown};
 use pooler_redis::RedisManager;
 use pooler_redis::redis;
 use pooler_testkit::blackhole::Blackhole;
 use pooler_testkit::redis::{self as redis_server, RedisServer};
 use pooler_testkit::scenarios;
+use pooler_testkit::started;
 
 /// The bound, with a margin for the kernel's timer granularity.
 const BOUND: Duration = Duration::from_secs(40);
@@ -35,9 +36,7 @@ async fn a_command_on_a_dead_link_fails_and_an_idle_member_is_never_handed_out()
         return;
     };
     let config = PoolConfig::new("redis-dead", 2, 2);
-    let pool = Pool::start(config, RedisManager::new(url.as_str()).unwrap())
-        .await
-        .unwrap();
+    let pool = started(config, RedisManager::new(url.as_str()).unwrap()).await;
     scenarios::busy_and_idle_across_a_dead_link(&pool, &hole, BOUND, async |conn| {
         redis::cmd("PING")
             .query_async::<String>(&mut **conn)
@@ -56,12 +55,11 @@ async fn a_close_with_the_server_unreachable_ends_at_once_and_leaves_no_task() {
         let Some((hole, url)) = through_a_blackhole().await else {
             return;
         };
-        let pool = Pool::start(
+        let pool = started(
             PoolConfig::new("redis-dead-close", 2, 2),
             RedisManager::new(url.as_str()).unwrap(),
         )
-        .await
-        .unwrap();
+        .await;
         {
             let mut conn = pool.take_member(Duration::from_secs(5)).await.unwrap();
             let _: String = redis::cmd("PING").query_async(&mut *conn).await.unwrap();
@@ -91,12 +89,11 @@ async fn a_command_to_a_frozen_server_fails_at_the_response_timeout() {
     let server = RedisServer::start(&[]);
     let port = server.port();
     let url = format!("redis://127.0.0.1:{port}");
-    let pool = Pool::start(
+    let pool = started(
         PoolConfig::new("redis-frozen", 2, 2),
         RedisManager::new(url.as_str()).unwrap(),
     )
-    .await
-    .unwrap();
+    .await;
     let mut conn = pool.take_member(Duration::from_secs(5)).await.unwrap();
     let _: String = redis::cmd("PING").query_async(&mut *conn).await.unwrap();
     let frozen = Member::id(&conn);
@@ -147,12 +144,11 @@ async fn a_server_restarted_on_the_same_port_is_served_again() {
     let server = RedisServer::start(&[]);
     let port = server.port();
     let url = format!("redis://127.0.0.1:{port}");
-    let pool = Pool::start(
+    let pool = started(
         PoolConfig::new("redis-restart", 2, 2),
         RedisManager::new(url.as_str()).unwrap(),
     )
-    .await
-    .unwrap();
+    .await;
     let mut held = pool.take_member(Duration::from_secs(5)).await.unwrap();
     let _: String = redis::cmd("PING").query_async(&mut *held).await.unwrap();
     let before = [Member::id(&held), {
@@ -209,12 +205,11 @@ async fn a_slow_link_under_load_keeps_every_deadline_and_loses_nothing() {
         return;
     };
     let proxy = Proxy::start(&host_port(&url)).await;
-    let pool = Pool::start(
+    let pool = started(
         PoolConfig::new("redis-slow-load", 4, 4),
         RedisManager::new(format!("redis://{}", proxy.addr()).as_str()).unwrap(),
     )
-    .await
-    .unwrap();
+    .await;
     let seen = scenarios::slow_link_under_load(&pool, &proxy, |mut conn| async move {
         redis::cmd("INCR")
             .arg("pooler-slow-load")

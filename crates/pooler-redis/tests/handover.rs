@@ -14,6 +14,7 @@ use common::{admin, url};
 use pooler::{Manager as _, Member, Pool, PoolConfig, Shutdown};
 use pooler_redis::redis::{self, AsyncCommands};
 use pooler_redis::{RedisConnection, RedisManager};
+use pooler_testkit::started;
 
 async fn one_of_one(url: &str, name: &str) -> pooler_redis::Pool {
     Pool::start(
@@ -312,12 +313,11 @@ async fn hooks_set_where_every_user_starts() {
                 Ok(())
             })
         });
-    let pool = Pool::start(
+    let pool = started(
         PoolConfig::new("pooler-hooks", 1, 1),
         RedisManager::new(url.as_str()).unwrap().hooks(hooks),
     )
-    .await
-    .unwrap();
+    .await;
     let mut conn = take(&pool).await;
     assert_eq!(conn.db(), 2);
     let _: () = redis::cmd("SELECT")

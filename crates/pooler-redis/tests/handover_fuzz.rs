@@ -12,9 +12,10 @@ mod common;
 
 use std::time::Duration;
 
-use pooler::{Pool, PoolConfig, Shutdown};
+use pooler::{PoolConfig, Shutdown};
 use pooler_redis::redis::{self, AsyncCommands};
 use pooler_redis::{RedisConnection, RedisManager};
+use pooler_testkit::started;
 use proptest::prelude::*;
 
 /// How a command is sent.
@@ -116,12 +117,11 @@ fn the_next_user_always_gets_a_connection_like_a_new_one() {
         return;
     };
     let (pool, fresh) = rt.block_on(async {
-        let pool = Pool::start(
+        let pool = started(
             PoolConfig::new("redis-fuzz", 1, 1),
             RedisManager::new(url.as_str()).unwrap(),
         )
-        .await
-        .unwrap();
+        .await;
         let mut conn = pool.take_member(Duration::from_secs(5)).await.unwrap();
         let fresh = fingerprint(&mut conn).await;
         drop(conn);

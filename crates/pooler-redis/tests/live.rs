@@ -7,9 +7,10 @@ mod common;
 use std::time::Duration;
 
 use common::{admin, url};
-use pooler::{Manager as _, Pool, PoolConfig, Shutdown};
+use pooler::{Manager as _, PoolConfig, Shutdown};
 use pooler_redis::RedisManager;
 use pooler_redis::redis::{self, AsyncCommands};
+use pooler_testkit::started;
 use pooler_testkit::{Proxy, eventually, host_port, scenarios};
 
 /// The ids of the server's clients named `name`.
@@ -58,7 +59,7 @@ async fn sixty_four_tasks_share_eight_connections_with_correct_results() {
         .queue_max(64)
         .build()
         .unwrap();
-    let pool = Pool::start(config, manager).await.unwrap();
+    let pool = started(config, manager).await;
     scenarios::sixty_four_tasks_share_eight(&pool, async |mut conn, n| {
         let key = format!("pooler:test:{n}");
         let _: () = conn.set_ex(&key, n, 60).await.unwrap();
@@ -76,9 +77,7 @@ async fn a_killed_connection_is_replaced_and_never_handed_out() {
     let manager = RedisManager::new(url.as_str())
         .unwrap()
         .client_name("pooler-kill");
-    let pool = Pool::start(PoolConfig::new("redis-kill", 2, 2), manager)
-        .await
-        .unwrap();
+    let pool = started(PoolConfig::new("redis-kill", 2, 2), manager).await;
 
     // Killed while free.
     let id = my_id(&mut pool.take_member(Duration::from_secs(5)).await.unwrap()).await;
@@ -130,7 +129,7 @@ async fn an_outage_fails_fast_backs_off_and_refills_by_itself() {
     proxy.set_open(false);
     let manager = RedisManager::new(format!("redis://{}", proxy.addr())).unwrap();
     let config = scenarios::outage_config("redis-outage");
-    let pool = Pool::start(config, manager).await.unwrap();
+    let pool = started(config, manager).await;
     scenarios::outage_and_recovery(&pool, &proxy, async |conn| {
         redis::cmd("PING")
             .query_async::<String>(&mut **conn)
@@ -149,9 +148,7 @@ async fn max_lifetime_with_jitter_recycles_real_connections() {
         .max_lifetime_jitter(Duration::from_millis(500))
         .build()
         .unwrap();
-    let pool = Pool::start(config, RedisManager::new(url.as_str()).unwrap())
-        .await
-        .unwrap();
+    let pool = started(config, RedisManager::new(url.as_str()).unwrap()).await;
     scenarios::lifetimes_recycle_connections(&pool, async |conn| {
         i64::try_from(my_id(conn).await).unwrap()
     })
@@ -165,9 +162,7 @@ async fn close_leaves_no_connection_open() {
     let manager = RedisManager::new(url.as_str())
         .unwrap()
         .client_name("pooler-close");
-    let pool = Pool::start(PoolConfig::new("redis-close", 5, 8), manager)
-        .await
-        .unwrap();
+    let pool = started(PoolConfig::new("redis-close", 5, 8), manager).await;
     scenarios::close_leaves_nothing(&pool, async || {
         let mut admin = admin.clone(); // a multiplexed handle: clones share one connection
         clients(&mut admin, "pooler-close").await.len()
@@ -197,9 +192,7 @@ async fn a_unix_socket_address_works() {
         }
     });
     let manager = RedisManager::new(format!("redis+unix://{}", path.display())).unwrap();
-    let pool = Pool::start(PoolConfig::new("redis-unix", 2, 2), manager)
-        .await
-        .unwrap();
+    let pool = started(PoolConfig::new("redis-unix", 2, 2), manager).await;
     let mut conn = pool.take_member(Duration::from_secs(5)).await.unwrap();
     let pong: String = redis::cmd("PING").query_async(&mut *conn).await.unwrap();
     assert_eq!(pong, "PONG");

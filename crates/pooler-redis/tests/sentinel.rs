@@ -13,9 +13,10 @@ mod common;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use pooler::{Member, Pool, PoolConfig};
+use pooler::{Member, PoolConfig};
 use pooler_redis::{RedisManager, SentinelRole, redis};
 use pooler_testkit::redis::{self as redis_server, RedisServer};
+use pooler_testkit::started;
 
 const SERVICE: &str = "pooler";
 
@@ -181,12 +182,11 @@ async fn a_failover_with_the_old_master_alive_is_followed() {
     let Some((master, replica, sentinel)) = servers().await else {
         return;
     };
-    let pool = Pool::start(
+    let pool = started(
         PoolConfig::new("redis-sentinel-forced", 3, 3),
         manager(&sentinel, SentinelRole::Master),
     )
-    .await
-    .unwrap();
+    .await;
     all_on(&pool, 3, master.port()).await;
     let writers = Writers::start(&pool, 3);
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -229,12 +229,11 @@ async fn a_killed_master_is_followed_to_the_promoted_replica() {
     let Some((mut master, replica, sentinel)) = servers().await else {
         return;
     };
-    let pool = Pool::start(
+    let pool = started(
         PoolConfig::new("redis-sentinel-killed", 3, 3),
         manager(&sentinel, SentinelRole::Master),
     )
-    .await
-    .unwrap();
+    .await;
     let writers = Writers::start(&pool, 3);
     tokio::time::sleep(Duration::from_millis(300)).await;
     let began = Instant::now();
@@ -264,12 +263,11 @@ async fn the_replica_role_serves_reads_from_a_replica() {
         .query_async(&mut on_master)
         .await
         .unwrap();
-    let pool = Pool::start(
+    let pool = started(
         PoolConfig::new("redis-sentinel-replica", 2, 2),
         manager(&sentinel, SentinelRole::Replica),
     )
-    .await
-    .unwrap();
+    .await;
     for _ in 0..4 {
         let mut conn = pool.take_member(Duration::from_secs(5)).await.unwrap();
         assert_eq!(whose(&mut conn).await, (replica.port(), "slave".to_owned()));
@@ -320,12 +318,11 @@ async fn a_connection_whose_server_answers_readonly_is_replaced() {
     }
     let server = RedisServer::start(&[]);
     let other = RedisServer::start(&[]);
-    let pool = Pool::start(
+    let pool = started(
         PoolConfig::new("redis-readonly", 1, 1),
         RedisManager::new(server.url().as_str()).unwrap(),
     )
-    .await
-    .unwrap();
+    .await;
     let mut conn = pool.take_member(Duration::from_secs(5)).await.unwrap();
     let before = Member::id(&conn);
     let mut admin = common::admin(&server.url()).await;
@@ -371,9 +368,7 @@ async fn a_sentinel_that_wants_a_password_is_asked_with_its_urls() {
         .unwrap()
         .via_sentinels([with.as_str()], SERVICE, SentinelRole::Master)
         .unwrap();
-    let pool = Pool::start(PoolConfig::new("redis-sentinel-auth", 1, 1), manager)
-        .await
-        .unwrap();
+    let pool = started(PoolConfig::new("redis-sentinel-auth", 1, 1), manager).await;
     let mut conn = pool.take_member(Duration::from_secs(5)).await.unwrap();
     assert_eq!(whose(&mut conn).await, (master.port(), "master".to_owned()));
     drop(conn);
@@ -388,7 +383,7 @@ async fn a_sentinel_that_wants_a_password_is_asked_with_its_urls() {
         .max_count(1)
         .build()
         .unwrap();
-    let pool = Pool::start(config, without).await.unwrap();
+    let pool = started(config, without).await;
     let e = pool
         .take_member(Duration::from_secs(2))
         .await

@@ -4,9 +4,10 @@
 mod common;
 
 use common::url;
-use pooler::{Pool, PoolConfig};
+use pooler::PoolConfig;
 use pooler_redis::redis;
 use pooler_redis::{RedisManager, RedisSettings};
+use pooler_testkit::started;
 
 #[tokio::test]
 async fn a_pool_from_settings_connects_where_they_say() {
@@ -16,9 +17,7 @@ async fn a_pool_from_settings_connects_where_they_say() {
     ))
     .unwrap();
     let manager = RedisManager::from_settings(&settings).unwrap();
-    let pool = Pool::start(PoolConfig::new("settings", 1, 1), manager)
-        .await
-        .unwrap();
+    let pool = started(PoolConfig::new("settings", 1, 1), manager).await;
     let mut conn = pool.take().await.unwrap();
     let name: String = redis::cmd("CLIENT")
         .arg("GETNAME")

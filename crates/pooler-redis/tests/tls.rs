@@ -7,13 +7,14 @@
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use pooler::{Pool, PoolConfig, Shutdown};
+use pooler::{PoolConfig, Shutdown};
 use pooler_redis::RedisManager;
 use pooler_redis::redis;
 use pooler_redis::rustls::crypto::ring;
 use pooler_redis::rustls::pki_types::CertificateDer;
 use pooler_redis::rustls::pki_types::pem::PemObject as _;
 use pooler_redis::rustls::{ClientConfig, RootCertStore};
+use pooler_testkit::started;
 use pooler_testkit::tls::{Certificates, tool};
 
 /// A `redis-server` of the test's own, stopped when dropped (before its certificates go).
@@ -90,9 +91,7 @@ async fn rediss_connections_are_pooled_and_verified() {
     };
     let url = format!("rediss://localhost:{port}/1");
     let manager = RedisManager::with_rustls(&url, trusting(&server.certificates)).unwrap();
-    let pool = Pool::start(PoolConfig::new("tls", 2, 2), manager)
-        .await
-        .unwrap();
+    let pool = started(PoolConfig::new("tls", 2, 2), manager).await;
     let mut conn = pool.take().await.unwrap();
     let _: () = redis::cmd("SET")
         .arg("over-tls")
@@ -112,9 +111,7 @@ async fn rediss_connections_are_pooled_and_verified() {
     // A CA the server's certificate is not signed by: no connection is made.
     let stranger = Certificates::new("redis-tls-other");
     let manager = RedisManager::with_rustls(&url, trusting(&stranger)).unwrap();
-    let pool = Pool::start(PoolConfig::new("tls-untrusted", 1, 1), manager)
-        .await
-        .unwrap();
+    let pool = started(PoolConfig::new("tls-untrusted", 1, 1), manager).await;
     assert!(
         pool.try_take_member().is_err(),
         "an unverified server is never pooled"

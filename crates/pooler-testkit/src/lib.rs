@@ -171,6 +171,25 @@ pub async fn eventually(what: &str, mut done: impl AsyncFnMut() -> bool) {
     }
 }
 
+/// A pool of `config` over `manager`, started: a test's set-up, where a pool that does not
+/// start is the test's failure.
+///
+/// # Panics
+///
+/// When `config` is refused or there is no runtime ([`pooler::Pool::start`]'s errors).
+///
+/// # Cancel safety
+///
+/// As [`pooler::Pool::start`]: dropping it closes the half-started pool.
+pub async fn started<M: pooler::Manager>(
+    config: pooler::PoolConfig,
+    manager: M,
+) -> pooler::Pool<M> {
+    pooler::Pool::start(config, manager)
+        .await
+        .unwrap_or_else(|e| panic!("the pool starts: {e}"))
+}
+
 /// `host:port` of a `scheme://[user@]host:port[/…]` URL.
 #[must_use]
 pub fn host_port(url: &str) -> String {

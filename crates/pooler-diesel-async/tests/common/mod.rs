@@ -31,9 +31,7 @@ macro_rules! live_tests {
                 .queue_max(64)
                 .build()
                 .unwrap();
-            Pool::start(config, DieselManager::<$conn>::new(url))
-                .await
-                .unwrap()
+            pooler_testkit::started(config, DieselManager::<$conn>::new(url)).await
         }
 
         async fn session(conn: &mut $conn) -> i64 {

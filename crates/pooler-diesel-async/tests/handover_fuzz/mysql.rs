@@ -12,7 +12,7 @@
 use std::time::Duration;
 
 use super::{Way, sequences};
-use pooler::{Member, Pool, PoolConfig, Shutdown};
+use pooler::{Member, PoolConfig, Shutdown};
 use pooler_diesel_async::DieselManager;
 use pooler_diesel_async::diesel::dsl::sql;
 use pooler_diesel_async::diesel::sql_types::Text;
@@ -21,6 +21,7 @@ use pooler_diesel_async::diesel_async::{
     AnsiTransactionManager, AsyncConnection, AsyncMysqlConnection, RunQueryDsl,
     SimpleAsyncConnection, TransactionManager,
 };
+use pooler_testkit::started;
 use pooler_testkit::{host_port, service};
 
 /// The statements drawn from.
@@ -109,9 +110,7 @@ fn the_next_user_always_sees_a_session_like_a_new_one() {
             .await
             .unwrap();
         let manager = DieselManager::<AsyncMysqlConnection>::new(url.as_str());
-        let pool = Pool::start(PoolConfig::new("diesel-mysql-fuzz", 1, 1), manager)
-            .await
-            .unwrap();
+        let pool = started(PoolConfig::new("diesel-mysql-fuzz", 1, 1), manager).await;
         let mut conn = pool.take_member(Duration::from_secs(5)).await.unwrap();
         let fresh = fingerprint(&mut conn).await;
         drop(conn);

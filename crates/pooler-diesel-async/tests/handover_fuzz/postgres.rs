@@ -10,7 +10,7 @@
 use std::time::Duration;
 
 use super::{Way, sequences};
-use pooler::{Member, Pool, PoolConfig, Shutdown};
+use pooler::{Member, PoolConfig, Shutdown};
 use pooler_diesel_async::DieselManager;
 use pooler_diesel_async::diesel::dsl::sql;
 use pooler_diesel_async::diesel::sql_types::Text;
@@ -19,6 +19,7 @@ use pooler_diesel_async::diesel_async::{
     AnsiTransactionManager, AsyncConnection, AsyncPgConnection, RunQueryDsl, SimpleAsyncConnection,
     TransactionManager,
 };
+use pooler_testkit::started;
 use pooler_testkit::{host_port, service};
 
 /// The statements drawn from: (SQL, whether it is one statement `sql_query` can send).
@@ -118,9 +119,7 @@ fn the_next_user_always_sees_a_session_like_a_new_one() {
                 })
             }),
         );
-        let pool = Pool::start(PoolConfig::new("diesel-fuzz", 1, 1), manager)
-            .await
-            .unwrap();
+        let pool = started(PoolConfig::new("diesel-fuzz", 1, 1), manager).await;
         let mut conn = pool.take_member(Duration::from_secs(5)).await.unwrap();
         let fresh = fingerprint(&mut conn).await;
         drop(conn);
