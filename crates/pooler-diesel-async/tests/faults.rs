@@ -13,8 +13,7 @@ use pooler::{PoolConfig, Shutdown};
 use pooler_diesel_async::DieselManager;
 use pooler_diesel_async::diesel_async::{AsyncPgConnection, SimpleAsyncConnection};
 use pooler_testkit::blackhole::Blackhole;
-use pooler_testkit::started;
-use pooler_testkit::{host_port, scenarios, service};
+use pooler_testkit::{host_port, scenarios, service, started};
 
 /// The bound, with a margin for the kernel's timer granularity.
 const BOUND: Duration = Duration::from_secs(40);

@@ -14,8 +14,7 @@ use pooler::{PoolConfig, Shutdown};
 use pooler_diesel_async::diesel_async::{AsyncMysqlConnection, SimpleAsyncConnection};
 use pooler_diesel_async::{CHECK_TIMEOUT, DieselManager, PooledConnection};
 use pooler_testkit::blackhole::Blackhole;
-use pooler_testkit::started;
-use pooler_testkit::{host_port, scenarios, service};
+use pooler_testkit::{host_port, scenarios, service, started};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_idle_member_on_a_dead_link_is_checked_and_never_handed_out() {

@@ -20,8 +20,7 @@ use pooler_diesel_async::diesel_async::SimpleAsyncConnection;
 use pooler_diesel_async::diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
 use pooler_testkit::pgbouncer::{Mode, PgBouncer};
 use pooler_testkit::pgwire::PipelineWatch;
-use pooler_testkit::started;
-use pooler_testkit::{host_port, service};
+use pooler_testkit::{host_port, service, started};
 
 #[derive(QueryableByName)]
 struct Answer {

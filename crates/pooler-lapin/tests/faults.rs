@@ -14,8 +14,7 @@ use lapin::types::FieldTable;
 use pooler::{Member, PoolConfig, Shutdown};
 use pooler_lapin::AmqpManager;
 use pooler_testkit::blackhole::Blackhole;
-use pooler_testkit::started;
-use pooler_testkit::{eventually, host_port, scenarios, service};
+use pooler_testkit::{eventually, host_port, scenarios, service, started};
 
 const DEFAULT: &str = "amqp://guest:guest@127.0.0.1:5672/%2f";
 /// Two heartbeats of 10 s after the last frame heard, and the one under way, with a margin.

@@ -23,8 +23,7 @@ use lapin::options::{
 use lapin::types::FieldTable;
 use pooler::{Member, Pool, PoolConfig, Shutdown};
 use pooler_lapin::{AmqpChannel, AmqpManager};
-use pooler_testkit::started;
-use pooler_testkit::{host_port, service};
+use pooler_testkit::{host_port, service, started};
 use proptest::prelude::*;
 
 const DEFAULT: &str = "amqp://guest:guest@127.0.0.1:5672/%2f";

@@ -13,8 +13,7 @@ use lapin::types::FieldTable;
 use lapin::{BasicProperties, ConnectionProperties};
 use pooler::{Member, PoolConfig, Shutdown, TakeError};
 use pooler_lapin::AmqpManager;
-use pooler_testkit::started;
-use pooler_testkit::{Proxy, eventually, host_port, scenarios, service};
+use pooler_testkit::{Proxy, eventually, host_port, scenarios, service, started};
 
 const DEFAULT: &str = "amqp://guest:guest@127.0.0.1:5672/%2f";
 

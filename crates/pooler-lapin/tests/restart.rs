@@ -13,8 +13,7 @@ use lapin::types::FieldTable;
 use lapin::{BasicProperties, Confirmation};
 use pooler::{PoolConfig, Shutdown};
 use pooler_lapin::AmqpManager;
-use pooler_testkit::scenarios;
-use pooler_testkit::started;
+use pooler_testkit::{scenarios, started};
 
 /// A broker killed (SIGKILL, a RabbitMQ node of the test's own) and started again on its
 /// port while publishers run (`pooler_testkit::scenarios::restarted_under_writers`):

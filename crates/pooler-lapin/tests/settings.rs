@@ -4,8 +4,7 @@
 use pooler::PoolConfig;
 use pooler_lapin::lapin;
 use pooler_lapin::{AmqpManager, AmqpSettings};
-use pooler_testkit::started;
-use pooler_testkit::{host_port, service};
+use pooler_testkit::{host_port, service, started};
 
 async fn url() -> Option<String> {
     service(

@@ -15,8 +15,7 @@ use mysql_async::prelude::Queryable;
 use pooler::{Member, PoolConfig, Shutdown};
 use pooler_mysql::MysqlManager;
 use pooler_testkit::blackhole::Blackhole;
-use pooler_testkit::started;
-use pooler_testkit::{Direction, Proxy, host_port, scenarios};
+use pooler_testkit::{Direction, Proxy, host_port, scenarios, started};
 
 /// With a check before each take, a member idle on a link that died is checked — the check
 /// times out at `member_start_timeout` — and replaced, never handed out: the take ends at its

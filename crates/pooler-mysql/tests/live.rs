@@ -12,8 +12,7 @@ use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, Opts, OptsBuilder};
 use pooler::{Member, PoolConfig, Shutdown};
 use pooler_mysql::{MysqlManager, Recycle};
-use pooler_testkit::started;
-use pooler_testkit::{Proxy, eventually, host_port, scenarios};
+use pooler_testkit::{Proxy, eventually, host_port, scenarios, started};
 
 /// A manager whose connections use database `db` (created if needed), so the server's
 /// process list tells them apart.

@@ -13,10 +13,9 @@ use std::time::{Duration, Instant};
 
 use pooler::{PoolConfig, Shutdown};
 use pooler_postgres::{PgManager, Pool, SessionTarget};
-use pooler_testkit::eventually;
+use pooler_testkit::{eventually, started};
 
 use common::{backend_pid, url};
-use pooler_testkit::started;
 
 /// A primary and its standby, removed when dropped.
 struct Clusters {

@@ -15,8 +15,7 @@ use std::time::{Duration, Instant};
 use pooler::{Member, PoolConfig, Shutdown, TakeError};
 use pooler_postgres::PgManager;
 use pooler_testkit::blackhole::Blackhole;
-use pooler_testkit::started;
-use pooler_testkit::{Direction, Proxy, host_port, scenarios};
+use pooler_testkit::{Direction, Proxy, host_port, scenarios, started};
 
 /// The bound the defaults keep a dead link's detection under, with a margin for the
 /// kernel's timer granularity.

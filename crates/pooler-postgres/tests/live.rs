@@ -11,8 +11,7 @@ use common::{admin, backend_pid, url};
 use pooler::Manager as _;
 use pooler::{Member, PoolConfig, Shutdown};
 use pooler_postgres::{PgManager, Recycle, TxStatus};
-use pooler_testkit::started;
-use pooler_testkit::{Proxy, eventually, host_port, scenarios};
+use pooler_testkit::{Proxy, eventually, host_port, scenarios, started};
 
 /// The connection's transaction status once its driver has written everything and every
 /// answer is read (bounded: a test that finds it never settles fails).

@@ -18,8 +18,7 @@ use pooler_postgres::rustls::pki_types::pem::PemObject as _;
 use pooler_postgres::rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use pooler_postgres::rustls::{ClientConfig, DigitallySignedStruct, SignatureScheme};
 use pooler_postgres::{PgManager, TxStatus};
-use pooler_testkit::started;
-use pooler_testkit::{host_port, service};
+use pooler_testkit::{host_port, service, started};
 
 /// The connection's transaction status once its driver has written everything and every
 /// answer is read (bounded: a test that finds it never settles fails).

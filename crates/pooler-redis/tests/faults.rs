@@ -17,8 +17,7 @@ use pooler_redis::RedisManager;
 use pooler_redis::redis;
 use pooler_testkit::blackhole::Blackhole;
 use pooler_testkit::redis::{self as redis_server, RedisServer};
-use pooler_testkit::scenarios;
-use pooler_testkit::started;
+use pooler_testkit::{scenarios, started};
 
 /// The bound, with a margin for the kernel's timer granularity.
 const BOUND: Duration = Duration::from_secs(40);

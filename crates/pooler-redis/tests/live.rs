@@ -10,8 +10,7 @@ use common::{admin, url};
 use pooler::{Manager as _, PoolConfig, Shutdown};
 use pooler_redis::RedisManager;
 use pooler_redis::redis::{self, AsyncCommands};
-use pooler_testkit::started;
-use pooler_testkit::{Proxy, eventually, host_port, scenarios};
+use pooler_testkit::{Proxy, eventually, host_port, scenarios, started};
 
 /// The ids of the server's clients named `name`.
 async fn clients(admin: &mut redis::aio::MultiplexedConnection, name: &str) -> Vec<u64> {

@@ -21,8 +21,7 @@ use pooler_diesel_async::diesel_async::{
     AnsiTransactionManager, AsyncConnection, AsyncMysqlConnection, RunQueryDsl,
     SimpleAsyncConnection, TransactionManager,
 };
-use pooler_testkit::started;
-use pooler_testkit::{host_port, service};
+use pooler_testkit::{host_port, service, started};
 
 /// The statements drawn from.
 const STATEMENTS: &[&str] = &[

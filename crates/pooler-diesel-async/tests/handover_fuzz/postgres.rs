@@ -19,8 +19,7 @@ use pooler_diesel_async::diesel_async::{
     AnsiTransactionManager, AsyncConnection, AsyncPgConnection, RunQueryDsl, SimpleAsyncConnection,
     TransactionManager,
 };
-use pooler_testkit::started;
-use pooler_testkit::{host_port, service};
+use pooler_testkit::{host_port, service, started};
 
 /// The statements drawn from: (SQL, whether it is one statement `sql_query` can send).
 const STATEMENTS: &[(&str, bool)] = &[
