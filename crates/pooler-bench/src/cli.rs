@@ -86,8 +86,29 @@ pub(crate) fn run(args: &Args) {
     match args.mode() {
         "" => whole(args, &docs, &out),
         "overload" => overload(args, &docs),
-        "count" | "handoff-fixed" | "driver-cost" | "driver-fixed" | "postgres-fixed" => {
-            on_one_thread(args);
+        "count" => on_one_thread(instructions::count(args.after_mode())),
+        "handoff-fixed" => {
+            let after = args.after_mode();
+            let who = after.first().cloned().unwrap_or_default();
+            let rounds = after.get(1).and_then(|s| s.parse().ok()).unwrap_or(0);
+            on_one_thread(suites::handoffs(&who, rounds));
+        }
+        "driver-cost" => on_one_thread(driver::compare(15, 200_000)),
+        "driver-fixed" => on_one_thread(driver::fixed(args.has("supervised"), 100_000)),
+        "postgres-fixed" => {
+            let who = args
+                .after_mode()
+                .iter()
+                .find(|a| ["pooler", "pooler-nothing", "deadpool"].contains(&a.as_str()))
+                .map_or("pooler", String::as_str);
+            let tasks = args.count_of("--tasks", 1);
+            let queries = args.count_of("--queries", 20_000);
+            on_one_thread(backends::fixed_postgres(
+                who,
+                queries,
+                tasks,
+                args.has("armed"),
+            ));
         }
         "mass-timeout" => {
             // Its own paused-clock runtime per measurement.
@@ -192,39 +213,15 @@ fn overload(args: &Args, docs: &Path) {
     }
 }
 
-/// The fixed amounts of work that callgrind counts, on a current-thread runtime: the count
-/// is exact and repeatable, and a round trip to a driver is two task switches, not two
-/// cross-thread wake-ups.
-fn on_one_thread(args: &Args) {
-    let runtime = tokio::runtime::Builder::new_current_thread()
+/// `work` on a current-thread runtime: the fixed amounts of work that callgrind counts, so
+/// the count is exact and repeatable, and a round trip to a driver is two task switches, not
+/// two cross-thread wake-ups.
+fn on_one_thread<F: std::future::Future>(work: F) -> F::Output {
+    tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
-        .expect("a runtime");
-    let after = args.after_mode();
-    match args.mode() {
-        "count" => runtime.block_on(instructions::count(after)),
-        "handoff-fixed" => {
-            let who = after.first().cloned().unwrap_or_default();
-            let rounds = after.get(1).and_then(|s| s.parse().ok()).unwrap_or(0);
-            runtime.block_on(suites::handoffs(&who, rounds));
-        }
-        "driver-cost" => runtime.block_on(driver::compare(15, 200_000)),
-        "postgres-fixed" => {
-            let who = after
-                .iter()
-                .find(|a| ["pooler", "pooler-nothing", "deadpool"].contains(&a.as_str()))
-                .map_or("pooler", String::as_str);
-            let tasks = args.count_of("--tasks", 1);
-            let queries = args.count_of("--queries", 20_000);
-            runtime.block_on(backends::fixed_postgres(
-                who,
-                queries,
-                tasks,
-                args.has("armed"),
-            ));
-        }
-        _ => runtime.block_on(driver::fixed(args.has("supervised"), 100_000)),
-    }
+        .expect("a runtime")
+        .block_on(work)
 }
 
 /// The modes that run on the multi-thread runtime of [`crate::fresh`].
