@@ -4,18 +4,20 @@
 //! Three rules keep the signal honest (docs/design.md, "Admission"):
 //! - a batch's latency is its holds' interquartile mean ([`Batch`]), not their mean, so a
 //!   minority of slow or cut-short holds does not move it;
-//! - a batch also says how noisy it is (the interquartile mean's standard error), and a
-//!   difference chance explains is not read as queueing ([`NOISE_ERRORS`]);
+//! - a batch also says how noisy it is (the interquartile mean's standard error, averaged
+//!   over many batches: [`NOISE_BATCHES`]), and a difference chance explains is not read as
+//!   queueing ([`NOISE_ERRORS`]);
 //! - a hold begun before the limit last moved measured the limit before, and is not counted:
 //!   the limit moves at most once a round trip, on evidence of its own last move (as TCP
 //!   Vegas adjusts once per round trip), instead of overshooting on stale holds.
 //!
 //! - [`Vegas`] (TCP Vegas, as Netflix's concurrency-limits has it): the database's latency
-//!   unloaded is the *base*; a batch whose latency is `short` says `limit × (1 − floor/short)`
-//!   queries are queued inside the database, `floor` being the base plus what chance
-//!   explains. Kept between `alpha` and `beta` ([`ALPHA`], [`BETA`]), and at a small limit
-//!   between the queries that make a latency [`GROW_RATIO`] and [`SHRINK_RATIO`] times the
-//!   floor, whichever are fewer: fewer, the limit grows; more, it falls at once to the limit
+//!   unloaded is the *base*; a batch whose latency is `short`, with `peak` queries admitted
+//!   at once, says `peak × (1 − floor/short)` are queued inside the database, `floor` being
+//!   the base plus what chance explains. Kept between `alpha` and `beta` ([`ALPHA`],
+//!   [`BETA`]), and at a small limit between the queries that make a latency [`GROW_RATIO`]
+//!   and [`SHRINK_RATIO`] times the floor, whichever are fewer: fewer, the limit grows by
+//!   `alpha` (one query at most); more, it falls at once to the limit
 //!   that would queue `alpha` if latency grows with concurrency — by half at most. The base
 //!   is the lowest batch latency, and it is re-measured every [`PROBE_EVERY`] batches (from
 //!   the next batch on after a drop of more than half) by a probe that halves the limit and
@@ -48,6 +50,9 @@ const NOISE_ERRORS: f64 = 4.0;
 /// half again the base, a batch reads as queued whatever its spread (fail safe: a noisy
 /// database does not let the limit grow without bound).
 const NOISE_MOST: f64 = 0.5;
+/// Vegas: over about how many judged batches their noise is averaged (the weight of the
+/// newest is one over this).
+const NOISE_BATCHES: f64 = 8.0;
 /// Vegas: batches between probes of the base latency.
 const PROBE_EVERY: u32 = 50;
 /// Gradient2: the short-term latency may reach this many times the long-term one before the
@@ -166,6 +171,9 @@ pub(crate) struct Vegas {
     batch: Batch,
     probe: Probe,
     last_move: LimitMove,
+    /// The batches' noise (their latency's standard error relative to it), averaged over
+    /// about [`NOISE_BATCHES`] judged batches: `None` before the first.
+    noise: Option<f64>,
 }
 
 impl Vegas {
@@ -178,6 +186,7 @@ impl Vegas {
             batch: Batch::default(),
             probe: Probe::After(0),
             last_move: LimitMove::Starting,
+            noise: None,
         }
     }
 
@@ -226,20 +235,30 @@ impl Vegas {
             return true;
         }
         // What chance alone could make the batch slower than the base by: the base is the
-        // lowest of many noisy batches, and this one is noisy too.
+        // lowest of many noisy batches, and this one is noisy too. How noisy a batch is, is
+        // judged over many: one batch's own estimate, from eight holds, is itself noisy, and
+        // one that came out quiet by chance read ordinary jitter as queueing.
+        let noise = self
+            .noise
+            .map_or(noise, |pooled| pooled + (noise - pooled) / NOISE_BATCHES);
+        self.noise = Some(noise);
         let floor = base * (1.0 + (NOISE_ERRORS * noise).min(NOISE_MOST));
-        let queued = self.limit * (1.0 - floor / short).max(0.0);
+        // Little's law: of the queries the batch had running at once (its peak, not the
+        // limit, which a database that is not the bottleneck leaves partly unused), the share
+        // its latency over the floor says were waiting inside the database.
+        let queued = (peak as f64).min(self.limit) * (1.0 - floor / short).max(0.0);
         // In queries, `alpha` and `beta` say little of a small limit: at a limit of three,
         // two queued is a latency three times the floor. So they are capped by a ratio too
         // ([`GROW_RATIO`], [`SHRINK_RATIO`]); from a limit of five or six on, the counts bind.
-        // A small limit also grows by the capped `beta`: a limit of two grows by two thirds,
-        // not by two (doubling it in one batch).
+        // The limit grows by the capped `alpha`, one query at most: a step of `beta` carried
+        // it past what the database serves at once by up to two queries from where it last
+        // fell (docs/design.md, "Admission").
         let (alpha, beta) = (
             ALPHA.min(self.limit * (1.0 - 1.0 / GROW_RATIO)),
             BETA.min(self.limit * (1.0 - 1.0 / SHRINK_RATIO)),
         );
         let (limit, moved) = if queued <= alpha {
-            (self.limit + beta, LimitMove::Grew)
+            (self.limit + alpha, LimitMove::Grew)
         } else if queued > beta {
             // Down to the limit that would queue `alpha`, were latency proportional to
             // concurrency past what the database serves at once.
@@ -263,7 +282,7 @@ impl Vegas {
 }
 
 /// Vegas's `alpha` and `beta`: the queries queued inside the database — beyond what chance
-/// explains — at or below which the limit grows (by `beta`) and above which it falls: one
+/// explains — at or below which the limit grows (by `alpha`) and above which it falls: one
 /// and two. Netflix's are 3 and 6 times `log10(limit)`, which also absorb noise; here the
 /// noise is measured apart ([`NOISE_ERRORS`]) and shrinks as batches grow with the limit,
 /// so one and two keep a database serving 10 or 32 at once near 1.1–1.2 times its own
@@ -566,6 +585,82 @@ mod tests {
         // It serves half as many at once: the limit follows.
         run(&mut l, 100 * MS, 10, 20_000);
         assert!((11..=13).contains(&l.limit()), "{}", l.limit());
+    }
+
+    /// Holds at `held`, `in_use` admitted at once, until a batch is judged: how the limit
+    /// moved.
+    fn judged(l: &mut Fed, held: Duration, in_use: usize) -> LimitMove {
+        for _ in 0..10_000 {
+            if let Some(moved) = l.sample(held, in_use) {
+                return moved;
+            }
+        }
+        panic!("no batch judged");
+    }
+
+    /// Below what the database serves, the limit grows one query a batch at most: a step of
+    /// two carried it past a database serving five at once by up to two queries from where
+    /// it last fell, a latency up to 1.5 times the database's own (`capacity-halved` of the
+    /// overload simulation).
+    #[test]
+    fn vegas_grows_one_query_a_batch_at_most() {
+        let mut l = Fed::vegas(40);
+        assert_eq!(
+            judged(&mut l, 10 * MS, 40),
+            LimitMove::Grew,
+            "the base measured"
+        );
+        assert_eq!(judged(&mut l, 40 * MS, 40), LimitMove::Shrank);
+        let mut grew = 0;
+        while grew < 5 {
+            let before = l.raw();
+            let in_use = l.limit();
+            if judged(&mut l, 10 * MS, in_use) == LimitMove::Grew {
+                let step = l.raw() - before;
+                assert!(step > 0.0 && step <= 1.0, "grew by {step} from {before}");
+                grew += 1;
+            }
+        }
+    }
+
+    /// How noisy batches are is judged over many: after jittery batches, one that came out
+    /// quiet by chance and slower than the base by less than the jitter is not read as
+    /// queued. (Judged by its own noise, nil, it shrank a limit of 20 to 16.)
+    #[test]
+    fn one_quiet_batch_does_not_make_jitter_read_as_queueing() {
+        let mut l = Fed::vegas(20);
+        let mut i = 0;
+        for _ in 0..4 {
+            // Holds of 5 and 15 ms in turn: a latency of 10 ms, noisy.
+            let moved = loop {
+                i += 1;
+                let held = if i % 2 == 0 { 5 * MS } else { 15 * MS };
+                if let Some(moved) = l.sample(held, 20) {
+                    break moved;
+                }
+            };
+            assert_ne!(moved, LimitMove::Shrank);
+        }
+        let moved = judged(&mut l, 12 * MS, 20);
+        assert_ne!(moved, LimitMove::Shrank, "limit {}", l.limit());
+        assert_eq!(l.limit(), 20);
+    }
+
+    /// The queries queued inside the database are estimated from those running at once,
+    /// not from the limit: a limit a database that is not the bottleneck leaves partly
+    /// unused does not read a little latency as a queue. (From the limit, 20 × (1 − 10/12)
+    /// queued read as more than two, and the limit fell with 11 running.)
+    #[test]
+    fn a_limit_partly_unused_is_not_read_as_queued() {
+        let mut l = Fed::vegas(20);
+        for _ in 0..3 {
+            judged(&mut l, 10 * MS, 20);
+        }
+        assert_eq!(l.limit(), 20);
+        assert_eq!(judged(&mut l, 12 * MS, 11), LimitMove::Held);
+        assert_eq!(l.limit(), 20);
+        // All of it running at that latency is a queue.
+        assert_eq!(judged(&mut l, 12 * MS, 20), LimitMove::Shrank);
     }
 
     /// Holds cut at their deadline measure no latency; a quarter of a batch late or fewer
