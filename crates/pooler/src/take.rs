@@ -102,12 +102,14 @@ impl<M: Manager> Future for Take<'_, M> {
                 return polled;
             }
         }
-        let (shared, caller, timeout) = (this.shared, this.caller, this.timeout);
+        // The caller and the timeout are read where a path needs them: copied out up front,
+        // they were kept across the attempt on every take.
+        let shared = this.shared;
         if this.at_once {
-            return Poll::Ready(at_once(shared, caller));
+            return Poll::Ready(at_once(shared, this.caller));
         }
         let waits = if traced() {
-            match begin_traced(shared, caller, timeout) {
+            match begin_traced(shared, this.caller, this.timeout) {
                 Ok(decided) => return Poll::Ready(decided),
                 Err(waits) => waits,
             }
@@ -115,16 +117,17 @@ impl<M: Manager> Future for Take<'_, M> {
             // The first attempt ([`first`]'s, written out here: through the function, its
             // nested result cost every take 24 instructions more). A member found at once,
             // even with a feature's look at it, builds no waiting future.
-            let attempt = match shared.first(wait::Queue, timeout) {
+            let attempt = match shared.first(wait::Queue, this.timeout) {
                 Ok(ready) => return Poll::Ready(Ok(shared.guard(ready))),
                 Err(Attempt::Failed(e)) => return Poll::Ready(Err(e)),
                 Err(Attempt::Member(member)) => {
-                    shared.note_taken(&member, caller);
+                    shared.note_taken(&member, this.caller);
                     return Poll::Ready(Ok(member));
                 }
                 Err(Attempt::Queued(key, grew)) => return this.queue(cx, key, grew),
                 Err(attempt) => attempt,
             };
+            let (caller, timeout) = (this.caller, this.timeout);
             Box::pin(within(shared, caller, timeout, attempt, None, false))
         };
         this.go_on(cx, waits)
