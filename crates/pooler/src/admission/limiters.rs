@@ -17,12 +17,12 @@
 //!   the base plus what chance explains. Kept between `alpha` and `beta` ([`ALPHA`],
 //!   [`BETA`]), and at a small limit between the queries that make a latency [`GROW_RATIO`]
 //!   and [`SHRINK_RATIO`] times the floor, whichever are fewer: fewer, the limit grows by
-//!   `alpha` (one query at most); more, it falls at once to the limit
-//!   that would queue `alpha` if latency grows with concurrency — by half at most. The base
-//!   is the lowest batch latency, and it is re-measured every [`PROBE_EVERY`] batches (from
-//!   the next batch on after a drop of more than half) by a probe that halves the limit and
-//!   measures the next batch (as BBR's ProbeRTT), so a database that became slower for good
-//!   gets a new base instead of a limit of one.
+//!   `alpha` (one query at most); more, it falls at once to the limit that would queue
+//!   `alpha` if latency grows with concurrency — by half at most. The base is the lowest
+//!   batch latency, and it is re-measured every [`PROBE_EVERY`] batches (from the next batch
+//!   on after a drop of more than half) by a probe that halves the limit and measures the
+//!   next batch (as BBR's ProbeRTT), so a database that became slower for good gets a new
+//!   base instead of a limit of one.
 //! - [`Gradient`] (Gradient2): compares the batch latency with a long-term average over many
 //!   batches and shrinks the limit by their ratio when the batch is more than `TOLERANCE`
 //!   times slower; otherwise grows by about the square root of the limit. It follows changes
@@ -625,7 +625,7 @@ mod tests {
 
     /// How noisy batches are is judged over many: after jittery batches, one that came out
     /// quiet by chance and slower than the base by less than the jitter is not read as
-    /// queued. (Judged by its own noise, nil, it shrank a limit of 20 to 16.)
+    /// queued. (Judged by its own noise, nil, it shrank a limit of 20 to 18.)
     #[test]
     fn one_quiet_batch_does_not_make_jitter_read_as_queueing() {
         let mut l = Fed::vegas(20);
