@@ -61,6 +61,39 @@ impl Args {
         self.list.iter().any(|a| a == word)
     }
 
+    /// The mode's word at `index` (`handoff-fixed WHO N`'s WHO), one of `choices`; anything
+    /// else ends the run with a message naming the word and the choices.
+    fn word_at(&self, index: usize, choices: &[&str]) -> &str {
+        let word = self.after_mode().get(index).map_or("", String::as_str);
+        if !choices.contains(&word) {
+            eprintln!(
+                "pooler-bench: {}'s word {} is one of {}, not `{word}`",
+                self.mode(),
+                index + 1,
+                choices.join(", ")
+            );
+            std::process::exit(2);
+        }
+        word
+    }
+
+    /// The mode's count at `index` (`handoff-fixed WHO N`'s N); a missing count, or one that
+    /// is not a whole number of at least one, ends the run with a message naming it.
+    fn count_at(&self, index: usize) -> u32 {
+        let word = self.after_mode().get(index).map_or("", String::as_str);
+        match word.parse::<u32>() {
+            Ok(n) if n >= 1 => n,
+            _ => {
+                eprintln!(
+                    "pooler-bench: {}'s word {} is a count of at least 1, not `{word}`",
+                    self.mode(),
+                    index + 1
+                );
+                std::process::exit(2);
+            }
+        }
+    }
+
     /// A count a flag gives (`--rounds 3`): `default` when the flag is absent; a value that is
     /// not a whole number of at least one ends the run with a message naming both.
     fn count_of(&self, flag: &str, default: u32) -> u32 {
@@ -86,12 +119,16 @@ pub(crate) fn run(args: &Args) {
     match args.mode() {
         "" => whole(args, &docs, &out),
         "overload" => overload(args, &docs),
-        "count" => on_one_thread(instructions::count(args.after_mode())),
+        "count" => {
+            let who = args.word_at(0, &["pooler", "pooler-admit", "deadpool", "bb8", "qp"]);
+            let op = args.word_at(1, &["take", "default", "try", "fail"]);
+            let op = instructions::Op::parse(op).expect("one of the words Op::parse reads");
+            on_one_thread(instructions::count(who, op, args.count_at(2)));
+        }
         "handoff-fixed" => {
-            let after = args.after_mode();
-            let who = after.first().cloned().unwrap_or_default();
-            let rounds = after.get(1).and_then(|s| s.parse().ok()).unwrap_or(0);
-            on_one_thread(suites::handoffs(&who, rounds));
+            let who = args.word_at(0, &["pooler", "pooler-member", "deadpool"]);
+            let rounds = args.count_at(1);
+            on_one_thread(suites::handoffs(who, rounds as usize));
         }
         "driver-cost" => on_one_thread(driver::compare(15, 200_000)),
         "driver-fixed" => on_one_thread(driver::fixed(args.has("supervised"), 100_000)),

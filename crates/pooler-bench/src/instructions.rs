@@ -36,7 +36,8 @@ impl Op {
         }
     }
 
-    fn parse(s: &str) -> Option<Op> {
+    /// The operation a word names (`take`, `default`, `try`, `fail`).
+    pub(crate) fn parse(s: &str) -> Option<Op> {
         [Op::Take, Op::Default, Op::Try, Op::Fail]
             .into_iter()
             .find(|op| op.name() == s)
@@ -59,7 +60,7 @@ pub(crate) const MEASURED: [(&str, Op); 10] = [
 ];
 
 /// `count <contender> <op> <n>`: does the work (run under callgrind by [`measure`]).
-pub(crate) async fn count(args: &[String]) {
+pub(crate) async fn count(who: &str, op: Op, n: u32) {
     // With POOLER_BENCH_RECORDER=prometheus, the pool's metrics reach a Prometheus recorder.
     let _recorder = std::env::var("POOLER_BENCH_RECORDER")
         .is_ok_and(|r| r == "prometheus")
@@ -68,12 +69,6 @@ pub(crate) async fn count(args: &[String]) {
                 .install_recorder()
                 .expect("the only recorder")
         });
-    let who = args.first().map_or("", String::as_str);
-    let op = args
-        .get(1)
-        .and_then(|s| Op::parse(s))
-        .expect("take, try or fail");
-    let n: u32 = args.get(2).and_then(|s| s.parse().ok()).expect("a count");
     match (who, op) {
         ("pooler" | "pooler-admit", _) => {
             let pool = if who == "pooler" {
@@ -148,7 +143,16 @@ pub(crate) async fn count(args: &[String]) {
                 std::hint::black_box(&pool.acquire_unchecked().await.expect("a member"));
             }
         }
-        other => panic!("no instruction count for {other:?}"),
+        (who, op) => {
+            eprintln!(
+                "pooler-bench: no instruction count for `{who} {}` (counted: {})",
+                op.name(),
+                MEASURED
+                    .map(|(who, op)| format!("{who} {}", op.name()))
+                    .join(", ")
+            );
+            std::process::exit(2);
+        }
     }
 }
 
