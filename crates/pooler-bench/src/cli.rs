@@ -214,10 +214,11 @@ fn overload(args: &Args, docs: &Path) {
     if args.value_of("--seeds").is_some() {
         let seeds = u64::from(args.count_of("--seeds", 1));
         println!("min / median / max over {seeds} seeds\n");
-        print!(
-            "{}",
-            overload_report::spread(&overload_report::run_seeds(only.as_deref(), seeds))
-        );
+        let seeded = overload_report::run_seeds(only.as_deref(), seeds);
+        print!("{}", overload_report::spread(&seeded));
+        if args.has("--goals") {
+            print!("{}", overload_report::goals(&seeded));
+        }
         return;
     }
     let started = Instant::now();

@@ -28,9 +28,9 @@
 //! the cost of one query, start-up cancelled out).
 //! `overload [--only SCENARIO] [--write] [--check]` runs the overload simulation
 //! (the `pooler-sim` crate, docs/overload.md): prints the scores (`--seeds N`: each score's
-//! min / median / max over seeds 0..N instead), `--write` rewrites the report, its
-//! chart and its baseline (the worst of eight seeds), `--check` fails when a score's worst
-//! of eight seeds falls below the baseline.
+//! min / median / max over seeds 0..N instead, and with `--goals` the goals judged over
+//! them), `--write` rewrites the report, its chart and its baseline (the worst of eight
+//! seeds), `--check` fails when a score's worst of eight seeds falls below the baseline.
 //! `overload-live [--check]` runs the latency step against the real PostgreSQL in `fixed` and
 //! `vegas` and prints each beside the simulation's range over eight seeds (docs/overload.md,
 //! "Live"); `--check` fails when a live figure stands past the stated margin from that range.
