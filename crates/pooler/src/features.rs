@@ -62,7 +62,8 @@ pub(crate) struct Features {
 }
 
 impl Features {
-    /// `max_lifetime` is set: takes and returns check expiries against an exact clock.
+    /// `max_lifetime` is set: takes check expiries against an exact clock, and returns too
+    /// for a member near its expiry by the coarse time.
     pub(crate) const LIFETIMES: u64 = 1;
     /// `leak_detection_threshold` is set: takes and returns keep leak records.
     pub(crate) const LEAKS: u64 = 2;

@@ -28,6 +28,12 @@ pub(crate) struct Meta {
 
 const NEVER: u64 = u64::MAX;
 
+/// A return checks a member's expiry against an exact clock read only when the coarse time
+/// is within this of it (ten housekeeping ticks); further off, the member has not expired
+/// unless the coarse time lags that far, and should it have, the next take's exact check
+/// retires it (docs/design.md, "Lifetimes").
+const EXACT_WITHIN: u64 = 10 * crate::clock::TICK.as_nanos() as u64;
+
 impl Meta {
     pub(crate) fn new(key: Key, id: u64, token: Token, since: u64) -> Self {
         Meta {
@@ -58,6 +64,13 @@ impl Meta {
     #[inline]
     pub(crate) fn expired(&self, now: u64) -> bool {
         self.expires_at.load(Relaxed) <= now
+    }
+
+    /// Whether its lifetime ends within [`EXACT_WITHIN`] of `coarse` (the coarse time), or
+    /// has ended: only then is its expiry worth an exact clock read at its return.
+    #[inline]
+    pub(crate) fn near_expiry(&self, coarse: u64) -> bool {
+        self.expires_at.load(Relaxed) <= coarse.saturating_add(EXACT_WITHIN)
     }
 
     #[inline]

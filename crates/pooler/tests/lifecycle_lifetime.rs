@@ -53,6 +53,26 @@ async fn an_expired_member_is_never_handed_out() {
     assert!(row.expires_at.unwrap() > now);
 }
 
+/// A member that expired in use can come back before the pool's coarse time has caught up
+/// (the return then reads no clock): it goes back free, and the next take's exact check
+/// still retires it instead of handing it out.
+#[tokio::test(start_paused = true)]
+async fn a_member_that_expired_in_use_and_came_back_unnoticed_is_never_handed_out() {
+    let (pool, probe) = pool_with(config(1, 1, 60, 0), Fake::default()).await;
+    let m = pool.try_take_member().unwrap();
+    // Past its expiry before the housekeeping tick or the lifetime timer has run.
+    tokio::time::advance(Duration::from_secs(61)).await;
+    drop(m);
+    let m = pool.take_member(ms(1000)).await.unwrap();
+    assert_eq!(
+        Member::id(&m),
+        2,
+        "member 1 retired at the take, a new one served"
+    );
+    settle().await;
+    assert_eq!(probe.stops(), 1);
+}
+
 #[tokio::test(start_paused = true)]
 async fn members_in_use_are_never_taken_away_and_are_recycled_at_return() {
     let (pool, probe) = pool_with(config(1, 1, 60, 0), Fake::default()).await;

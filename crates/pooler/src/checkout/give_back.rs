@@ -194,6 +194,16 @@ impl<M: Manager> Shared<M> {
         if flags & Features::ADMIT != 0 && fate == Fate::Ok {
             self.unheard(&held, origin, returned);
         }
+        if fate == Fate::Ok
+            && returned == Returned::Fit
+            && timed == 0
+            && flags & Features::SLOW_RETURN == Features::LIFETIMES
+            && !held.meta.is_dead()
+            && !held.meta.near_expiry(self.clock.coarse())
+        {
+            // A lifetime is all that needs a look, and the member is far from its expiry.
+            return self.put_back(held);
+        }
         let end = Ending {
             fate,
             origin,
@@ -201,6 +211,17 @@ impl<M: Manager> Shared<M> {
             timed,
         };
         self.give_back_slow(held, end);
+    }
+
+    /// A fit member goes back free, stamped with the coarse time (or is stopped, the pool
+    /// closed).
+    #[inline(always)]
+    fn put_back(&self, held: Held<M::Member>) {
+        let stamp = self.clock.coarse();
+        held.meta.set_since(stamp);
+        if let Err(held) = self.hot.give(held, stamp) {
+            self.stop_after_close(held);
+        }
     }
 
     /// A member in use comes back to a closed pool: it is stopped (or dropped in place once
@@ -243,7 +264,8 @@ impl<M: Manager> Shared<M> {
     #[inline]
     pub(crate) fn give_back(&self, held: Held<M::Member>, fate: Fate, origin: Origin, timed: u32) {
         // The fast path: a member in good order, its hold not timed (admission's limiter
-        // hears timed holds only), no feature that needs a look at it.
+        // hears timed holds only), no feature that needs a look at it (a lifetime needs one
+        // only near the member's expiry: `give_back_other`).
         let flags = self.features.flags();
         if fate == Fate::Ok
             && flags & Features::SLOW_RETURN | u64::from(timed) == 0
@@ -260,12 +282,7 @@ impl<M: Manager> Shared<M> {
                 self.unheard(&held, origin, returned);
             }
             if returned == Returned::Fit {
-                let stamp = self.clock.coarse();
-                held.meta.set_since(stamp);
-                if let Err(held) = self.hot.give(held, stamp) {
-                    self.stop_after_close(held);
-                }
-                return;
+                return self.put_back(held);
             }
             let end = Ending {
                 fate,
