@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::cold::Empty;
+use crate::error::Empty;
 use crate::error::{StartError, TakeError};
 use crate::features::Features;
 use crate::held::Held;

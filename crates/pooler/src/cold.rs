@@ -33,14 +33,15 @@ use tokio::time::Instant;
 
 use crate::backoff::StartPolicy;
 use crate::demand::Demand;
-use crate::error::StartError;
+use crate::error::{Empty, StartError};
 use crate::expiries::Expiries;
+use crate::held::Key;
 use crate::hot::View;
 
 mod lifetimes;
 mod stops;
 mod types;
-pub(crate) use types::{Death, Empty, Key, Limits, Row, Starts, Status};
+pub(crate) use types::{Death, Limits, Row, Starts, Status};
 
 #[derive(Debug)]
 struct Slot<P> {

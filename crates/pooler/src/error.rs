@@ -12,6 +12,21 @@ mod config;
 
 pub use config::ConfigError;
 
+/// Why a take found no member (and could not simply queue): the cold engine's verdict, which
+/// the checkout turns into a [`TakeError`] without reaching the cold engine itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Empty {
+    /// No room to start more.
+    AtCapacity,
+    /// No member is free, there is room, and a start is under way that may serve the taker.
+    AllInUse,
+    /// Starts are failing and nothing can reach the taker before its deadline: no member in
+    /// use, no start in flight that attempts by then (docs/design.md, "Failing starts").
+    Unavailable,
+    /// The pool is closed.
+    Closed,
+}
+
 /// Why a member could not be started.
 ///
 /// Carried by [`TakeError::Unavailable`] and [`TakeError::Timeout`] so that an outage shows its

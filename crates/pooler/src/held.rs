@@ -7,8 +7,6 @@ use std::sync::Arc;
 
 use crate::cancel::Token;
 
-use crate::cold::Key;
-
 /// What the pool knows of one member, shared by its holder of the moment and its slot in the
 /// cold engine.
 #[derive(Debug)]
@@ -25,6 +23,10 @@ pub(crate) struct Meta {
     /// Its death signal was seen while it was in use: replace it when it comes back.
     dead: AtomicBool,
 }
+
+/// Identifies a slot while it exists; reused after the slot is removed (pair it with the
+/// member id to detect reuse).
+pub(crate) type Key = usize;
 
 const NEVER: u64 = u64::MAX;
 

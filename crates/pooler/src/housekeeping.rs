@@ -27,9 +27,10 @@ use crate::combinators::caught;
 use tokio::time::Instant;
 
 use crate::clock::{TICK, TIMER_HORIZON};
-use crate::cold::{Key, Limits, Status};
+use crate::cold::{Limits, Status};
 use crate::config::PoolConfig;
 use crate::health::{Hook, vet};
+use crate::held::Key;
 use crate::manager::Manager;
 use crate::member::{Member, Origin};
 use crate::metrics::{Gauges, Reason};

@@ -12,9 +12,8 @@ use crate::cancel::Token;
 use crate::combinators::caught;
 use tokio::time::Instant;
 
-use crate::cold::Key;
 use crate::error::StartError;
-use crate::held::Held;
+use crate::held::{Held, Key};
 use crate::manager::{self, Deaths, Manager, MemberContext};
 use crate::supervisor::Supervisor;
 

@@ -8,9 +8,9 @@ use std::time::Duration;
 use crate::cancel::Token;
 use tokio::sync::mpsc;
 
-use crate::cold::{Death, Key};
+use crate::cold::Death;
 use crate::error::StartError;
-use crate::held::{Held, Meta};
+use crate::held::{Held, Key, Meta};
 use crate::lifecycle::{Lives, Slots};
 use crate::lifetime;
 use crate::manager::{Deaths, Manager};

@@ -9,8 +9,8 @@ use std::task::{Context, Poll};
 
 use crate::cancel::Token;
 
-use crate::cold::Key;
 use crate::driver::{Driver, Ended};
+use crate::held::Key;
 use crate::supervisor::Supervisor;
 
 /// Starts, checks and stops the members of a pool.

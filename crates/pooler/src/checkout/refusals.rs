@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use crate::cold::Empty;
+use crate::error::Empty;
 use crate::error::{StartError, TakeError};
 use crate::manager::Manager;
 use crate::shared::Shared;

@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::{Cold, Key, Starts, Status};
+use super::{Cold, Starts, Status};
+use crate::held::Key;
 use crate::hot::View;
 
 impl<P> Cold<P> {

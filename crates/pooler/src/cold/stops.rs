@@ -2,7 +2,8 @@
 //! slot ends once stopped; a death is marked once; a replacement owed is counted for the
 //! refill. The invariants are the engine's (`cold.rs`).
 
-use super::{Cold, Death, Key, Status};
+use super::{Cold, Death, Status};
+use crate::held::Key;
 use crate::hot::View;
 
 impl<P> Cold<P> {

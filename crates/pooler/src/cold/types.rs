@@ -1,16 +1,14 @@
 //! What the cold engine and its callers say to each other: the limits it enforces, a slot's
-//! status and key, the starts it decides, why a take found no member, what a death signal
-//! found, and a slot's row for stats.
+//! status, the starts it decides, what a death signal found, and a slot's row for stats
+//! (a slot's key is a member's: `held.rs`; why a take found no member is a refusal's:
+//! `error.rs`).
 
 use std::time::Duration;
 
 use tokio::time::Instant;
 
 use crate::config::{MemberOrder, PoolConfig};
-
-/// Identifies a slot while it exists; reused after the slot is removed (pair it with the
-/// member id to detect reuse).
-pub(crate) type Key = usize;
+use crate::held::Key;
 
 /// The limits the pool enforces, taken from its config.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -72,20 +70,6 @@ impl Starts {
     pub(crate) fn is_empty(&self) -> bool {
         self.slots.is_empty()
     }
-}
-
-/// Why a take found no member (and could not simply queue).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Empty {
-    /// No room to start more.
-    AtCapacity,
-    /// No member is free, there is room, and a start is under way that may serve the taker.
-    AllInUse,
-    /// Starts are failing and nothing can reach the taker before its deadline: no member in
-    /// use, no start in flight that attempts by then (docs/design.md, "Failing starts").
-    Unavailable,
-    /// The pool is closed.
-    Closed,
 }
 
 /// What a member's death signal found.
