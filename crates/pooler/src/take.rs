@@ -88,49 +88,69 @@ impl<M: Manager> Future for Take<'_, M> {
     #[inline]
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.get_mut();
-        match &mut this.stage {
+        if matches!(this.stage, Stage::First) && !this.at_once && !traced() {
+            // The first attempt ([`first`]'s, written out here: through the function, its
+            // nested result cost every take 24 instructions more). A member found at once
+            // builds no waiting future; anything else goes on out of line, so this frame
+            // stays small.
+            return match this.shared.first(wait::Queue, this.timeout) {
+                Ok(ready) => Poll::Ready(Ok(this.shared.guard(ready))),
+                Err(attempt) => this.after_first(cx, attempt),
+            };
+        }
+        this.poll_other(cx)
+    }
+}
+
+impl<M: Manager> Take<'_, M> {
+    /// What follows a first attempt that found no member ready as it is.
+    #[inline(never)]
+    fn after_first(
+        &mut self,
+        cx: &mut Context<'_>,
+        attempt: Attempt<M>,
+    ) -> Poll<Result<Member<M>, TakeError>> {
+        let shared = self.shared;
+        let attempt = match attempt {
+            Attempt::Failed(e) => return Poll::Ready(Err(e)),
+            Attempt::Member(member) => {
+                shared.note_taken(&member, self.caller);
+                return Poll::Ready(Ok(member));
+            }
+            Attempt::Queued(key, grew) => return self.queue(cx, key, grew),
+            attempt => attempt,
+        };
+        let (caller, timeout) = (self.caller, self.timeout);
+        let waits = Box::pin(within(shared, caller, timeout, attempt, None, false));
+        self.go_on(cx, waits)
+    }
+
+    /// A poll other than a first attempt's on the untraced path: a take waiting, a take that
+    /// never waits, or a traced one.
+    #[inline(never)]
+    fn poll_other(&mut self, cx: &mut Context<'_>) -> Poll<Result<Member<M>, TakeError>> {
+        match &mut self.stage {
             Stage::First => {}
             Stage::Queued(queued) => {
-                let next = std::task::ready!(queued.poll(cx, this.shared, this.caller));
-                return this.after_queued(cx, next);
+                let next = std::task::ready!(queued.poll(cx, self.shared, self.caller));
+                return self.after_queued(cx, next);
             }
             Stage::Within(waits) => {
                 let polled = waits.as_mut().poll(cx);
                 if polled.is_ready() {
-                    this.stage = Stage::First;
+                    self.stage = Stage::First;
                 }
                 return polled;
             }
         }
-        // The caller and the timeout are read where a path needs them: copied out up front,
-        // they were kept across the attempt on every take.
-        let shared = this.shared;
-        if this.at_once {
-            return Poll::Ready(at_once(shared, this.caller));
+        let shared = self.shared;
+        if self.at_once {
+            return Poll::Ready(at_once(shared, self.caller));
         }
-        let waits = if traced() {
-            match begin_traced(shared, this.caller, this.timeout) {
-                Ok(decided) => return Poll::Ready(decided),
-                Err(waits) => waits,
-            }
-        } else {
-            // The first attempt ([`first`]'s, written out here: through the function, its
-            // nested result cost every take 24 instructions more). A member found at once,
-            // even with a feature's look at it, builds no waiting future.
-            let attempt = match shared.first(wait::Queue, this.timeout) {
-                Ok(ready) => return Poll::Ready(Ok(shared.guard(ready))),
-                Err(Attempt::Failed(e)) => return Poll::Ready(Err(e)),
-                Err(Attempt::Member(member)) => {
-                    shared.note_taken(&member, this.caller);
-                    return Poll::Ready(Ok(member));
-                }
-                Err(Attempt::Queued(key, grew)) => return this.queue(cx, key, grew),
-                Err(attempt) => attempt,
-            };
-            let (caller, timeout) = (this.caller, this.timeout);
-            Box::pin(within(shared, caller, timeout, attempt, None, false))
-        };
-        this.go_on(cx, waits)
+        match begin_traced(shared, self.caller, self.timeout) {
+            Ok(decided) => Poll::Ready(decided),
+            Err(waits) => self.go_on(cx, waits),
+        }
     }
 }
 
