@@ -77,15 +77,16 @@ impl Args {
         word
     }
 
-    /// The mode's count at `index` (`handoff-fixed WHO N`'s N); a missing count, or one that
-    /// is not a whole number of at least one, ends the run with a message naming it.
-    fn count_at(&self, index: usize) -> u32 {
+    /// The mode's count at `index` (`handoff-fixed WHO N`'s N), at least `least`; a missing
+    /// count, or one that is not a whole number of at least `least`, ends the run with a
+    /// message naming it.
+    fn count_at(&self, index: usize, least: u32) -> u32 {
         let word = self.after_mode().get(index).map_or("", String::as_str);
         match word.parse::<u32>() {
-            Ok(n) if n >= 1 => n,
+            Ok(n) if n >= least => n,
             _ => {
                 eprintln!(
-                    "pooler-bench: {}'s word {} is a count of at least 1, not `{word}`",
+                    "pooler-bench: {}'s word {} is a count of at least {least}, not `{word}`",
                     self.mode(),
                     index + 1
                 );
@@ -123,11 +124,11 @@ pub(crate) fn run(args: &Args) {
             let who = args.word_at(0, &["pooler", "pooler-admit", "deadpool", "bb8", "qp"]);
             let op = args.word_at(1, &["take", "default", "try", "fail"]);
             let op = instructions::Op::parse(op).expect("one of the words Op::parse reads");
-            on_one_thread(instructions::count(who, op, args.count_at(2)));
+            on_one_thread(instructions::count(who, op, args.count_at(2, 0)));
         }
         "handoff-fixed" => {
             let who = args.word_at(0, &["pooler", "pooler-member", "deadpool"]);
-            let rounds = args.count_at(1);
+            let rounds = args.count_at(1, 1);
             on_one_thread(suites::handoffs(who, rounds as usize));
         }
         "driver-cost" => on_one_thread(driver::compare(15, 200_000)),
