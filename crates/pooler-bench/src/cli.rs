@@ -33,7 +33,11 @@ pub(crate) struct Args {
 impl Args {
     /// This process's arguments.
     pub(crate) fn from_env() -> Self {
-        let list: Vec<String> = std::env::args().skip(1).collect();
+        Self::from_list(std::env::args().skip(1).collect())
+    }
+
+    /// The arguments `list` (the program's name left out).
+    fn from_list(list: Vec<String>) -> Self {
         let mode_at = (0..list.len()).find(|&i| {
             !list[i].starts_with("--") && (i == 0 || !VALUED.contains(&list[i - 1].as_str()))
         });
@@ -62,37 +66,48 @@ impl Args {
     }
 
     /// The mode's word at `index` (`handoff-fixed WHO N`'s WHO), one of `choices`; anything
-    /// else ends the run with a message naming the word and the choices.
-    fn word_at(&self, index: usize, choices: &[&str]) -> &str {
+    /// else is a message naming the word and the choices.
+    fn word_at(&self, index: usize, choices: &[&str]) -> Result<&str, String> {
         let word = self.after_mode().get(index).map_or("", String::as_str);
-        if !choices.contains(&word) {
-            eprintln!(
-                "pooler-bench: {}'s word {} is one of {}, not `{word}`",
+        if choices.contains(&word) {
+            Ok(word)
+        } else {
+            Err(format!(
+                "{}'s word {} is one of {}, not `{word}`",
                 self.mode(),
                 index + 1,
                 choices.join(", ")
-            );
-            std::process::exit(2);
+            ))
         }
-        word
     }
 
     /// The mode's count at `index` (`handoff-fixed WHO N`'s N), at least `least`; a missing
-    /// count, or one that is not a whole number of at least `least`, ends the run with a
-    /// message naming it.
-    fn count_at(&self, index: usize, least: u32) -> u32 {
+    /// count, or one that is not a whole number of at least `least`, is a message naming it.
+    fn count_at(&self, index: usize, least: u32) -> Result<u32, String> {
         let word = self.after_mode().get(index).map_or("", String::as_str);
         match word.parse::<u32>() {
-            Ok(n) if n >= least => n,
-            _ => {
-                eprintln!(
-                    "pooler-bench: {}'s word {} is a count of at least {least}, not `{word}`",
-                    self.mode(),
-                    index + 1
-                );
-                std::process::exit(2);
-            }
+            Ok(n) if n >= least => Ok(n),
+            _ => Err(format!(
+                "{}'s word {} is a count of at least {least}, not `{word}`",
+                self.mode(),
+                index + 1
+            )),
         }
+    }
+
+    /// `count WHO OP N`'s words: a contender, an operation, and how many (0 for the run that
+    /// [`instructions::measure`] subtracts).
+    fn count_words(&self) -> Result<(&str, instructions::Op, u32), String> {
+        let who = self.word_at(0, &["pooler", "pooler-admit", "deadpool", "bb8", "qp"])?;
+        let op = self.word_at(1, &["take", "default", "try", "fail"])?;
+        let op = instructions::Op::parse(op).ok_or_else(|| format!("no operation `{op}`"))?;
+        Ok((who, op, self.count_at(2, 0)?))
+    }
+
+    /// `handoff-fixed WHO N`'s words: a contender and how many rounds (at least one).
+    fn handoff_words(&self) -> Result<(&str, u32), String> {
+        let who = self.word_at(0, &["pooler", "pooler-member", "deadpool"])?;
+        Ok((who, self.count_at(1, 1)?))
     }
 
     /// A count a flag gives (`--rounds 3`): `default` when the flag is absent; a value that is
@@ -111,6 +126,14 @@ impl Args {
     }
 }
 
+/// The value, or the run ends with `pooler-bench: ` and the message.
+fn or_exit<T>(words: Result<T, String>) -> T {
+    words.unwrap_or_else(|message| {
+        eprintln!("pooler-bench: {message}");
+        std::process::exit(2);
+    })
+}
+
 /// Runs the mode `args` name.
 pub(crate) fn run(args: &Args) {
     let docs = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs"));
@@ -121,14 +144,11 @@ pub(crate) fn run(args: &Args) {
         "" => whole(args, &docs, &out),
         "overload" => overload(args, &docs),
         "count" => {
-            let who = args.word_at(0, &["pooler", "pooler-admit", "deadpool", "bb8", "qp"]);
-            let op = args.word_at(1, &["take", "default", "try", "fail"]);
-            let op = instructions::Op::parse(op).expect("one of the words Op::parse reads");
-            on_one_thread(instructions::count(who, op, args.count_at(2, 0)));
+            let (who, op, n) = or_exit(args.count_words());
+            on_one_thread(instructions::count(who, op, n));
         }
         "handoff-fixed" => {
-            let who = args.word_at(0, &["pooler", "pooler-member", "deadpool"]);
-            let rounds = args.count_at(1, 1);
+            let (who, rounds) = or_exit(args.handoff_words());
             on_one_thread(suites::handoffs(who, rounds as usize));
         }
         "driver-cost" => on_one_thread(driver::compare(15, 200_000)),
@@ -339,5 +359,40 @@ async fn on_runtime(args: &Args, out: &Path) {
             );
             std::process::exit(2);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(words: &[&str]) -> Args {
+        Args::from_list(words.iter().map(|w| (*w).to_string()).collect())
+    }
+
+    /// Every count the instruction report runs under callgrind — each measured pair, and the
+    /// run of none it subtracts — is one the command line takes.
+    #[test]
+    fn every_count_the_report_runs_is_accepted() {
+        for (who, op) in instructions::MEASURED {
+            for n in ["0", "100000"] {
+                let words = args(&["count", who, op.name(), n]);
+                let parsed = words.count_words();
+                let (w, o, c) = parsed.unwrap_or_else(|e| panic!("{who} {}: {e}", op.name()));
+                assert_eq!((w, o, c.to_string()), (who, op, n.to_string()));
+            }
+        }
+    }
+
+    #[test]
+    fn a_missing_or_unknown_word_is_refused_by_name() {
+        let refused = |words: &[&str]| args(words).handoff_words().map(|_| ()).unwrap_err();
+        assert!(refused(&["handoff-fixed", "pooler"]).contains("word 2"));
+        assert!(refused(&["handoff-fixed", "pooler", "0"]).contains("at least 1"));
+        assert!(refused(&["handoff-fixed", "poler", "3"]).contains("`poler`"));
+        let words = args(&["count", "pooler", "take"]);
+        assert!(words.count_words().unwrap_err().contains("word 3"));
+        let words = args(&["handoff-fixed", "deadpool", "5"]);
+        assert_eq!(words.handoff_words(), Ok(("deadpool", 5)));
     }
 }
