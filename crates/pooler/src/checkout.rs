@@ -9,8 +9,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::error::Empty;
-use crate::error::{StartError, TakeError};
+use crate::error::{Empty, StartError, TakeError};
 use crate::features::Features;
 use crate::held::Held;
 use crate::hot::{Found, Refused, Wait, wait};

@@ -2,8 +2,7 @@
 
 use std::time::Duration;
 
-use crate::error::Empty;
-use crate::error::{StartError, TakeError};
+use crate::error::{Empty, StartError, TakeError};
 use crate::manager::Manager;
 use crate::shared::Shared;
 
