@@ -345,9 +345,19 @@ async fn on_runtime(args: &Args, out: &Path) {
                 .max_lifetime(Duration::from_secs(3600))
                 .build()
                 .unwrap();
-            let (a, b) = crate::paired(base, with, 200_000).await;
+            let (a, b) = crate::paired(base.clone(), with, 200_000).await;
             println!(
                 "take+return: {a:.1} ns without max_lifetime, {b:.1} ns with ({:+.1} %)",
+                (b / a - 1.0) * 100.0
+            );
+            let leaks = base
+                .to_builder()
+                .leak_detection_threshold(Duration::from_secs(30))
+                .build()
+                .unwrap();
+            let (a, b) = crate::paired(base, leaks, 200_000).await;
+            println!(
+                "take+return: {a:.1} ns without leak_detection_threshold, {b:.1} ns with ({:+.1} %)",
                 (b / a - 1.0) * 100.0
             );
         }

@@ -65,7 +65,8 @@ impl Features {
     /// `max_lifetime` is set: takes check expiries against an exact clock, and returns too
     /// for a member near its expiry by the coarse time.
     pub(crate) const LIFETIMES: u64 = 1;
-    /// `leak_detection_threshold` is set: takes and returns keep leak records.
+    /// `leak_detection_threshold` is set: takes and returns keep leak records (a take with
+    /// an exact clock read, a return with none unless the member was reported).
     pub(crate) const LEAKS: u64 = 2;
     /// `idle_check_threshold` is set.
     pub(crate) const IDLE: u64 = 8;

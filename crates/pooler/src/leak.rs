@@ -5,6 +5,7 @@
 //! The records have their own lock, taken on take and return only when the feature is on.
 
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
 use std::panic::Location;
 
 use tokio::time::Instant;
@@ -32,7 +33,31 @@ pub(crate) struct Leak {
 /// The records of the members in use, by member id.
 #[derive(Debug, Default)]
 pub(crate) struct Leaks {
-    records: Mutex<HashMap<u64, Record>>,
+    records: Mutex<HashMap<u64, Record, BuildHasherDefault<IdHash>>>,
+}
+
+/// A member id's hash: the pool hands out the ids, one after another, so no caller chooses
+/// them and a keyed hash (std's SipHash, about a tenth of a take and return with leak
+/// detection on) buys nothing. A multiply by the golden ratio spreads consecutive ids over
+/// the high bits the table probes by.
+#[derive(Debug, Default)]
+struct IdHash(u64);
+
+impl Hasher for IdHash {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        // Only `u64` keys are hashed here; any other write is folded in all the same.
+        for &b in bytes {
+            self.write_u64(self.0 ^ u64::from(b));
+        }
+    }
+
+    fn write_u64(&mut self, id: u64) {
+        self.0 = id.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
 }
 
 impl Leaks {

@@ -196,6 +196,28 @@ async fn without_any_idle_check_threshold_an_idle_member_is_not_checked() {
     assert_eq!(probe.checks.load(std::sync::atomic::Ordering::SeqCst), 0);
 }
 
+/// A member given back before the threshold leaves no record behind: however long it then
+/// stays free, it is never reported.
+#[tokio::test(start_paused = true)]
+async fn a_member_given_back_in_time_is_never_reported_as_a_leak() {
+    let logs = Logs::capture();
+    let config = PoolConfig::new("p", 1, 1)
+        .to_builder()
+        .leak_detection_threshold(Duration::from_secs(10))
+        .build()
+        .unwrap();
+    let (pool, _) = pool_with(config, Fake::default()).await;
+    for held in [Duration::from_secs(1), Duration::from_secs(9)] {
+        let m = pool.take_member(ms(100)).await.unwrap();
+        advance(held).await;
+        drop(m);
+    }
+    for _ in 0..30 {
+        advance(Duration::from_secs(1)).await;
+    }
+    assert_eq!(logs.count("possible leak"), 0, "{}", logs.text());
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_leak_is_reported_once_with_where_it_was_taken_and_again_on_return() {
     let logs = Logs::capture();

@@ -58,18 +58,8 @@ impl<M: Manager> Shared<M> {
             self.metrics
                 .used(self.clock.instant(since), self.clock.instant(now), timed);
         }
-        let leaked = if self.features.flags() & Features::LEAKS != 0 && origin == Origin::Taken {
-            self.leaks.returned(held.meta.id)
-        } else {
-            None
-        };
-        if let Some(taken_at) = leaked {
-            tracing::warn!(
-                pool = %self.name,
-                member = held.meta.id,
-                held_for = %crate::time::Human(self.clock.instant(stamp).saturating_duration_since(taken_at)),
-                "member reported as a possible leak came back"
-            );
+        if self.features.flags() & Features::LEAKS != 0 && origin == Origin::Taken {
+            self.leak_came_back(held.meta.id);
         }
         let reason = match fate {
             Fate::Failed => Some(Reason::Failed),
@@ -197,11 +187,14 @@ impl<M: Manager> Shared<M> {
         if fate == Fate::Ok
             && returned == Returned::Fit
             && timed == 0
-            && flags & Features::SLOW_RETURN == Features::LIFETIMES
             && !held.meta.is_dead()
-            && !held.meta.near_expiry(self.clock.coarse())
+            && (flags & Features::LIFETIMES == 0 || !held.meta.near_expiry(self.clock.coarse()))
         {
-            // A lifetime is all that needs a look, and the member is far from its expiry.
+            // What needs a look is a leak record or a lifetime far from its end: neither
+            // needs the exact time, unless the member was reported as a leak.
+            if flags & Features::LEAKS != 0 && origin == Origin::Taken {
+                self.leak_came_back(held.meta.id);
+            }
             return self.put_back(held);
         }
         let end = Ending {
@@ -211,6 +204,20 @@ impl<M: Manager> Shared<M> {
             timed,
         };
         self.give_back_slow(held, end);
+    }
+
+    /// Member `id` came back from its holder: its leak record ends, and one reported as a
+    /// possible leak is logged with how long it was held (the one return that reads the
+    /// clock for it).
+    fn leak_came_back(&self, id: u64) {
+        if let Some(taken_at) = self.leaks.returned(id) {
+            tracing::warn!(
+                pool = %self.name,
+                member = id,
+                held_for = %crate::time::Human(self.clock.now().saturating_duration_since(taken_at)),
+                "member reported as a possible leak came back"
+            );
+        }
     }
 
     /// A fit member goes back free, stamped with the coarse time (or is stopped, the pool
@@ -264,8 +271,8 @@ impl<M: Manager> Shared<M> {
     #[inline]
     pub(crate) fn give_back(&self, held: Held<M::Member>, fate: Fate, origin: Origin, timed: u32) {
         // The fast path: a member in good order, its hold not timed (admission's limiter
-        // hears timed holds only), no feature that needs a look at it (a lifetime needs one
-        // only near the member's expiry: `give_back_other`).
+        // hears timed holds only), no feature that needs a look at it (`give_back_other`
+        // ends a leak record, or passes a lifetime far from its end, with no clock read).
         let flags = self.features.flags();
         if fate == Fate::Ok
             && flags & Features::SLOW_RETURN | u64::from(timed) == 0
