@@ -36,8 +36,9 @@
 //! "Live"); `--check` fails when a live figure stands past the stated margin from that range.
 //! `instructions` alone counts instructions per take+return with callgrind (see
 //! `instructions.rs`).
-//! `lifetime` alone measures the cost of `max_lifetime`; `churn-memory` prints the resident
-//! memory while a million members are replaced under `max_lifetime`; `fairness [--rounds N]`
+//! `lifetime` alone measures the cost of `max_lifetime` and of `leak_detection_threshold`;
+//! `churn-memory` prints the resident memory while a million members are replaced under
+//! `max_lifetime`; `fairness [--rounds N]`
 //! (pooler's `take` and `take_member` and deadpool, in turned orders, each on a runtime of its
 //! own: the spread of each one's p50 and p99 over the rounds), `grid-sample` and
 //! `uncontended` run a quick pooler-versus-deadpool subset; `metrics-share` counts the
