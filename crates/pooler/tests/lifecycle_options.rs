@@ -196,10 +196,8 @@ async fn without_any_idle_check_threshold_an_idle_member_is_not_checked() {
     assert_eq!(probe.checks.load(std::sync::atomic::Ordering::SeqCst), 0);
 }
 
-/// A member given back before the threshold leaves no record behind: however long it then
-/// stays free, it is never reported.
-#[tokio::test(start_paused = true)]
-async fn a_member_given_back_in_time_is_never_reported_as_a_leak() {
+/// A pool of one with a leak threshold of 10 s, and its logs.
+async fn watched_for_leaks() -> (Logs, pooler::Pool<Fake>) {
     let logs = Logs::capture();
     let config = PoolConfig::new("p", 1, 1)
         .to_builder()
@@ -207,6 +205,14 @@ async fn a_member_given_back_in_time_is_never_reported_as_a_leak() {
         .build()
         .unwrap();
     let (pool, _) = pool_with(config, Fake::default()).await;
+    (logs, pool)
+}
+
+/// A member given back before the threshold leaves no record behind: however long it then
+/// stays free, it is never reported.
+#[tokio::test(start_paused = true)]
+async fn a_member_given_back_in_time_is_never_reported_as_a_leak() {
+    let (logs, pool) = watched_for_leaks().await;
     for held in [Duration::from_secs(1), Duration::from_secs(9)] {
         let m = pool.take_member(ms(100)).await.unwrap();
         advance(held).await;
@@ -220,13 +226,7 @@ async fn a_member_given_back_in_time_is_never_reported_as_a_leak() {
 
 #[tokio::test(start_paused = true)]
 async fn a_leak_is_reported_once_with_where_it_was_taken_and_again_on_return() {
-    let logs = Logs::capture();
-    let config = PoolConfig::new("p", 1, 1)
-        .to_builder()
-        .leak_detection_threshold(Duration::from_secs(10))
-        .build()
-        .unwrap();
-    let (pool, _) = pool_with(config, Fake::default()).await;
+    let (logs, pool) = watched_for_leaks().await;
     let m = pool.take_member(ms(100)).await.unwrap();
     let line = line!() - 1;
     advance(Duration::from_secs(9)).await;
