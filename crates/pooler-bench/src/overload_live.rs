@@ -191,52 +191,70 @@ const CHECK_SHARE_POINTS: f64 = 0.10;
 const CHECK_P99_OVER: f64 = 1.0;
 
 /// Runs the step live in `fixed` and `vegas`, prints each beside the simulation's range;
-/// with `check`, fails when a live figure stands past the margins above.
+/// with `check`, fails when a live figure stands past the margins above. A mode whose live
+/// run disagrees is run once more, and only a second disagreement fails: the two parting
+/// ways disagree every time, where a moment of the machine's (a live p99 of 741 ms in one
+/// CI run, 229 and 248 ms in the next two runs of the same build) does not.
 pub(crate) async fn main(check: bool) {
     println!(
         "| mode | live goodput share | simulated (8 seeds) | live p99 | simulated (8 seeds) |\n|---|---|---|---|---|"
     );
     let mut disagreements = Vec::new();
     for mode in [Mode::Fixed, Mode::Vegas] {
-        let (share, p99) = live(mode).await;
         // The simulation builds its own paused runtime: on a thread of its own.
-        let ((s_lo, s_hi), (p_lo, p_hi)) = std::thread::spawn(move || simulated(mode, 8))
+        let simulated = std::thread::spawn(move || simulated(mode, 8))
             .join()
             .expect("the simulation");
-        println!(
-            "| {} | {:.0} % | {:.0}–{:.0} % | {:.0} ms | {:.0}–{:.0} ms |",
-            mode.name(),
-            share * 100.0,
-            s_lo * 100.0,
-            s_hi * 100.0,
-            p99 * 1e3,
-            p_lo * 1e3,
-            p_hi * 1e3,
-        );
-        if share < s_lo - CHECK_SHARE_POINTS {
-            disagreements.push(format!(
-                "{}: live goodput {:.0} % under the simulation's {:.0} % by more than {:.0} points",
-                mode.name(),
-                share * 100.0,
-                s_lo * 100.0,
-                CHECK_SHARE_POINTS * 100.0
-            ));
+        let mut found = row(mode, live(mode).await, simulated);
+        if check && !found.is_empty() {
+            found = row(mode, live(mode).await, simulated);
         }
-        if p99 > p_hi * (1.0 + CHECK_P99_OVER) {
-            disagreements.push(format!(
-                "{}: live p99 {:.0} ms over the simulation's {:.0} ms by more than {:.0} %",
-                mode.name(),
-                p99 * 1e3,
-                p_hi * 1e3,
-                CHECK_P99_OVER * 100.0
-            ));
-        }
+        disagreements.extend(found);
     }
     if check && !disagreements.is_empty() {
-        eprintln!("the live step disagrees with the simulation:");
+        eprintln!("the live step disagrees with the simulation (twice in a row):");
         for d in &disagreements {
             eprintln!("  {d}");
         }
         std::process::exit(1);
     }
+}
+
+/// Prints a live run of `mode` beside the simulation's range; how it stands past the
+/// margins, if it does.
+fn row(
+    mode: Mode,
+    (share, p99): (f64, f64),
+    ((s_lo, s_hi), (p_lo, p_hi)): ((f64, f64), (f64, f64)),
+) -> Vec<String> {
+    println!(
+        "| {} | {:.0} % | {:.0}–{:.0} % | {:.0} ms | {:.0}–{:.0} ms |",
+        mode.name(),
+        share * 100.0,
+        s_lo * 100.0,
+        s_hi * 100.0,
+        p99 * 1e3,
+        p_lo * 1e3,
+        p_hi * 1e3,
+    );
+    let mut disagreements = Vec::new();
+    if share < s_lo - CHECK_SHARE_POINTS {
+        disagreements.push(format!(
+            "{}: live goodput {:.0} % under the simulation's {:.0} % by more than {:.0} points",
+            mode.name(),
+            share * 100.0,
+            s_lo * 100.0,
+            CHECK_SHARE_POINTS * 100.0
+        ));
+    }
+    if p99 > p_hi * (1.0 + CHECK_P99_OVER) {
+        disagreements.push(format!(
+            "{}: live p99 {:.0} ms over the simulation's {:.0} ms by more than {:.0} %",
+            mode.name(),
+            p99 * 1e3,
+            p_hi * 1e3,
+            CHECK_P99_OVER * 100.0
+        ));
+    }
+    disagreements
 }
