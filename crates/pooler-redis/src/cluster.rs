@@ -88,12 +88,7 @@ impl redis::aio::ConnectionLike for RedisClusterConnection {
         cmd: &'a redis::Cmd,
     ) -> redis::RedisFuture<'a, redis::Value> {
         let RedisClusterConnection { conn, track } = self;
-        Box::pin(async move {
-            let issued = track.issue(cmd);
-            let answer = conn.req_packed_command(cmd).await;
-            track.seen(issued, &answer);
-            answer
-        })
+        track.command(cmd, move || conn.req_packed_command(cmd))
     }
 
     fn req_packed_commands<'a>(
@@ -103,11 +98,8 @@ impl redis::aio::ConnectionLike for RedisClusterConnection {
         count: usize,
     ) -> redis::RedisFuture<'a, Vec<redis::Value>> {
         let RedisClusterConnection { conn, track } = self;
-        Box::pin(async move {
-            let issued: Vec<_> = pipeline.cmd_iter().map(|cmd| track.issue(cmd)).collect();
-            let answers = conn.req_packed_commands(pipeline, offset, count).await;
-            track.seen_all(issued, &answers);
-            answers
+        track.pipeline(pipeline, move || {
+            conn.req_packed_commands(pipeline, offset, count)
         })
     }
 

@@ -61,13 +61,8 @@ impl redis::aio::ConnectionLike for RedisConnection {
         cmd: &'a redis::Cmd,
     ) -> redis::RedisFuture<'a, redis::Value> {
         let RedisConnection { conn, track, .. } = self;
-        Box::pin(async move {
-            let issued = track.issue(cmd);
-            // The inherent method: one boxed future per command (this one), not two.
-            let answer = conn.send_packed_command(cmd).await;
-            track.seen(issued, &answer);
-            answer
-        })
+        // The inherent method: one boxed future per command (the track's), not two.
+        track.command(cmd, move || conn.send_packed_command(cmd))
     }
 
     fn req_packed_commands<'a>(
@@ -77,11 +72,8 @@ impl redis::aio::ConnectionLike for RedisConnection {
         count: usize,
     ) -> redis::RedisFuture<'a, Vec<redis::Value>> {
         let RedisConnection { conn, track, .. } = self;
-        Box::pin(async move {
-            let issued: Vec<_> = pipeline.cmd_iter().map(|cmd| track.issue(cmd)).collect();
-            let answers = conn.send_packed_commands(pipeline, offset, count).await;
-            track.seen_all(issued, &answers);
-            answers
+        track.pipeline(pipeline, move || {
+            conn.send_packed_commands(pipeline, offset, count)
         })
     }
 

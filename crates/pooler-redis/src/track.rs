@@ -190,24 +190,45 @@ impl Track {
 }
 
 impl Track {
-    /// A command's answer came (or its future ended without it): what it cleaned and what
-    /// it says of the server noted.
-    pub(crate) fn seen(&mut self, issued: Issued, answer: &redis::RedisResult<redis::Value>) {
-        self.answered(issued, read(answer));
-        self.demoted |= demoted(answer);
+    /// Runs one command through `send`, noted as issued before `send` is called (so before
+    /// anything can reach the server) and as seen when its answer came or its future ended
+    /// without one.
+    pub(crate) fn command<'a, Fut>(
+        &'a mut self,
+        cmd: &'a redis::Cmd,
+        send: impl FnOnce() -> Fut + Send + 'a,
+    ) -> redis::RedisFuture<'a, redis::Value>
+    where
+        Fut: std::future::Future<Output = redis::RedisResult<redis::Value>> + Send + 'a,
+    {
+        Box::pin(async move {
+            let issued = self.issue(cmd);
+            let answer = send().await;
+            self.answered(issued, read(&answer));
+            self.demoted |= demoted(&answer);
+            answer
+        })
     }
 
-    /// A pipeline's answers came (or its future ended without them).
-    pub(crate) fn seen_all(
-        &mut self,
-        issued: Vec<Issued>,
-        answers: &redis::RedisResult<Vec<redis::Value>>,
-    ) {
-        let read = read(answers);
-        for issued in issued {
-            self.answered(issued, read);
-        }
-        self.demoted |= demoted(answers);
+    /// [`command`](Self::command) for a pipeline: every command in it is issued first.
+    pub(crate) fn pipeline<'a, Fut>(
+        &'a mut self,
+        pipeline: &'a redis::Pipeline,
+        send: impl FnOnce() -> Fut + Send + 'a,
+    ) -> redis::RedisFuture<'a, Vec<redis::Value>>
+    where
+        Fut: std::future::Future<Output = redis::RedisResult<Vec<redis::Value>>> + Send + 'a,
+    {
+        Box::pin(async move {
+            let issued: Vec<_> = pipeline.cmd_iter().map(|cmd| self.issue(cmd)).collect();
+            let answers = send().await;
+            let read = read(&answers);
+            for issued in issued {
+                self.answered(issued, read);
+            }
+            self.demoted |= demoted(&answers);
+            answers
+        })
     }
 }
 

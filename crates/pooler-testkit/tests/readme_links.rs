@@ -20,7 +20,10 @@ fn every_code_link_in_every_readme_has_a_definition() {
         let readme = std::fs::read_to_string(&path)
             .unwrap_or_else(|e| panic!("{} cannot be read: {e}", path.display()));
         let missing = pooler_testkit::undefined_code_links(&readme);
-        assert!(missing.is_empty(), "{name}'s README: links with no definition: {missing:?}");
+        assert!(
+            missing.is_empty(),
+            "{name}'s README: links with no definition: {missing:?}"
+        );
     }
 }
 
