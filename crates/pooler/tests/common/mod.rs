@@ -178,33 +178,24 @@ impl Probe {
     }
     /// Ends member `id`'s driver task, as a dropped connection would.
     pub fn crash(&self, id: u64) {
-        let tx = self
-            .drivers
-            .lock()
-            .unwrap()
-            .remove(&id)
-            .expect("no such member driver");
-        let _ = tx.send(Driver::Return);
+        assert!(self.send_driver(id, Driver::Return), "no such member driver");
     }
     /// Makes member `id`'s driver task panic.
     pub fn panic_driver(&self, id: u64) {
-        let tx = self
-            .drivers
-            .lock()
-            .unwrap()
-            .remove(&id)
-            .expect("no such member driver");
-        let _ = tx.send(Driver::Panic);
+        assert!(self.send_driver(id, Driver::Panic), "no such member driver");
     }
     /// Ends member `id`'s driver task if it is still running; `false` if it is not.
     pub fn try_crash(&self, id: u64) -> bool {
-        let tx = self.drivers.lock().unwrap().remove(&id);
-        tx.is_some_and(|tx| tx.send(Driver::Return).is_ok())
+        self.send_driver(id, Driver::Return)
     }
     /// Makes member `id`'s driver task panic if it is still running; `false` if it is not.
     pub fn try_panic_driver(&self, id: u64) -> bool {
+        self.send_driver(id, Driver::Panic)
+    }
+    /// Tells member `id`'s driver task how to end; `false` if it is no longer running.
+    fn send_driver(&self, id: u64, how: Driver) -> bool {
         let tx = self.drivers.lock().unwrap().remove(&id);
-        tx.is_some_and(|tx| tx.send(Driver::Panic).is_ok())
+        tx.is_some_and(|tx| tx.send(how).is_ok())
     }
     /// Makes `is_broken` say yes for member `id`.
     pub fn break_member(&self, id: u64) {
