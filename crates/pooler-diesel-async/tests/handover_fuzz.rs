@@ -23,9 +23,9 @@ enum Way {
 }
 
 /// One action of A's: a statement of the backend's list, and how it is sent.
-fn action(statements: usize) -> impl Strategy<Value = (usize, Way)> {
+fn action<T: Clone + std::fmt::Debug>(statements: &'static [T]) -> impl Strategy<Value = (T, Way)> {
     (
-        0..statements,
+        proptest::sample::select(statements),
         prop_oneof![
             3 => Just(Way::Query),
             3 => Just(Way::Batch),
@@ -35,42 +35,11 @@ fn action(statements: usize) -> impl Strategy<Value = (usize, Way)> {
     )
 }
 
-/// Runs the cases: `case(actions, n)` has user A run `actions` and give the connection
-/// back, then user B fingerprint the session and write `n`; it returns B's fingerprint and
-/// how many writes of `n` are there afterwards, which must be `fresh` and `"1"`. `named(i)`
-/// names statement `i` in a failure. Failures are kept in `proptest-regressions`.
-fn sequences(
-    statements: usize,
-    named: impl Fn(usize) -> String,
-    fresh: &str,
-    case: impl Fn(&[(usize, Way)], i64) -> (String, String),
-) -> Result<(), proptest::test_runner::TestError<Vec<(usize, Way)>>> {
-    let mut runner = pooler_testkit::fuzz_runner!();
-    let counter = std::sync::atomic::AtomicI64::new(0);
-    runner.run(
-        &proptest::collection::vec(action(statements), 1..8),
-        |actions| {
-            let n = counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
-            let (seen, kept) = case(&actions, n);
-            let actions: Vec<_> = actions
-                .iter()
-                .map(|(i, way)| format!("{way:?}: {}", named(*i)))
-                .collect();
-            prop_assert_eq!(
-                seen.as_str(),
-                fresh,
-                "after {:#?} the next user's session differs from a new one's",
-                actions
-            );
-            prop_assert_eq!(
-                kept.as_str(),
-                "1",
-                "after {:#?} the next user's write was lost",
-                actions
-            );
-            Ok(())
-        },
-    )
+/// The sequences user A runs: one to seven actions.
+fn sequence<T: Clone + std::fmt::Debug>(
+    statements: &'static [T],
+) -> impl Strategy<Value = Vec<(T, Way)>> {
+    proptest::collection::vec(action(statements), 1..8)
 }
 
 #[cfg(feature = "mysql")]

@@ -11,10 +11,10 @@ mod common;
 
 use std::time::Duration;
 
-use mysql_async::Conn;
 use mysql_async::prelude::Queryable;
-use pooler::{PoolConfig, Shutdown};
+use pooler::{Member, PoolConfig, Shutdown};
 use pooler_mysql::MysqlManager;
+use pooler_testkit::handover::{self, Session};
 use pooler_testkit::started;
 use proptest::prelude::*;
 
@@ -22,11 +22,11 @@ use proptest::prelude::*;
 #[derive(Debug, Clone, Copy)]
 enum Act {
     /// A statement as text.
-    Text(usize),
+    Text(&'static str),
     /// The same, as a prepared statement.
-    Prepared(usize),
+    Prepared(&'static str),
     /// The same, cancelled by a deadline already spent: its answer never read.
-    Cancelled(usize),
+    Cancelled(&'static str),
     /// `start_transaction` and the guard forgotten.
     ForgottenTransaction,
     /// `change_user` to another database.
@@ -55,64 +55,78 @@ const STATEMENTS: &[&str] = &[
 ];
 
 fn act() -> impl Strategy<Value = Act> {
-    let n = STATEMENTS.len();
+    let statement = || proptest::sample::select(STATEMENTS);
     prop_oneof![
-        4 => (0..n).prop_map(Act::Text),
-        2 => (0..n).prop_map(Act::Prepared),
-        1 => (0..n).prop_map(Act::Cancelled),
+        4 => statement().prop_map(Act::Text),
+        2 => statement().prop_map(Act::Prepared),
+        1 => statement().prop_map(Act::Cancelled),
         1 => Just(Act::ForgottenTransaction),
         1 => Just(Act::ChangeUser),
     ]
 }
 
-/// Runs one act; errors (a statement refused in that state) are the sequence's own.
-async fn run(conn: &mut Conn, act: Act) {
-    match act {
-        Act::Text(i) => drop(conn.query_drop(STATEMENTS[i]).await),
-        Act::Prepared(i) => drop(conn.exec_drop(STATEMENTS[i], ()).await),
-        Act::Cancelled(i) => {
-            drop(
-                tokio::time::timeout(Duration::from_millis(1), conn.query_drop(STATEMENTS[i]))
-                    .await,
-            );
-        }
-        Act::ForgottenTransaction => {
-            if let Ok(tx) = conn.start_transaction(mysql_async::TxOpts::default()).await {
-                std::mem::forget(tx);
+struct Mysql;
+
+impl Session for Mysql {
+    type Manager = MysqlManager;
+    type Action = Act;
+
+    async fn act(&self, conn: &mut Member<MysqlManager>, act: &Act) {
+        match *act {
+            Act::Text(sql) => drop(conn.query_drop(sql).await),
+            Act::Prepared(sql) => drop(conn.exec_drop(sql, ()).await),
+            Act::Cancelled(sql) => {
+                drop(tokio::time::timeout(Duration::from_millis(1), conn.query_drop(sql)).await);
+            }
+            Act::ForgottenTransaction => {
+                if let Ok(tx) = conn.start_transaction(mysql_async::TxOpts::default()).await {
+                    std::mem::forget(tx);
+                }
+            }
+            Act::ChangeUser => {
+                let to = mysql_async::ChangeUserOpts::default()
+                    .with_db_name(Some("pooler_elsewhere".into()));
+                drop(conn.change_user(to).await);
             }
         }
-        Act::ChangeUser => {
-            let to = mysql_async::ChangeUserOpts::default()
-                .with_db_name(Some("pooler_elsewhere".into()));
-            drop(conn.change_user(to).await);
-        }
     }
-}
 
-async fn fingerprint(conn: &mut Conn) -> Vec<String> {
-    let row: Option<mysql_async::Row> = conn
-        .query_first(
-            "SELECT @@autocommit, @@session.sql_mode, @pooler_v, \
-             IS_USED_LOCK('pooler_mfuzz') <=> CONNECTION_ID(), @@session.time_zone, \
-             @@session.tx_read_only, DATABASE(), CURRENT_ROLE(), @@in_transaction, \
-             SUBSTRING_INDEX(USER(), '@', 1)",
-        )
-        .await
-        .unwrap();
-    let mut seen: Vec<String> = row
-        .unwrap()
-        .unwrap()
-        .into_iter()
-        .map(|v| format!("{v:?}"))
-        .collect();
-    for probe in [
-        "SELECT COUNT(*) FROM pooler_mfuzz_t",
-        "SELECT COUNT(*) FROM pooler_mfuzz_b WHERE v < 0",
-    ] {
-        let answer: Result<Option<i64>, _> = conn.query_first(probe).await;
-        seen.push(format!("{probe}: {:?}", answer.map_err(|_| "refused")));
+    async fn observe(&self, conn: &mut Member<MysqlManager>) -> String {
+        let row: Option<mysql_async::Row> = conn
+            .query_first(
+                "SELECT @@autocommit, @@session.sql_mode, @pooler_v, \
+                 IS_USED_LOCK('pooler_mfuzz') <=> CONNECTION_ID(), @@session.time_zone, \
+                 @@session.tx_read_only, DATABASE(), CURRENT_ROLE(), @@in_transaction, \
+                 SUBSTRING_INDEX(USER(), '@', 1)",
+            )
+            .await
+            .unwrap();
+        let mut seen: Vec<String> = row
+            .unwrap()
+            .unwrap()
+            .into_iter()
+            .map(|v| format!("{v:?}"))
+            .collect();
+        for probe in [
+            "SELECT COUNT(*) FROM pooler_mfuzz_t",
+            "SELECT COUNT(*) FROM pooler_mfuzz_b WHERE v < 0",
+        ] {
+            let answer: Result<Option<i64>, _> = conn.query_first(probe).await;
+            seen.push(format!("{probe}: {:?}", answer.map_err(|_| "refused")));
+        }
+        seen.join("|")
     }
-    seen
+
+    async fn write(&self, conn: &mut Member<MysqlManager>, mark: i64) -> bool {
+        let sql = "INSERT INTO pooler_mfuzz_b VALUES (?)";
+        conn.exec_drop(sql, (mark,)).await.is_ok()
+    }
+
+    async fn count(&self, conn: &mut Member<MysqlManager>, mark: i64) -> i64 {
+        let sql = "SELECT COUNT(*) FROM pooler_mfuzz_b WHERE v = ?";
+        let kept: Option<i64> = conn.exec_first(sql, (mark,)).await.unwrap();
+        kept.unwrap_or(0)
+    }
 }
 
 #[test]
@@ -138,52 +152,13 @@ fn the_next_user_always_sees_a_session_like_a_new_one() {
             MysqlManager::new(&url).unwrap(),
         )
         .await;
-        let mut conn = pool.take_member(Duration::from_secs(5)).await.unwrap();
-        let fresh = fingerprint(&mut conn).await;
-        drop(conn);
+        let fresh = handover::fresh(&pool, &Mysql).await;
         (pool, fresh)
     });
     let mut runner = pooler_testkit::fuzz_runner!();
-    let counter = std::sync::atomic::AtomicI64::new(0);
     let outcome = runner.run(&proptest::collection::vec(act(), 1..8), |acts| {
-        let n = counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
-        let (seen, kept) = rt.block_on(async {
-            let mut conn = pool.take_member(Duration::from_secs(10)).await.unwrap();
-            for a in &acts {
-                run(&mut conn, *a).await;
-            }
-            drop(conn);
-            let mut conn = pool.take_member(Duration::from_secs(10)).await.unwrap();
-            let seen = fingerprint(&mut conn).await;
-            let wrote = conn
-                .exec_drop("INSERT INTO pooler_mfuzz_b VALUES (?)", (n,))
-                .await;
-            if seen != fresh || wrote.is_err() {
-                pooler::Member::fail(conn);
-            } else {
-                drop(conn);
-            }
-            let mut conn = pool.take_member(Duration::from_secs(10)).await.unwrap();
-            let kept: Option<i64> = conn
-                .exec_first("SELECT COUNT(*) FROM pooler_mfuzz_b WHERE v = ?", (n,))
-                .await
-                .unwrap();
-            drop(conn);
-            (seen, kept)
-        });
-        prop_assert_eq!(
-            &seen,
-            &fresh,
-            "after {:?} the next user's session differs from a new one's",
-            acts
-        );
-        prop_assert_eq!(
-            kept,
-            Some(1),
-            "after {:?} the next user's write was lost",
-            acts
-        );
-        Ok(())
+        rt.block_on(handover::round(&pool, &Mysql, &acts, &fresh))
+            .map_err(TestCaseError::fail)
     });
     rt.block_on(async {
         let mut admin = common::admin(&url).await;

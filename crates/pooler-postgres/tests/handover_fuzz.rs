@@ -12,11 +12,9 @@
 
 mod common;
 
-use std::future::Future;
-use std::time::Duration;
-
-use pooler::{PoolConfig, Shutdown};
-use pooler_postgres::{PgConnection, PgManager};
+use pooler::{Member, PoolConfig, Shutdown};
+use pooler_postgres::PgManager;
+use pooler_testkit::handover::{self, Session, poll_once_and_drop};
 use pooler_testkit::started;
 use proptest::prelude::*;
 
@@ -86,9 +84,12 @@ const STATEMENTS: &[(&str, bool)] = &[
     ("SELECT ';'; LISTEN pooler_fuzz2 -- ; SELECT 1", false),
 ];
 
-fn action() -> impl Strategy<Value = (usize, Way)> {
+/// One action of user A's: a statement and how it is sent.
+type Action = ((&'static str, bool), Way);
+
+fn action() -> impl Strategy<Value = Action> {
     (
-        0..STATEMENTS.len(),
+        proptest::sample::select(STATEMENTS),
         prop_oneof![
             3 => Just(Way::Simple),
             2 => Just(Way::Extended),
@@ -96,32 +97,6 @@ fn action() -> impl Strategy<Value = (usize, Way)> {
             1 => Just(Way::Cancelled),
         ],
     )
-}
-
-/// Polls `future` exactly once and drops it.
-async fn poll_once_and_drop<F: Future>(future: F) {
-    let mut future = std::pin::pin!(future);
-    std::future::poll_fn(|cx| {
-        let _ = future.as_mut().poll(cx);
-        std::task::Poll::Ready(())
-    })
-    .await;
-}
-
-/// Runs one action on `conn`; errors are the sequence's own business (a `COMMIT` outside a
-/// transaction, a statement refused in a failed one) and are ignored.
-async fn run(conn: &PgConnection, (i, way): (usize, Way)) {
-    let (sql, single) = STATEMENTS[i];
-    match way {
-        Way::Extended if single => drop(conn.execute(sql, &[]).await),
-        Way::Cached if single => {
-            if let Ok(statement) = conn.prepare_cached(sql).await {
-                drop(conn.execute(&statement, &[]).await);
-            }
-        }
-        Way::Cancelled => poll_once_and_drop(conn.batch_execute(sql)).await,
-        _ => drop(conn.batch_execute(sql).await),
-    }
 }
 
 /// Everything the next user can observe of a session, one row.
@@ -134,8 +109,38 @@ const FINGERPRINT: &str = "SELECT current_user, session_user, current_setting('s
     (SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid()), \
     (SELECT count(*) FROM pg_cursors), now() = statement_timestamp()";
 
-async fn fingerprint(conn: &PgConnection) -> Vec<Option<String>> {
-    common::one_row(conn, FINGERPRINT).await
+struct Postgres;
+
+impl Session for Postgres {
+    type Manager = PgManager;
+    type Action = Action;
+
+    async fn act(&self, conn: &mut Member<PgManager>, &((sql, single), way): &Action) {
+        match way {
+            Way::Extended if single => drop(conn.execute(sql, &[]).await),
+            Way::Cached if single => {
+                if let Ok(statement) = conn.prepare_cached(sql).await {
+                    drop(conn.execute(&statement, &[]).await);
+                }
+            }
+            Way::Cancelled => poll_once_and_drop(conn.batch_execute(sql)).await,
+            _ => drop(conn.batch_execute(sql).await),
+        }
+    }
+
+    async fn observe(&self, conn: &mut Member<PgManager>) -> String {
+        format!("{:?}", common::one_row(conn, FINGERPRINT).await)
+    }
+
+    async fn write(&self, conn: &mut Member<PgManager>, mark: i64) -> bool {
+        let sql = "INSERT INTO pooler_fuzz_writes VALUES ($1)";
+        conn.execute(sql, &[&mark]).await.is_ok()
+    }
+
+    async fn count(&self, conn: &mut Member<PgManager>, mark: i64) -> i64 {
+        let sql = "SELECT count(*) FROM pooler_fuzz_writes WHERE n = $1";
+        conn.query_one(sql, &[&mark]).await.unwrap().get(0)
+    }
 }
 
 #[test]
@@ -161,64 +166,13 @@ fn the_next_user_always_sees_a_session_like_a_new_one() {
             .unwrap()
             .custom_settings(["app.tenant"]);
         let pool = started(PoolConfig::new("pg-fuzz", 1, 1), manager).await;
-        let conn = pool.take_member(Duration::from_secs(5)).await.unwrap();
-        let fresh = fingerprint(&conn).await;
-        drop(conn);
+        let fresh = handover::fresh(&pool, &Postgres).await;
         (pool, fresh)
     });
     let mut runner = pooler_testkit::fuzz_runner!();
-    let counter = std::sync::atomic::AtomicI64::new(0);
     let outcome = runner.run(&proptest::collection::vec(action(), 1..8), |actions| {
-        let n = counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
-        let seen = rt.block_on(async {
-            let conn = pool.take_member(Duration::from_secs(10)).await.unwrap();
-            for a in &actions {
-                run(&conn, *a).await;
-            }
-            drop(conn);
-            let conn = pool.take_member(Duration::from_secs(10)).await.unwrap();
-            let seen = fingerprint(&conn).await;
-            conn.execute("INSERT INTO pooler_fuzz_writes VALUES ($1)", &[&n])
-                .await
-                .expect("the next user's write");
-            if seen != fresh {
-                // Leaked: the connection is replaced, so the next case (a shrink's
-                // included) starts from a clean one.
-                pooler::Member::fail(conn);
-            } else {
-                drop(conn);
-            }
-            // Through the pool again (the write's connection was returned, maybe reset):
-            // it must be there.
-            let conn = pool.take_member(Duration::from_secs(10)).await.unwrap();
-            let kept: i64 = conn
-                .query_one(
-                    "SELECT count(*) FROM pooler_fuzz_writes WHERE n = $1",
-                    &[&n],
-                )
-                .await
-                .unwrap()
-                .get(0);
-            drop(conn);
-            (seen, kept)
-        });
-        let actions: Vec<_> = actions
-            .iter()
-            .map(|(i, way)| format!("{way:?}: {}", STATEMENTS[*i].0))
-            .collect();
-        prop_assert_eq!(
-            &seen.0,
-            &fresh,
-            "after {:#?} the next user's session differs from a new one's",
-            actions
-        );
-        prop_assert_eq!(
-            seen.1,
-            1,
-            "after {:#?} the next user's write was lost",
-            actions
-        );
-        Ok(())
+        rt.block_on(handover::round(&pool, &Postgres, &actions, &fresh))
+            .map_err(TestCaseError::fail)
     });
     rt.block_on(async {
         let admin = common::admin(&url).await;

@@ -5,6 +5,7 @@
 //!   `POOLER_REQUIRE_SERVICES=1` (as CI sets it), when it fails.
 //! - [`eventually`]: a bounded wait for something a server does in its own time.
 //! - [`scenarios`]: live scenarios every backend crate runs the same way.
+//! - [`handover`]: the round every differential hand-over fuzzer runs.
 //! - [`tls`]: a throwaway CA and server certificate for a live TLS test.
 //! - [`Proxy`]: a TCP proxy in front of a server, which a test opens, closes (refusing new
 //!   connections), cuts (dropping live ones), slows or stalls, to stage outages and frozen
@@ -28,6 +29,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinHandle;
 
 pub mod blackhole;
+pub mod handover;
 pub mod mariadb;
 pub mod pgbouncer;
 pub mod pgwire;

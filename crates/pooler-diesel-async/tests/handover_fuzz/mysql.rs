@@ -9,9 +9,7 @@
 //!
 //! CI runs `POOLER_FUZZ_CASES` sequences (default 64); the documented long run is 10 000.
 
-use std::time::Duration;
-
-use super::{Way, sequences};
+use super::{Way, sequence};
 use pooler::{Member, PoolConfig, Shutdown};
 use pooler_diesel_async::DieselManager;
 use pooler_diesel_async::diesel::dsl::sql;
@@ -21,7 +19,9 @@ use pooler_diesel_async::diesel_async::{
     AnsiTransactionManager, AsyncConnection, AsyncMysqlConnection, RunQueryDsl,
     SimpleAsyncConnection, TransactionManager,
 };
+use pooler_testkit::handover::{self, Session, poll_once_and_drop};
 use pooler_testkit::{host_port, service, started};
+use proptest::test_runner::TestCaseError;
 
 /// The statements drawn from.
 const STATEMENTS: &[&str] = &[
@@ -45,51 +45,69 @@ const STATEMENTS: &[&str] = &[
     "HANDLER pooler_fuzz_mysql_writes OPEN",
 ];
 
-/// Runs one action; errors are the sequence's own business and are ignored.
-async fn run(conn: &mut AsyncMysqlConnection, (i, way): (usize, Way)) {
-    let statement = STATEMENTS[i];
-    match way {
-        Way::Query => drop(sql_query(statement).execute(conn).await),
-        Way::Dropped => {
-            let mut sent = std::pin::pin!(conn.batch_execute(statement));
-            std::future::poll_fn(|cx| {
-                let _ = sent.as_mut().poll(cx);
-                std::task::Poll::Ready(())
-            })
-            .await;
-        }
-        Way::Begin => drop(AnsiTransactionManager::begin_transaction(conn).await),
-        Way::Batch => drop(conn.batch_execute(statement).await),
-    }
-}
+type Conn = Member<DieselManager<AsyncMysqlConnection>>;
 
-/// Everything the next user can observe of a session, as one text: the user, database,
-/// settings, transaction, user variables and whether it holds the named lock (a replaced
-/// connection's lock goes when it has closed, a moment later, as in the PostgreSQL fuzzer),
-/// then whether the temporary table, the SQL-prepared statement and the handler exist.
-async fn fingerprint(conn: &mut AsyncMysqlConnection) -> String {
-    let settings: String = select(sql::<Text>(
-        "CONCAT_WS('|', CURRENT_USER(), COALESCE(DATABASE(), '<none>'), @@SESSION.sql_mode, \
-         @@SESSION.time_zone, @@SESSION.autocommit, @@in_transaction, \
-         COALESCE(CAST(@tenant AS CHAR), '<none>'), \
-         IF(IS_USED_LOCK('pooler_fuzz') <=> CONNECTION_ID(), 'held', 'free'))",
-    ))
-    .get_result(&mut *conn)
-    .await
-    .unwrap_or_else(|e| format!("error: {e}"));
-    let mut probes = Vec::new();
-    for probe in [
-        "SELECT COUNT(*) FROM pooler_fuzz_t",
-        "EXECUTE pooler_fuzz_p",
-        "HANDLER pooler_fuzz_mysql_writes READ FIRST",
-    ] {
-        probes.push(if conn.batch_execute(probe).await.is_ok() {
-            "there"
-        } else {
-            "none"
-        });
+struct Mysql;
+
+impl Session for Mysql {
+    type Manager = DieselManager<AsyncMysqlConnection>;
+    type Action = (&'static str, Way);
+
+    async fn act(&self, conn: &mut Conn, &(statement, way): &Self::Action) {
+        let conn = &mut **conn;
+        match way {
+            Way::Query => drop(sql_query(statement).execute(conn).await),
+            Way::Dropped => poll_once_and_drop(conn.batch_execute(statement)).await,
+            Way::Begin => drop(AnsiTransactionManager::begin_transaction(conn).await),
+            Way::Batch => drop(conn.batch_execute(statement).await),
+        }
     }
-    format!("{settings}|{}", probes.join("|"))
+
+    /// The user, database, settings, transaction, user variables and whether it holds the
+    /// named lock (a replaced connection's lock goes when it has closed, a moment later, as
+    /// in the PostgreSQL fuzzer), then whether the temporary table, the SQL-prepared
+    /// statement and the handler exist.
+    async fn observe(&self, conn: &mut Conn) -> String {
+        let conn = &mut **conn;
+        let settings: String = select(sql::<Text>(
+            "CONCAT_WS('|', CURRENT_USER(), COALESCE(DATABASE(), '<none>'), @@SESSION.sql_mode, \
+             @@SESSION.time_zone, @@SESSION.autocommit, @@in_transaction, \
+             COALESCE(CAST(@tenant AS CHAR), '<none>'), \
+             IF(IS_USED_LOCK('pooler_fuzz') <=> CONNECTION_ID(), 'held', 'free'))",
+        ))
+        .get_result(&mut *conn)
+        .await
+        .unwrap_or_else(|e| format!("error: {e}"));
+        let mut probes = Vec::new();
+        for probe in [
+            "SELECT COUNT(*) FROM pooler_fuzz_t",
+            "EXECUTE pooler_fuzz_p",
+            "HANDLER pooler_fuzz_mysql_writes READ FIRST",
+        ] {
+            probes.push(if conn.batch_execute(probe).await.is_ok() {
+                "there"
+            } else {
+                "none"
+            });
+        }
+        format!("{settings}|{}", probes.join("|"))
+    }
+
+    async fn write(&self, conn: &mut Conn, mark: i64) -> bool {
+        let query = format!("INSERT INTO pooler_fuzz_mysql_writes VALUES ({mark})");
+        sql_query(query).execute(&mut **conn).await.is_ok()
+    }
+
+    async fn count(&self, conn: &mut Conn, mark: i64) -> i64 {
+        let query = format!(
+            "CAST((SELECT COUNT(*) FROM pooler_fuzz_mysql_writes WHERE n = {mark}) AS CHAR)"
+        );
+        let kept: String = select(sql::<Text>(&query))
+            .get_result(&mut **conn)
+            .await
+            .unwrap();
+        kept.parse().unwrap()
+    }
 }
 
 #[test]
@@ -110,45 +128,14 @@ fn the_next_user_always_sees_a_session_like_a_new_one() {
             .unwrap();
         let manager = DieselManager::<AsyncMysqlConnection>::new(url.as_str());
         let pool = started(PoolConfig::new("diesel-mysql-fuzz", 1, 1), manager).await;
-        let mut conn = pool.take_member(Duration::from_secs(5)).await.unwrap();
-        let fresh = fingerprint(&mut conn).await;
-        drop(conn);
+        let fresh = handover::fresh(&pool, &Mysql).await;
         (pool, fresh)
     });
-    let outcome = sequences(
-        STATEMENTS.len(),
-        |i| STATEMENTS[i].to_owned(),
-        &fresh,
-        |actions, n| {
-            rt.block_on(async {
-                let mut conn = pool.take_member(Duration::from_secs(10)).await.unwrap();
-                for a in actions {
-                    run(&mut conn, *a).await;
-                }
-                drop(conn);
-                let mut conn = pool.take_member(Duration::from_secs(10)).await.unwrap();
-                let seen = fingerprint(&mut conn).await;
-                let wrote = sql_query(format!("INSERT INTO pooler_fuzz_mysql_writes VALUES ({n})"))
-                    .execute(&mut *conn)
-                    .await;
-                if seen != fresh || wrote.is_err() {
-                    // Leaked: replaced, so the next case starts from a clean connection.
-                    Member::fail(conn);
-                } else {
-                    drop(conn);
-                }
-                let mut conn = pool.take_member(Duration::from_secs(10)).await.unwrap();
-                let kept: String = select(sql::<Text>(&format!(
-                    "CAST((SELECT COUNT(*) FROM pooler_fuzz_mysql_writes WHERE n = {n}) AS CHAR)"
-                )))
-                .get_result(&mut *conn)
-                .await
-                .unwrap_or_else(|e| format!("error: {e}"));
-                drop(conn);
-                (seen, kept)
-            })
-        },
-    );
+    let mut runner = pooler_testkit::fuzz_runner!();
+    let outcome = runner.run(&sequence(STATEMENTS), |actions| {
+        rt.block_on(handover::round(&pool, &Mysql, &actions, &fresh))
+            .map_err(TestCaseError::fail)
+    });
     rt.block_on(async {
         if let Ok(mut admin) = AsyncMysqlConnection::establish(&url).await {
             let _ = admin

@@ -7,9 +7,7 @@
 //!
 //! CI runs `POOLER_FUZZ_CASES` sequences (default 64); the documented long run is 10 000.
 
-use std::time::Duration;
-
-use super::{Way, sequences};
+use super::{Way, sequence};
 use pooler::{Member, PoolConfig, Shutdown};
 use pooler_diesel_async::DieselManager;
 use pooler_diesel_async::diesel::dsl::sql;
@@ -19,7 +17,9 @@ use pooler_diesel_async::diesel_async::{
     AnsiTransactionManager, AsyncConnection, AsyncPgConnection, RunQueryDsl, SimpleAsyncConnection,
     TransactionManager,
 };
+use pooler_testkit::handover::{self, Session, poll_once_and_drop};
 use pooler_testkit::{host_port, service, started};
+use proptest::test_runner::TestCaseError;
 
 /// The statements drawn from: (SQL, whether it is one statement `sql_query` can send).
 const STATEMENTS: &[(&str, bool)] = &[
@@ -49,24 +49,6 @@ const STATEMENTS: &[(&str, bool)] = &[
     ("SELECT 1; SET ROLE pooler_tenant", false),
 ];
 
-/// Runs one action; errors are the sequence's own business and are ignored.
-async fn run(conn: &mut AsyncPgConnection, (i, way): (usize, Way)) {
-    let (statement, single) = STATEMENTS[i];
-    match way {
-        Way::Query if single => drop(sql_query(statement).execute(conn).await),
-        Way::Dropped => {
-            let mut sent = std::pin::pin!(conn.batch_execute(statement));
-            std::future::poll_fn(|cx| {
-                let _ = sent.as_mut().poll(cx);
-                std::task::Poll::Ready(())
-            })
-            .await;
-        }
-        Way::Begin => drop(AnsiTransactionManager::begin_transaction(conn).await),
-        _ => drop(conn.batch_execute(statement).await),
-    }
-}
-
 /// Everything the next user can observe of a session, as one text.
 const FINGERPRINT: &str = "concat_ws('|', current_user, session_user, \
     current_setting('search_path'), current_setting('statement_timeout'), \
@@ -78,11 +60,45 @@ const FINGERPRINT: &str = "concat_ws('|', current_user, session_user, \
     (SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid()), \
     (SELECT count(*) FROM pg_cursors), now() = statement_timestamp())";
 
-async fn fingerprint(conn: &mut AsyncPgConnection) -> String {
-    select(sql::<Text>(FINGERPRINT))
-        .get_result(conn)
-        .await
-        .unwrap_or_else(|e| format!("error: {e}"))
+type Conn = Member<DieselManager<AsyncPgConnection>>;
+
+struct Postgres;
+
+impl Session for Postgres {
+    type Manager = DieselManager<AsyncPgConnection>;
+    type Action = ((&'static str, bool), Way);
+
+    async fn act(&self, conn: &mut Conn, &((statement, single), way): &Self::Action) {
+        let conn = &mut **conn;
+        match way {
+            Way::Query if single => drop(sql_query(statement).execute(conn).await),
+            Way::Dropped => poll_once_and_drop(conn.batch_execute(statement)).await,
+            Way::Begin => drop(AnsiTransactionManager::begin_transaction(conn).await),
+            _ => drop(conn.batch_execute(statement).await),
+        }
+    }
+
+    async fn observe(&self, conn: &mut Conn) -> String {
+        select(sql::<Text>(FINGERPRINT))
+            .get_result(&mut **conn)
+            .await
+            .unwrap_or_else(|e| format!("error: {e}"))
+    }
+
+    async fn write(&self, conn: &mut Conn, mark: i64) -> bool {
+        let query = format!("INSERT INTO pooler_fuzz_diesel_writes VALUES ({mark})");
+        sql_query(query).execute(&mut **conn).await.is_ok()
+    }
+
+    async fn count(&self, conn: &mut Conn, mark: i64) -> i64 {
+        let query =
+            format!("(SELECT count(*) FROM pooler_fuzz_diesel_writes WHERE n = {mark})::text");
+        let kept: String = select(sql::<Text>(&query))
+            .get_result(&mut **conn)
+            .await
+            .unwrap();
+        kept.parse().unwrap()
+    }
 }
 
 #[test]
@@ -119,47 +135,14 @@ fn the_next_user_always_sees_a_session_like_a_new_one() {
             }),
         );
         let pool = started(PoolConfig::new("diesel-fuzz", 1, 1), manager).await;
-        let mut conn = pool.take_member(Duration::from_secs(5)).await.unwrap();
-        let fresh = fingerprint(&mut conn).await;
-        drop(conn);
+        let fresh = handover::fresh(&pool, &Postgres).await;
         (pool, fresh)
     });
-    let outcome = sequences(
-        STATEMENTS.len(),
-        |i| STATEMENTS[i].0.to_owned(),
-        &fresh,
-        |actions, n| {
-            rt.block_on(async {
-                let mut conn = pool.take_member(Duration::from_secs(10)).await.unwrap();
-                for a in actions {
-                    run(&mut conn, *a).await;
-                }
-                drop(conn);
-                let mut conn = pool.take_member(Duration::from_secs(10)).await.unwrap();
-                let seen = fingerprint(&mut conn).await;
-                let wrote = sql_query(format!(
-                    "INSERT INTO pooler_fuzz_diesel_writes VALUES ({n})"
-                ))
-                .execute(&mut *conn)
-                .await;
-                if seen != fresh || wrote.is_err() {
-                    // Leaked: replaced, so the next case starts from a clean connection.
-                    Member::fail(conn);
-                } else {
-                    drop(conn);
-                }
-                let mut conn = pool.take_member(Duration::from_secs(10)).await.unwrap();
-                let kept: String = select(sql::<Text>(&format!(
-                    "(SELECT count(*) FROM pooler_fuzz_diesel_writes WHERE n = {n})::text"
-                )))
-                .get_result(&mut *conn)
-                .await
-                .unwrap();
-                drop(conn);
-                (seen, kept)
-            })
-        },
-    );
+    let mut runner = pooler_testkit::fuzz_runner!();
+    let outcome = runner.run(&sequence(STATEMENTS), |actions| {
+        rt.block_on(handover::round(&pool, &Postgres, &actions, &fresh))
+            .map_err(TestCaseError::fail)
+    });
     rt.block_on(async {
         if let Ok(mut admin) = AsyncPgConnection::establish(&url).await {
             let _ = admin

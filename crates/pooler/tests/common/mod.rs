@@ -178,7 +178,10 @@ impl Probe {
     }
     /// Ends member `id`'s driver task, as a dropped connection would.
     pub fn crash(&self, id: u64) {
-        assert!(self.send_driver(id, Driver::Return), "no such member driver");
+        assert!(
+            self.send_driver(id, Driver::Return),
+            "no such member driver"
+        );
     }
     /// Makes member `id`'s driver task panic.
     pub fn panic_driver(&self, id: u64) {
