@@ -155,11 +155,13 @@ fn the_next_user_always_sees_a_session_like_a_new_one() {
         let fresh = handover::fresh(&pool, &Mysql).await;
         (pool, fresh)
     });
-    let mut runner = pooler_testkit::fuzz_runner!();
-    let outcome = runner.run(&proptest::collection::vec(act(), 1..8), |acts| {
-        rt.block_on(handover::round(&pool, &Mysql, &acts, &fresh))
-            .map_err(TestCaseError::fail)
-    });
+    let outcome = pooler_testkit::fuzz_handover!(
+        rt,
+        &pool,
+        &Mysql,
+        proptest::collection::vec(act(), 1..8),
+        &fresh
+    );
     rt.block_on(async {
         let mut admin = common::admin(&url).await;
         let _ = admin.query_drop("DELETE FROM pooler_mfuzz_b").await;

@@ -169,11 +169,13 @@ fn the_next_user_always_sees_a_session_like_a_new_one() {
         let fresh = handover::fresh(&pool, &Postgres).await;
         (pool, fresh)
     });
-    let mut runner = pooler_testkit::fuzz_runner!();
-    let outcome = runner.run(&proptest::collection::vec(action(), 1..8), |actions| {
-        rt.block_on(handover::round(&pool, &Postgres, &actions, &fresh))
-            .map_err(TestCaseError::fail)
-    });
+    let outcome = pooler_testkit::fuzz_handover!(
+        rt,
+        &pool,
+        &Postgres,
+        proptest::collection::vec(action(), 1..8),
+        &fresh
+    );
     rt.block_on(async {
         let admin = common::admin(&url).await;
         let _ = admin.batch_execute("DELETE FROM pooler_fuzz_writes").await;

@@ -156,11 +156,13 @@ fn the_next_user_always_gets_a_connection_like_a_new_one() {
         let fresh = handover::fresh(&pool, &session).await;
         (pool, fresh)
     });
-    let mut runner = pooler_testkit::fuzz_runner!();
-    let outcome = runner.run(&proptest::collection::vec(action(), 1..8), |actions| {
-        rt.block_on(handover::round(&pool, &session, &actions, &fresh))
-            .map_err(TestCaseError::fail)
-    });
+    let outcome = pooler_testkit::fuzz_handover!(
+        rt,
+        &pool,
+        &session,
+        proptest::collection::vec(action(), 1..8),
+        &fresh
+    );
     rt.block_on(pool.close(Shutdown::Graceful));
     if let Err(e) = outcome {
         panic!("{e}");

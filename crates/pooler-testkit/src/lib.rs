@@ -157,6 +157,19 @@ macro_rules! fuzz_runner {
     };
 }
 
+/// Runs a differential hand-over fuzzer: [`fuzz_runner!`]'s runner draws sequences from
+/// `$sequences`, and each is one [`handover::round`] of `$session` on `$pool`, blocked on
+/// `$rt`, against the `$fresh` view; the runner's outcome is returned.
+#[macro_export]
+macro_rules! fuzz_handover {
+    ($rt:expr, $pool:expr, $session:expr, $sequences:expr, $fresh:expr $(,)?) => {
+        $crate::fuzz_runner!().run(&$sequences, |actions| {
+            $rt.block_on($crate::handover::round($pool, $session, &actions, $fresh))
+                .map_err(::proptest::test_runner::TestCaseError::fail)
+        })
+    };
+}
+
 /// Waits in real time, bounded by 15 s, until `done` holds; panics naming `what` otherwise.
 ///
 /// # Cancel safety

@@ -19,7 +19,6 @@ use pooler_diesel_async::diesel_async::{
 };
 use pooler_testkit::handover::{self, Session, poll_once_and_drop};
 use pooler_testkit::{host_port, service, started};
-use proptest::test_runner::TestCaseError;
 
 /// The statements drawn from: (SQL, whether it is one statement `sql_query` can send).
 const STATEMENTS: &[(&str, bool)] = &[
@@ -138,11 +137,8 @@ fn the_next_user_always_sees_a_session_like_a_new_one() {
         let fresh = handover::fresh(&pool, &Postgres).await;
         (pool, fresh)
     });
-    let mut runner = pooler_testkit::fuzz_runner!();
-    let outcome = runner.run(&sequence(STATEMENTS), |actions| {
-        rt.block_on(handover::round(&pool, &Postgres, &actions, &fresh))
-            .map_err(TestCaseError::fail)
-    });
+    let outcome =
+        pooler_testkit::fuzz_handover!(rt, &pool, &Postgres, sequence(STATEMENTS), &fresh);
     rt.block_on(async {
         if let Ok(mut admin) = AsyncPgConnection::establish(&url).await {
             let _ = admin
