@@ -14,7 +14,7 @@ use std::time::Duration;
 use mysql_async::prelude::Queryable;
 use pooler::{Member, PoolConfig, Shutdown};
 use pooler_mysql::MysqlManager;
-use pooler_testkit::handover::{self, Session};
+use pooler_testkit::handover::Session;
 use pooler_testkit::started;
 use proptest::prelude::*;
 
@@ -135,7 +135,7 @@ fn the_next_user_always_sees_a_session_like_a_new_one() {
     let Some(url) = rt.block_on(common::url()) else {
         return;
     };
-    let (pool, fresh) = rt.block_on(async {
+    let pool = rt.block_on(async {
         let mut admin = common::admin(&url).await;
         for sql in [
             "CREATE TABLE IF NOT EXISTS pooler_mfuzz_a (v INT)",
@@ -147,21 +147,14 @@ fn the_next_user_always_sees_a_session_like_a_new_one() {
         ] {
             admin.query_drop(sql).await.unwrap();
         }
-        let pool = started(
+        started(
             PoolConfig::new("mysql-fuzz", 1, 1),
             MysqlManager::new(&url).unwrap(),
         )
-        .await;
-        let fresh = handover::fresh(&pool, &Mysql).await;
-        (pool, fresh)
+        .await
     });
-    let outcome = pooler_testkit::fuzz_handover!(
-        rt,
-        &pool,
-        &Mysql,
-        proptest::collection::vec(act(), 1..8),
-        &fresh
-    );
+    let outcome =
+        pooler_testkit::fuzz_handover!(rt, &pool, &Mysql, proptest::collection::vec(act(), 1..8));
     rt.block_on(async {
         let mut admin = common::admin(&url).await;
         let _ = admin.query_drop("DELETE FROM pooler_mfuzz_b").await;

@@ -14,7 +14,7 @@ mod common;
 
 use pooler::{Member, PoolConfig, Shutdown};
 use pooler_postgres::PgManager;
-use pooler_testkit::handover::{self, Session, poll_once_and_drop};
+use pooler_testkit::handover::{Session, poll_once_and_drop};
 use pooler_testkit::started;
 use proptest::prelude::*;
 
@@ -149,7 +149,7 @@ fn the_next_user_always_sees_a_session_like_a_new_one() {
     let Some(url) = rt.block_on(common::url()) else {
         return;
     };
-    let (pool, fresh) = rt.block_on(async {
+    let pool = rt.block_on(async {
         let admin = common::admin(&url).await;
         admin
             .batch_execute(
@@ -165,16 +165,13 @@ fn the_next_user_always_sees_a_session_like_a_new_one() {
         let manager = PgManager::new(&url)
             .unwrap()
             .custom_settings(["app.tenant"]);
-        let pool = started(PoolConfig::new("pg-fuzz", 1, 1), manager).await;
-        let fresh = handover::fresh(&pool, &Postgres).await;
-        (pool, fresh)
+        started(PoolConfig::new("pg-fuzz", 1, 1), manager).await
     });
     let outcome = pooler_testkit::fuzz_handover!(
         rt,
         &pool,
         &Postgres,
-        proptest::collection::vec(action(), 1..8),
-        &fresh
+        proptest::collection::vec(action(), 1..8)
     );
     rt.block_on(async {
         let admin = common::admin(&url).await;

@@ -15,7 +15,7 @@ use std::time::Duration;
 use pooler::{Member, PoolConfig, Shutdown};
 use pooler_redis::RedisManager;
 use pooler_redis::redis::{self, AsyncCommands};
-use pooler_testkit::handover::{self, Session, poll_once_and_drop};
+use pooler_testkit::handover::{Session, poll_once_and_drop};
 use pooler_testkit::started;
 use proptest::prelude::*;
 
@@ -147,21 +147,18 @@ fn the_next_user_always_gets_a_connection_like_a_new_one() {
         return;
     };
     let session = Redis { url };
-    let (pool, fresh) = rt.block_on(async {
-        let pool = started(
+    let pool = rt.block_on(async {
+        started(
             PoolConfig::new("redis-fuzz", 1, 1),
             RedisManager::new(session.url.as_str()).unwrap(),
         )
-        .await;
-        let fresh = handover::fresh(&pool, &session).await;
-        (pool, fresh)
+        .await
     });
     let outcome = pooler_testkit::fuzz_handover!(
         rt,
         &pool,
         &session,
-        proptest::collection::vec(action(), 1..8),
-        &fresh
+        proptest::collection::vec(action(), 1..8)
     );
     rt.block_on(pool.close(Shutdown::Graceful));
     if let Err(e) = outcome {

@@ -157,17 +157,19 @@ macro_rules! fuzz_runner {
     };
 }
 
-/// Runs a differential hand-over fuzzer: [`fuzz_runner!`]'s runner draws sequences from
-/// `$sequences`, and each is one [`handover::round`] of `$session` on `$pool`, blocked on
-/// `$rt`, against the `$fresh` view; the runner's outcome is returned.
+/// Runs a differential hand-over fuzzer: the view of a new member is taken first
+/// ([`handover::fresh`]), then [`fuzz_runner!`]'s runner draws sequences from `$sequences`,
+/// and each is one [`handover::round`] of `$session` on `$pool`, blocked on `$rt`; the
+/// runner's outcome is returned.
 #[macro_export]
 macro_rules! fuzz_handover {
-    ($rt:expr, $pool:expr, $session:expr, $sequences:expr, $fresh:expr $(,)?) => {
+    ($rt:expr, $pool:expr, $session:expr, $sequences:expr $(,)?) => {{
+        let fresh = $rt.block_on($crate::handover::fresh($pool, $session));
         $crate::fuzz_runner!().run(&$sequences, |actions| {
-            $rt.block_on($crate::handover::round($pool, $session, &actions, $fresh))
+            $rt.block_on($crate::handover::round($pool, $session, &actions, &fresh))
                 .map_err(::proptest::test_runner::TestCaseError::fail)
         })
-    };
+    }};
 }
 
 /// Waits in real time, bounded by 15 s, until `done` holds; panics naming `what` otherwise.

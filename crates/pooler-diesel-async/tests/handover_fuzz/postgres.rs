@@ -17,7 +17,7 @@ use pooler_diesel_async::diesel_async::{
     AnsiTransactionManager, AsyncConnection, AsyncPgConnection, RunQueryDsl, SimpleAsyncConnection,
     TransactionManager,
 };
-use pooler_testkit::handover::{self, Session, poll_once_and_drop};
+use pooler_testkit::handover::{Session, poll_once_and_drop};
 use pooler_testkit::{host_port, service, started};
 
 /// The statements drawn from: (SQL, whether it is one statement `sql_query` can send).
@@ -110,7 +110,7 @@ fn the_next_user_always_sees_a_session_like_a_new_one() {
     )) else {
         return;
     };
-    let (pool, fresh) = rt.block_on(async {
+    let pool = rt.block_on(async {
         let mut admin = AsyncPgConnection::establish(&url).await.unwrap();
         admin
             .batch_execute(
@@ -133,12 +133,9 @@ fn the_next_user_always_sees_a_session_like_a_new_one() {
                 })
             }),
         );
-        let pool = started(PoolConfig::new("diesel-fuzz", 1, 1), manager).await;
-        let fresh = handover::fresh(&pool, &Postgres).await;
-        (pool, fresh)
+        started(PoolConfig::new("diesel-fuzz", 1, 1), manager).await
     });
-    let outcome =
-        pooler_testkit::fuzz_handover!(rt, &pool, &Postgres, sequence(STATEMENTS), &fresh);
+    let outcome = pooler_testkit::fuzz_handover!(rt, &pool, &Postgres, sequence(STATEMENTS));
     rt.block_on(async {
         if let Ok(mut admin) = AsyncPgConnection::establish(&url).await {
             let _ = admin
