@@ -82,17 +82,9 @@ async fn a_close_with_the_server_unreachable_ends_at_once_and_leaves_no_task() {
 /// pool serves again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_command_to_a_frozen_server_fails_at_the_response_timeout() {
-    if !redis_server::available() {
+    let Some((server, pool)) = own_server("redis-frozen").await else {
         return;
-    }
-    let server = RedisServer::start(&[]);
-    let port = server.port();
-    let url = format!("redis://127.0.0.1:{port}");
-    let pool = started(
-        PoolConfig::new("redis-frozen", 2, 2),
-        RedisManager::new(url.as_str()).unwrap(),
-    )
-    .await;
+    };
     let mut conn = pool.take_member(Duration::from_secs(5)).await.unwrap();
     let _: String = redis::cmd("PING").query_async(&mut *conn).await.unwrap();
     let frozen = Member::id(&conn);
@@ -137,17 +129,10 @@ async fn a_command_to_a_frozen_server_fails_at_the_response_timeout() {
 /// anyone's help.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_restarted_on_the_same_port_is_served_again() {
-    if !redis_server::available() {
+    let Some((server, pool)) = own_server("redis-restart").await else {
         return;
-    }
-    let server = RedisServer::start(&[]);
+    };
     let port = server.port();
-    let url = format!("redis://127.0.0.1:{port}");
-    let pool = started(
-        PoolConfig::new("redis-restart", 2, 2),
-        RedisManager::new(url.as_str()).unwrap(),
-    )
-    .await;
     let mut held = pool.take_member(Duration::from_secs(5)).await.unwrap();
     let _: String = redis::cmd("PING").query_async(&mut *held).await.unwrap();
     let before = [Member::id(&held), {
@@ -219,4 +204,16 @@ async fn a_slow_link_under_load_keeps_every_deadline_and_loses_nothing() {
     .await;
     eprintln!("on a slow link under load: {seen:?}");
     scenarios::closes_within(&pool, Shutdown::Graceful, Duration::from_secs(2)).await;
+}
+
+/// A `redis-server` of the test's own and a pool of two named `name` in front of it; `None`
+/// (the test skipped) where there is no `redis-server` to start.
+async fn own_server(name: &str) -> Option<(RedisServer, pooler::Pool<RedisManager>)> {
+    if !redis_server::available() {
+        return None;
+    }
+    let server = RedisServer::start(&[]);
+    let manager = RedisManager::new(server.url().as_str()).unwrap();
+    let pool = started(PoolConfig::new(name, 2, 2), manager).await;
+    Some((server, pool))
 }
