@@ -331,19 +331,26 @@ async fn a_huge_count_is_refused_not_a_crash() {
     assert!(e.to_string().contains("init_count"), "{e}");
 }
 
-/// Queue-delay shedding: after an interval whose shortest wait beat `queue_target`, a take
-/// that would queue is refused at once with `Shed`, naming the target and the delay; an
-/// interval with no waits lets takes queue again.
-#[tokio::test(start_paused = true)]
-async fn an_overloaded_pool_sheds_takes_instead_of_queueing_them() {
-    let config = PoolConfig::new("shed", 1, 1)
+/// A pool of one member shedding with `queue_target` 50 ms and `queue_interval` 1 s, and its
+/// member, given to a take after 200 ms in the queue: the interval has a wait above target.
+async fn overloaded(name: &str) -> (pooler::Pool<Fake>, pooler::Member<Fake>) {
+    let config = PoolConfig::new(name, 1, 1)
         .to_builder()
         .queue_target(ms(50))
         .queue_interval(Duration::from_secs(1))
         .build()
         .unwrap();
     let (pool, _probe) = pool_with(config, Fake::default()).await;
-    let served = wait_200ms_for(&pool, pool.try_take_member().unwrap()).await;
+    let member = wait_200ms_for(&pool, pool.try_take_member().unwrap()).await;
+    (pool, member)
+}
+
+/// Queue-delay shedding: after an interval whose shortest wait beat `queue_target`, a take
+/// that would queue is refused at once with `Shed`, naming the target and the delay; an
+/// interval with no waits lets takes queue again.
+#[tokio::test(start_paused = true)]
+async fn an_overloaded_pool_sheds_takes_instead_of_queueing_them() {
+    let (pool, served) = overloaded("shed").await;
 
     // The interval ends with 200 ms as its shortest wait, above the 50 ms target.
     advance(ms(900)).await;
@@ -384,15 +391,8 @@ async fn an_overloaded_pool_sheds_takes_instead_of_queueing_them() {
 /// one whose turn comes sooner is served.
 #[tokio::test(start_paused = true)]
 async fn an_overloaded_pool_refuses_a_take_whose_turn_came_too_late() {
-    let config = PoolConfig::new("shed-stale", 1, 1)
-        .to_builder()
-        .queue_target(ms(50))
-        .queue_interval(Duration::from_secs(1))
-        .build()
-        .unwrap();
-    let (pool, _probe) = pool_with(config, Fake::default()).await;
     // An interval whose every wait beat the target: overloaded for the next one.
-    let held = wait_200ms_for(&pool, pool.try_take_member().unwrap()).await;
+    let (pool, held) = overloaded("shed-stale").await;
     advance(ms(700)).await;
     // This take queues before the interval ends (no verdict yet) and waits 150 ms, past
     // the verdict.
