@@ -1,5 +1,6 @@
 //! The demo, end to end: a short run on the built-in pools file, a bad file, and --help.
 
+use pooler_testkit::Server;
 use std::process::Command;
 
 fn demo() -> Command {
@@ -122,26 +123,10 @@ fn help_explains_the_options() {
 
 #[tokio::test]
 async fn the_same_binary_drives_real_postgres_redis_mysql_and_amqp_pools() {
-    use pooler_testkit::{host_port, service};
-    let pg = service(
-        "POOLER_POSTGRES_URL",
-        "postgres://postgres@127.0.0.1:5432/test",
-        host_port,
-    )
-    .await;
-    let redis = service("POOLER_REDIS_URL", "redis://127.0.0.1:6379", host_port).await;
-    let mysql = service(
-        "POOLER_MYSQL_URL",
-        "mysql://root@127.0.0.1:3306/test",
-        host_port,
-    )
-    .await;
-    let amqp = service(
-        "POOLER_AMQP_URL",
-        "amqp://guest:guest@127.0.0.1:5672/%2f",
-        host_port,
-    )
-    .await;
+    let pg = Server::Postgres.url().await;
+    let redis = Server::Redis.url().await;
+    let mysql = Server::Mysql.url().await;
+    let amqp = Server::Amqp.url().await;
     let (Some(pg), Some(redis), Some(mysql), Some(amqp)) = (pg, redis, mysql, amqp) else {
         return;
     };

@@ -13,20 +13,14 @@ use pooler::{PoolConfig, Shutdown};
 use pooler_diesel_async::DieselManager;
 use pooler_diesel_async::diesel_async::{AsyncPgConnection, SimpleAsyncConnection};
 use pooler_testkit::blackhole::Blackhole;
-use pooler_testkit::{host_port, scenarios, service, started};
+use pooler_testkit::{Server, host_port, scenarios, started};
 
 /// The bound, with a margin for the kernel's timer granularity.
 const BOUND: Duration = Duration::from_secs(40);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_query_on_a_dead_link_fails_and_an_idle_member_is_never_handed_out() {
-    let Some(url) = service(
-        "POOLER_POSTGRES_URL",
-        "postgres://postgres@127.0.0.1:5432/test",
-        host_port,
-    )
-    .await
-    else {
+    let Some(url) = Server::Postgres.url().await else {
         return;
     };
     let Some(hole) = Blackhole::in_front_of(&url) else {
@@ -54,13 +48,7 @@ async fn a_query_on_a_dead_link_fails_and_an_idle_member_is_never_handed_out() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slow_link_under_load_keeps_every_deadline_and_loses_nothing() {
     use pooler_testkit::{Proxy, scenarios};
-    let Some(url) = service(
-        "POOLER_POSTGRES_URL",
-        "postgres://postgres@127.0.0.1:5432/test",
-        host_port,
-    )
-    .await
-    else {
+    let Some(url) = Server::Postgres.url().await else {
         return;
     };
     let proxy = Proxy::start(&host_port(&url)).await;

@@ -14,7 +14,7 @@ use pooler::{PoolConfig, Shutdown};
 use pooler_diesel_async::diesel_async::{AsyncMysqlConnection, SimpleAsyncConnection};
 use pooler_diesel_async::{CHECK_TIMEOUT, DieselManager, PooledConnection};
 use pooler_testkit::blackhole::Blackhole;
-use pooler_testkit::{host_port, scenarios, service, started};
+use pooler_testkit::{Server, scenarios, started};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_idle_member_on_a_dead_link_is_checked_and_never_handed_out() {
@@ -79,12 +79,7 @@ async fn a_query_on_a_dead_link_fails_within_the_bound() {
 /// over the Unix socket mysql_async moves to for a server on this host, which would bypass
 /// the link.
 async fn behind_a_blackhole() -> Option<(Blackhole, String)> {
-    let url = service(
-        "POOLER_MYSQL_URL",
-        "mysql://root@127.0.0.1:3306/test",
-        host_port,
-    )
-    .await?;
+    let url = Server::Mysql.url().await?;
     let hole = Blackhole::in_front_of(&url)?;
     let via = format!("mysql://root@{}/test?prefer_socket=false", hole.addr());
     Some((hole, via))

@@ -11,8 +11,7 @@ use pooler_diesel_async::diesel_async::AsyncMysqlConnection;
 
 live_tests!(
     AsyncMysqlConnection,
-    "POOLER_MYSQL_URL",
-    "mysql://root@127.0.0.1:3306/test",
+    pooler_testkit::Server::Mysql,
     session = "CAST(CONNECTION_ID() AS SIGNED)",
     sleep = "DO SLEEP(1)"
 );

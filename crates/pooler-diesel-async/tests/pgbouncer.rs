@@ -20,7 +20,7 @@ use pooler_diesel_async::diesel_async::SimpleAsyncConnection;
 use pooler_diesel_async::diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
 use pooler_testkit::pgbouncer::{Mode, PgBouncer};
 use pooler_testkit::pgwire::PipelineWatch;
-use pooler_testkit::{host_port, service, started};
+use pooler_testkit::{Server, host_port, started};
 
 #[derive(QueryableByName)]
 struct Answer {
@@ -30,12 +30,7 @@ struct Answer {
 
 /// The test server's URL (`POOLER_POSTGRES_URL`), or `None` (with a notice) to skip.
 async fn postgres_url() -> Option<String> {
-    service(
-        "POOLER_POSTGRES_URL",
-        "postgres://postgres@127.0.0.1:5432/test",
-        host_port,
-    )
-    .await
+    Server::Postgres.url().await
 }
 
 /// 16 tasks over a pool of 8 run 50 transactions each through PgBouncer (4 server

@@ -12,8 +12,7 @@ use pooler_testkit::started;
 
 live_tests!(
     AsyncPgConnection,
-    "POOLER_POSTGRES_URL",
-    "postgres://postgres@127.0.0.1:5432/test",
+    pooler_testkit::Server::Postgres,
     session = "pg_backend_pid()::int8",
     sleep = "SELECT pg_sleep(1)"
 );

@@ -14,9 +14,7 @@ use lapin::types::FieldTable;
 use pooler::{Member, PoolConfig, Shutdown};
 use pooler_lapin::AmqpManager;
 use pooler_testkit::blackhole::Blackhole;
-use pooler_testkit::{eventually, host_port, scenarios, service, started};
-
-const DEFAULT: &str = "amqp://guest:guest@127.0.0.1:5672/%2f";
+use pooler_testkit::{Server, eventually, host_port, scenarios, started};
 /// Two heartbeats of 10 s after the last frame heard, and the one under way, with a margin.
 const BOUND: Duration = Duration::from_secs(35);
 
@@ -53,7 +51,7 @@ async fn fails_within_the_bound(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_request_on_a_dead_link_fails_within_two_heartbeats_and_no_channel_on_it_is_handed_out() {
-    let Some(url) = service("POOLER_AMQP_URL", DEFAULT, host_port).await else {
+    let Some(url) = Server::Amqp.url().await else {
         return;
     };
     let Some(hole) = Blackhole::in_front_of(&url) else {
@@ -115,7 +113,7 @@ async fn a_request_on_a_dead_link_fails_within_two_heartbeats_and_no_channel_on_
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_frozen_broker_fails_requests_within_two_heartbeats_and_holds_no_close() {
     use pooler_testkit::{Direction, Proxy};
-    let Some(url) = service("POOLER_AMQP_URL", DEFAULT, host_port).await else {
+    let Some(url) = Server::Amqp.url().await else {
         return;
     };
     let proxy = Proxy::start(&host_port(&url)).await;
@@ -178,7 +176,7 @@ async fn a_frozen_broker_fails_requests_within_two_heartbeats_and_holds_no_close
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slow_link_under_load_keeps_every_deadline_and_loses_nothing() {
     use pooler_testkit::{Proxy, scenarios};
-    let Some(url) = service("POOLER_AMQP_URL", DEFAULT, host_port).await else {
+    let Some(url) = Server::Amqp.url().await else {
         return;
     };
     let proxy = Proxy::start(&host_port(&url)).await;

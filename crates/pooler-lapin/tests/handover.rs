@@ -15,12 +15,10 @@ use lapin::options::{
 use lapin::types::FieldTable;
 use pooler::{Manager as _, Member, Pool, PoolConfig, Shutdown};
 use pooler_lapin::{AmqpChannel, AmqpManager};
-use pooler_testkit::{eventually, host_port, service, started};
-
-const DEFAULT: &str = "amqp://guest:guest@127.0.0.1:5672/%2f";
+use pooler_testkit::{Server, eventually, started};
 
 async fn url() -> Option<String> {
-    service("POOLER_AMQP_URL", DEFAULT, host_port).await
+    Server::Amqp.url().await
 }
 
 async fn one_of_one(url: &str, name: &str) -> pooler_lapin::Pool {

@@ -23,10 +23,8 @@ use lapin::options::{
 use lapin::types::FieldTable;
 use pooler::{Member, Pool, PoolConfig, Shutdown};
 use pooler_lapin::{AmqpChannel, AmqpManager};
-use pooler_testkit::{host_port, service, started};
+use pooler_testkit::{Server, started};
 use proptest::prelude::*;
-
-const DEFAULT: &str = "amqp://guest:guest@127.0.0.1:5672/%2f";
 
 /// What user A does.
 #[derive(Debug, Clone, Copy)]
@@ -339,7 +337,7 @@ fn the_next_user_gets_a_channel_like_a_new_one_and_no_message_is_lost() {
         .enable_all()
         .build()
         .unwrap();
-    let Some(url) = rt.block_on(service("POOLER_AMQP_URL", DEFAULT, host_port)) else {
+    let Some(url) = rt.block_on(Server::Amqp.url()) else {
         return;
     };
     let queue = format!("pooler-fuzz-{}", std::process::id());

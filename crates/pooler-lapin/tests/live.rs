@@ -13,12 +13,10 @@ use lapin::types::FieldTable;
 use lapin::{BasicProperties, ConnectionProperties};
 use pooler::{Member, PoolConfig, Shutdown, TakeError};
 use pooler_lapin::AmqpManager;
-use pooler_testkit::{Proxy, eventually, host_port, scenarios, service, started};
-
-const DEFAULT: &str = "amqp://guest:guest@127.0.0.1:5672/%2f";
+use pooler_testkit::{Proxy, Server, eventually, host_port, scenarios, started};
 
 async fn url() -> Option<String> {
-    service("POOLER_AMQP_URL", DEFAULT, host_port).await
+    Server::Amqp.url().await
 }
 
 /// The same URL through `proxy`.

@@ -4,15 +4,10 @@
 use pooler::PoolConfig;
 use pooler_lapin::lapin;
 use pooler_lapin::{AmqpManager, AmqpSettings};
-use pooler_testkit::{host_port, service, started};
+use pooler_testkit::{Server, started};
 
 async fn url() -> Option<String> {
-    service(
-        "POOLER_AMQP_URL",
-        "amqp://guest:guest@127.0.0.1:5672/%2f",
-        host_port,
-    )
-    .await
+    Server::Amqp.url().await
 }
 
 #[tokio::test]

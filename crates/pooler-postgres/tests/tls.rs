@@ -18,7 +18,7 @@ use pooler_postgres::rustls::pki_types::pem::PemObject as _;
 use pooler_postgres::rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use pooler_postgres::rustls::{ClientConfig, DigitallySignedStruct, SignatureScheme};
 use pooler_postgres::{PgManager, TxStatus};
-use pooler_testkit::{host_port, service, started};
+use pooler_testkit::{Server, started};
 
 /// The connection's transaction status once its driver has written everything and every
 /// answer is read (bounded: a test that finds it never settles fails).
@@ -27,8 +27,6 @@ async fn settled(conn: &pooler_postgres::PgConnection) -> TxStatus {
         .await
         .expect("the connection settles")
 }
-
-const DEFAULT: &str = "postgres://postgres@127.0.0.1:5432/test";
 
 /// Accepts exactly one certificate (the local server's self-signed one) and checks the
 /// handshake's signatures with the provider's algorithms.
@@ -106,7 +104,7 @@ async fn simple_value(client: &tokio_postgres::Client, sql: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn connections_over_rustls_keep_the_zero_round_trip_transaction_check() {
-    let Some(url) = service("POOLER_POSTGRES_URL", DEFAULT, host_port).await else {
+    let Some(url) = Server::Postgres.url().await else {
         return;
     };
     let (admin, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls)

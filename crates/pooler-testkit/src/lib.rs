@@ -1,8 +1,8 @@
 //! Test support for pooler's backend crates.
 //!
-//! - [`service`]: the address of a server a live test needs, from an environment variable
-//!   with a default; unreachable, the test is skipped with a notice, unless
-//!   `POOLER_REQUIRE_SERVICES=1` (as CI sets it), when it fails.
+//! - [`service`] and [`Server`]: the address of a server a live test needs, from an
+//!   environment variable with a default; unreachable, the test is skipped with a notice,
+//!   unless `POOLER_REQUIRE_SERVICES=1` (as CI sets it), when it fails.
 //! - [`eventually`]: a bounded wait for something a server does in its own time.
 //! - [`scenarios`]: live scenarios every backend crate runs the same way.
 //! - [`handover`]: the round every differential hand-over fuzzer runs.
@@ -87,6 +87,53 @@ pub(crate) fn cannot_run(what: &str) -> bool {
     );
     eprintln!("skipping: {what} is needed");
     false
+}
+
+/// A server the live tests reach: each machine this project runs on has one of each on
+/// 127.0.0.1, and a variable names another.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Server {
+    /// PostgreSQL: `POOLER_POSTGRES_URL`.
+    Postgres,
+    /// MySQL or MariaDB: `POOLER_MYSQL_URL`.
+    Mysql,
+    /// Redis: `POOLER_REDIS_URL`.
+    Redis,
+    /// RabbitMQ: `POOLER_AMQP_URL`.
+    Amqp,
+}
+
+impl Server {
+    /// The variable that names this server's URL.
+    #[must_use]
+    pub const fn var(self) -> &'static str {
+        match self {
+            Server::Postgres => "POOLER_POSTGRES_URL",
+            Server::Mysql => "POOLER_MYSQL_URL",
+            Server::Redis => "POOLER_REDIS_URL",
+            Server::Amqp => "POOLER_AMQP_URL",
+        }
+    }
+
+    /// The URL without the variable: the machine's own server.
+    #[must_use]
+    pub const fn default_url(self) -> &'static str {
+        match self {
+            Server::Postgres => "postgres://postgres@127.0.0.1:5432/test",
+            Server::Mysql => "mysql://root@127.0.0.1:3306/test",
+            Server::Redis => "redis://127.0.0.1:6379",
+            Server::Amqp => "amqp://guest:guest@127.0.0.1:5672/%2f",
+        }
+    }
+
+    /// [`service`] for this server: its URL if it answers, `None` (the test skipped) if not.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it only connects once and drops the connection.
+    pub async fn url(self) -> Option<String> {
+        service(self.var(), self.default_url(), host_port).await
+    }
 }
 
 /// The URL in `var`, or `default`, if its host:port answers. `None` means skip the test: it

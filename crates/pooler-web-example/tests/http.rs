@@ -5,7 +5,7 @@
 
 use std::net::SocketAddr;
 
-use pooler_testkit::{eventually, host_port, service};
+use pooler_testkit::{Server, eventually};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::oneshot;
@@ -39,13 +39,7 @@ enum Framework {
 /// 200 requests at once over a pool of at most 8 connections are all answered right; then a
 /// graceful shutdown stops the server and closes the pool, leaving no task of it.
 async fn concurrent_requests_share_the_pool_and_shutdown_closes_it(framework: Framework) {
-    let Some(url) = service(
-        "POOLER_POSTGRES_URL",
-        "postgres://postgres@127.0.0.1:5432/test",
-        host_port,
-    )
-    .await
-    else {
+    let Some(url) = Server::Postgres.url().await else {
         return;
     };
     let pool = pooler_web_example::pool(&url)

@@ -2,11 +2,11 @@
 //! and the few statements that differ (diesel's query types are per backend, so a generic
 //! function would repeat every query's bounds).
 
-/// Expands to the shared live tests for connection type `$conn`, reading the server's URL
-/// from `$var` (default `$default`); `$session` is a SQL expression for the session's id (a
+/// Expands to the shared live tests for connection type `$conn` against `$server` (a
+/// [`pooler_testkit::Server`]); `$session` is a SQL expression for the session's id (a
 /// BIGINT), `$sleep` a statement that takes about a second on the server.
 macro_rules! live_tests {
-    ($conn:ty, $var:literal, $default:literal, session = $session:literal, sleep = $sleep:literal) => {
+    ($conn:ty, $server:expr, session = $session:literal, sleep = $sleep:literal) => {
         use std::time::Duration;
 
         use pooler::{PoolConfig, Shutdown};
@@ -17,10 +17,8 @@ macro_rules! live_tests {
             AnsiTransactionManager, AsyncConnection, RunQueryDsl, TransactionManager,
         };
         use pooler_diesel_async::{DieselManager, Pool, pooler};
-        use pooler_testkit::{host_port, service};
-
         async fn url() -> Option<String> {
-            service($var, $default, host_port).await
+            $server.url().await
         }
 
         /// A pool of at most `max` connections, started with one.

@@ -20,7 +20,7 @@ use pooler_diesel_async::diesel_async::{
     SimpleAsyncConnection, TransactionManager,
 };
 use pooler_testkit::handover::{Session, poll_once_and_drop};
-use pooler_testkit::{host_port, service, started};
+use pooler_testkit::{Server, started};
 
 /// The statements drawn from.
 const STATEMENTS: &[&str] = &[
@@ -112,11 +112,7 @@ impl Session for Mysql {
 #[test]
 fn the_next_user_always_sees_a_session_like_a_new_one() {
     let rt = pooler_testkit::runtime();
-    let Some(url) = rt.block_on(service(
-        "POOLER_MYSQL_URL",
-        "mysql://root@127.0.0.1:3306/test",
-        host_port,
-    )) else {
+    let Some(url) = rt.block_on(Server::Mysql.url()) else {
         return;
     };
     let pool = rt.block_on(async {

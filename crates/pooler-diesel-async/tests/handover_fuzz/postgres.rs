@@ -18,7 +18,7 @@ use pooler_diesel_async::diesel_async::{
     TransactionManager,
 };
 use pooler_testkit::handover::{Session, poll_once_and_drop};
-use pooler_testkit::{host_port, service, started};
+use pooler_testkit::{Server, started};
 
 /// The statements drawn from: (SQL, whether it is one statement `sql_query` can send).
 const STATEMENTS: &[(&str, bool)] = &[
@@ -103,11 +103,7 @@ impl Session for Postgres {
 #[test]
 fn the_next_user_always_sees_a_session_like_a_new_one() {
     let rt = pooler_testkit::runtime();
-    let Some(url) = rt.block_on(service(
-        "POOLER_POSTGRES_URL",
-        "postgres://postgres@127.0.0.1:5432/test",
-        host_port,
-    )) else {
+    let Some(url) = rt.block_on(Server::Postgres.url()) else {
         return;
     };
     let pool = rt.block_on(async {

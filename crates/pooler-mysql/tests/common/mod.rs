@@ -3,12 +3,10 @@
 #![allow(dead_code)] // each test file uses what it needs
 
 use mysql_async::{Conn, Opts};
-use pooler_testkit::{host_port, service};
-
-pub(crate) const DEFAULT: &str = "mysql://root@127.0.0.1:3306/test";
+use pooler_testkit::Server;
 
 pub(crate) async fn url() -> Option<String> {
-    service("POOLER_MYSQL_URL", DEFAULT, host_port).await
+    Server::Mysql.url().await
 }
 
 /// A plain connection for looking at the server from outside the pool.

@@ -2,12 +2,10 @@
 //! from outside the pool.
 #![allow(dead_code)] // each test file uses what it needs
 
-use pooler_testkit::{host_port, service};
-
-pub(crate) const DEFAULT: &str = "postgres://postgres@127.0.0.1:5432/test";
+use pooler_testkit::Server;
 
 pub(crate) async fn url() -> Option<String> {
-    service("POOLER_POSTGRES_URL", DEFAULT, host_port).await
+    Server::Postgres.url().await
 }
 
 /// A plain connection for looking at the server from outside the pool.

@@ -3,12 +3,10 @@
 #![allow(dead_code)] // each test file uses what it needs
 
 use pooler_redis::redis;
-use pooler_testkit::{host_port, service};
-
-pub(crate) const DEFAULT: &str = "redis://127.0.0.1:6379";
+use pooler_testkit::Server;
 
 pub(crate) async fn url() -> Option<String> {
-    service("POOLER_REDIS_URL", DEFAULT, host_port).await
+    Server::Redis.url().await
 }
 
 /// A plain connection for looking at the server from outside the pool.
