@@ -15,6 +15,7 @@ use lapin::options::{
 use lapin::types::FieldTable;
 use pooler::{Manager as _, Member, Pool, PoolConfig, Shutdown};
 use pooler_lapin::{AmqpChannel, AmqpManager};
+use pooler_testkit::handover::poll_once_and_drop;
 use pooler_testkit::{Server, eventually, started};
 
 async fn url() -> Option<String> {
@@ -387,8 +388,9 @@ async fn a_channel_the_broker_is_closing_is_not_closed_over_it() {
         }
         // Polled once and dropped: a get that may leave a delivery unacked, and a rollback
         // outside a transaction, which the broker refuses by closing the channel.
-        once(channel.basic_get(name.as_str().into(), BasicGetOptions::default())).await;
-        once(channel.tx_rollback()).await;
+        poll_once_and_drop(channel.basic_get(name.as_str().into(), BasicGetOptions::default()))
+            .await;
+        poll_once_and_drop(channel.tx_rollback()).await;
         drop(channel);
         let channel = take(&pool).await;
         assert_eq!(
@@ -404,14 +406,4 @@ async fn a_channel_the_broker_is_closing_is_not_closed_over_it() {
         .unwrap();
     drop(channel);
     pool.close(Shutdown::Graceful).await;
-}
-
-/// Polls `call` once and drops it.
-async fn once<F: std::future::Future>(call: F) {
-    let mut call = std::pin::pin!(call);
-    std::future::poll_fn(|cx| {
-        let _ = call.as_mut().poll(cx);
-        std::task::Poll::Ready(())
-    })
-    .await;
 }

@@ -23,6 +23,7 @@ use lapin::options::{
 use lapin::types::FieldTable;
 use pooler::{Member, Pool, PoolConfig, Shutdown};
 use pooler_lapin::{AmqpChannel, AmqpManager};
+use pooler_testkit::handover::poll_once_and_drop;
 use pooler_testkit::{Server, started};
 use proptest::prelude::*;
 
@@ -112,12 +113,7 @@ async fn call<F: std::future::Future>(way: Way, call: F) -> Option<F::Output> {
     match way {
         Way::Awaited => Some(call.await),
         Way::Dropped => {
-            let mut call = std::pin::pin!(call);
-            std::future::poll_fn(|cx| {
-                let _ = call.as_mut().poll(cx);
-                std::task::Poll::Ready(())
-            })
-            .await;
+            poll_once_and_drop(call).await;
             None
         }
     }

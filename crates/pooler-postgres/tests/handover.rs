@@ -5,12 +5,12 @@
 
 mod common;
 
-use std::future::Future;
 use std::time::Duration;
 
 use common::{admin, url};
 use pooler::{Member, Pool, PoolConfig, Shutdown};
 use pooler_postgres::{PgConnection, PgManager, Recycle, TxStatus};
+use pooler_testkit::handover::poll_once_and_drop;
 use pooler_testkit::started;
 
 /// A manager tagged `tag`, cleaning as `recycle` says; the custom setting the tests use for
@@ -34,17 +34,6 @@ async fn take(pool: &pooler_postgres::Pool) -> pooler_postgres::Member {
     pool.take_member(Duration::from_secs(5))
         .await
         .expect("a connection")
-}
-
-/// Polls `future` exactly once and drops it: a request handed to tokio-postgres, cancelled
-/// before its driver could write it (a timeout, a `select!`).
-async fn poll_once_and_drop<F: Future>(future: F) {
-    let mut future = std::pin::pin!(future);
-    std::future::poll_fn(|cx| {
-        let _ = future.as_mut().poll(cx);
-        std::task::Poll::Ready(())
-    })
-    .await;
 }
 
 async fn count(admin: &tokio_postgres::Client, table: &str) -> i64 {

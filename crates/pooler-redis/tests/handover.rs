@@ -14,6 +14,7 @@ use common::{admin, url};
 use pooler::{Manager as _, Member, Pool, PoolConfig, Shutdown};
 use pooler_redis::redis::{self, AsyncCommands};
 use pooler_redis::{RedisConnection, RedisManager};
+use pooler_testkit::handover::poll_once_and_drop;
 use pooler_testkit::started;
 
 async fn one_of_one(url: &str, name: &str) -> pooler_redis::Pool {
@@ -86,14 +87,7 @@ async fn an_answer_left_on_its_way_is_drained_and_the_connection_kept() {
     let first = Member::id(&conn);
     let _: () = conn.set("pooler:drain", "theirs").await.unwrap();
     let get = redis::cmd("GET").arg("pooler:drain").clone();
-    {
-        let mut answer = std::pin::pin!(get.query_async::<String>(&mut conn));
-        std::future::poll_fn(|cx| {
-            let _ = answer.as_mut().poll(cx);
-            std::task::Poll::Ready(())
-        })
-        .await;
-    }
+    poll_once_and_drop(get.query_async::<String>(&mut conn)).await;
     assert!(
         pool.manager().needs_recycle(&conn),
         "an answer is on its way"
@@ -370,13 +364,8 @@ async fn one_shared_connection_serves_many_tasks_at_once() {
 
 /// Polls `cmd` on `conn` exactly once and drops it: on a current-thread runtime redis-rs's
 /// driver has not taken it, and never sends it (a deadline already spent, a `select!`).
-async fn poll_once_and_drop(conn: &mut pooler_redis::Member, cmd: &redis::Cmd) {
-    let mut answer = std::pin::pin!(cmd.query_async::<redis::Value>(&mut **conn));
-    std::future::poll_fn(|cx| {
-        let _ = answer.as_mut().poll(cx);
-        std::task::Poll::Ready(())
-    })
-    .await;
+async fn unsent(conn: &mut pooler_redis::Member, cmd: &redis::Cmd) {
+    poll_once_and_drop(cmd.query_async::<redis::Value>(&mut **conn)).await;
 }
 
 /// A command that may or may not have reached the server counts as sent for what it leaves
@@ -392,7 +381,7 @@ async fn a_cleaning_command_cancelled_before_it_was_sent_cleans_nothing() {
     // MULTI, then an EXEC that never left.
     let mut conn = take(&pool).await;
     let _: () = redis::cmd("MULTI").query_async(&mut *conn).await.unwrap();
-    poll_once_and_drop(&mut conn, &redis::cmd("EXEC")).await;
+    unsent(&mut conn, &redis::cmd("EXEC")).await;
     drop(conn);
     let mut conn = take(&pool).await;
     let set: String = redis::cmd("SET")
@@ -411,7 +400,7 @@ async fn a_cleaning_command_cancelled_before_it_was_sent_cleans_nothing() {
         .query_async(&mut *conn)
         .await
         .unwrap();
-    poll_once_and_drop(&mut conn, &redis::cmd("SELECT").arg(0).clone()).await;
+    unsent(&mut conn, &redis::cmd("SELECT").arg(0).clone()).await;
     drop(conn);
     let mut conn = take(&pool).await;
     let _: () = conn.set("pooler:unsent:b", "db0").await.unwrap();
@@ -431,7 +420,7 @@ async fn a_cleaning_command_cancelled_before_it_was_sent_cleans_nothing() {
         .await
         .unwrap();
     let _: () = admin.set("pooler:unsent:w", "changed").await.unwrap();
-    poll_once_and_drop(&mut conn, &redis::cmd("UNWATCH")).await;
+    unsent(&mut conn, &redis::cmd("UNWATCH")).await;
     drop(conn);
     let mut conn = take(&pool).await;
     let done: Option<Vec<String>> = redis::pipe()
