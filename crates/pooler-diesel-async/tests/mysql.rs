@@ -20,39 +20,7 @@ live_tests!(
 /// rolled back at their return.
 #[tokio::test]
 async fn autocommit_off_never_loses_the_next_users_write() {
-    use pooler_diesel_async::diesel::sql_query;
-    let Some(url) = url().await else { return };
-    let pool = pool(&url, 1).await;
-    let mut conn = pool.take_member(Duration::from_secs(5)).await.unwrap();
-    sql_query("CREATE TABLE IF NOT EXISTS pooler_diesel_autocommit (v INT)")
-        .execute(&mut *conn)
-        .await
-        .unwrap();
-    sql_query("DELETE FROM pooler_diesel_autocommit")
-        .execute(&mut *conn)
-        .await
-        .unwrap();
-    sql_query("SET autocommit = 0")
-        .execute(&mut *conn)
-        .await
-        .unwrap();
-    drop(conn);
-    let mut conn = pool.take_member(Duration::from_secs(5)).await.unwrap();
-    sql_query("INSERT INTO pooler_diesel_autocommit VALUES (1)")
-        .execute(&mut *conn)
-        .await
-        .unwrap();
-    drop(conn);
-    drop(pool.take_member(Duration::from_secs(5)).await.unwrap());
-    let mut other = AsyncMysqlConnection::establish(&url).await.unwrap();
-    let n: i64 = select(sql::<BigInt>(
-        "(SELECT COUNT(*) FROM pooler_diesel_autocommit)",
-    ))
-    .get_result(&mut other)
-    .await
-    .unwrap();
-    assert_eq!(n, 1, "the next user's write landed");
-    pool.close(Shutdown::Graceful).await;
+    next_users_write_lands_after("SET autocommit = 0", "pooler_diesel_autocommit").await;
 }
 
 /// What one user leaves on a MySQL session no statement resets — a user variable (also one

@@ -96,33 +96,36 @@ macro_rules! live_tests {
         /// open: the next user's write must land, not run inside it and vanish.
         #[tokio::test]
         async fn a_raw_begin_left_open_never_swallows_the_next_users_write() {
+            next_users_write_lands_after("BEGIN", "pooler_diesel_raw").await;
+        }
+
+        /// `left` run by one user, who gives the connection back: the next user's write to
+        /// `table` must land — seen from another connection once that user's return is done
+        /// too — not run inside what `left` left and vanish.
+        async fn next_users_write_lands_after(left: &str, table: &str) {
             use pooler_diesel_async::diesel::sql_query;
             let Some(url) = url().await else { return };
             let pool = pool(&url, 1).await;
             let mut conn = pool.take_member(Duration::from_secs(5)).await.unwrap();
-            sql_query("CREATE TABLE IF NOT EXISTS pooler_diesel_raw (v INT)")
-                .execute(&mut *conn)
-                .await
-                .unwrap();
-            sql_query("DELETE FROM pooler_diesel_raw")
-                .execute(&mut *conn)
-                .await
-                .unwrap();
-            sql_query("BEGIN").execute(&mut *conn).await.unwrap();
+            let create = format!("CREATE TABLE IF NOT EXISTS {table} (v INT)");
+            for statement in [create, format!("DELETE FROM {table}"), left.to_owned()] {
+                sql_query(statement).execute(&mut *conn).await.unwrap();
+            }
             drop(conn);
             let mut conn = pool.take_member(Duration::from_secs(5)).await.unwrap();
-            sql_query("INSERT INTO pooler_diesel_raw VALUES (1)")
+            sql_query(format!("INSERT INTO {table} VALUES (1)"))
                 .execute(&mut *conn)
                 .await
                 .unwrap();
             drop(conn);
-            // Seen from another connection: the write was committed.
+            drop(pool.take_member(Duration::from_secs(5)).await.unwrap());
             let mut other = <$conn as AsyncConnection>::establish(&url).await.unwrap();
-            let n: i64 = select(sql::<BigInt>("(SELECT COUNT(*) FROM pooler_diesel_raw)"))
+            let count = format!("(SELECT COUNT(*) FROM {table})");
+            let n: i64 = select(sql::<BigInt>(&count))
                 .get_result(&mut other)
                 .await
                 .unwrap();
-            assert_eq!(n, 1, "the next user's write landed");
+            assert_eq!(n, 1, "after {left:?} the next user's write landed");
             pool.close(Shutdown::Graceful).await;
         }
 
