@@ -17,6 +17,12 @@ live_tests!(
     sleep = "SELECT pg_sleep(1)"
 );
 
+/// The text SQL expression `expr` reads on `conn`.
+async fn text(conn: &mut AsyncPgConnection, expr: &str) -> String {
+    let read = select(sql::<pooler_diesel_async::diesel::sql_types::Text>(expr));
+    read.get_result(conn).await.unwrap()
+}
+
 /// What a user set on the session, read by the next user: `application_name`.
 async fn after_a_user_set_the_application_name(
     manager: DieselManager<AsyncPgConnection>,
@@ -34,12 +40,7 @@ async fn after_a_user_set_the_application_name(
         .unwrap();
     drop(conn);
     let mut conn = pool.take_member(Duration::from_secs(5)).await.unwrap();
-    let name: String = select(sql::<pooler_diesel_async::diesel::sql_types::Text>(
-        "current_setting('application_name')",
-    ))
-    .get_result(&mut *conn)
-    .await
-    .unwrap();
+    let name = text(&mut *conn, "current_setting('application_name')").await;
     drop(conn);
     pool.close(Shutdown::Graceful).await;
     name
@@ -94,12 +95,7 @@ async fn connections_open_the_way_given_and_run_the_hooks() {
     let pool = started(config, manager).await;
     assert_eq!(AtomicUsize::load(&opened, Ordering::Relaxed), 2);
     let mut conn = pool.take_member(Duration::from_secs(5)).await.unwrap();
-    let name: String = select(sql::<pooler_diesel_async::diesel::sql_types::Text>(
-        "current_setting('application_name')",
-    ))
-    .get_result(&mut *conn)
-    .await
-    .unwrap();
+    let name = text(&mut *conn, "current_setting('application_name')").await;
     assert_eq!(name, "hooked");
     drop(conn);
     pool.close(Shutdown::Graceful).await;
@@ -121,10 +117,7 @@ async fn the_next_user_starts_from_a_fresh_session() {
     .unwrap();
     let probe = "current_user || ',' || current_setting('search_path') || ',' || \
                  coalesce(current_setting('app.tenant', true), '')";
-    let fresh: String = select(sql::<pooler_diesel_async::diesel::sql_types::Text>(probe))
-        .get_result(&mut admin)
-        .await
-        .unwrap();
+    let fresh = text(&mut admin, probe).await;
     let pool = pool(&url, 1).await;
     let mut conn = pool.take_member(Duration::from_secs(5)).await.unwrap();
     for statement in [
@@ -136,10 +129,7 @@ async fn the_next_user_starts_from_a_fresh_session() {
     }
     drop(conn);
     let mut conn = pool.take_member(Duration::from_secs(5)).await.unwrap();
-    let seen: String = select(sql::<pooler_diesel_async::diesel::sql_types::Text>(probe))
-        .get_result(&mut *conn)
-        .await
-        .unwrap();
+    let seen = text(&mut *conn, probe).await;
     assert_eq!(seen, fresh);
     drop(conn);
     pool.close(Shutdown::Graceful).await;
