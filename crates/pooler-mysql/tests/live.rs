@@ -12,6 +12,7 @@ use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, Opts, OptsBuilder};
 use pooler::{Member, PoolConfig, Shutdown};
 use pooler_mysql::{MysqlManager, Recycle};
+use pooler_testkit::scenarios::Watched;
 use pooler_testkit::{Proxy, eventually, host_port, scenarios, started};
 
 /// A manager whose connections use database `db` (created if needed), so the server's
@@ -101,38 +102,14 @@ async fn a_killed_connection_is_replaced_and_never_handed_out() {
         .build()
         .unwrap();
     let pool = started(config, MysqlManager::new(&url).unwrap()).await;
-
-    // Killed while free.
-    let id = my_id(&mut pool.take_member(Duration::from_secs(5)).await.unwrap()).await;
-    kill(&mut admin, id).await;
-    for _ in 0..10 {
-        let mut both = [
-            pool.take_member(Duration::from_secs(5)).await.unwrap(),
-            pool.take_member(Duration::from_secs(5)).await.unwrap(),
-        ];
-        for conn in &mut both {
-            assert_ne!(my_id(conn).await, id, "the dead connection was handed out");
-        }
-    }
-
-    // Killed while in use: its holder sees the failure; the connection is replaced when it
-    // comes back (by the holder's `fail`, or by the check of the next take).
-    let mut conn = pool.take_member(Duration::from_secs(5)).await.unwrap();
-    let id = my_id(&mut conn).await;
-    kill(&mut admin, id).await;
-    let holder: Result<Option<u8>, _> = conn.query_first("SELECT 1").await;
-    assert!(holder.is_err(), "the holder sees the failure");
-    drop(conn);
-    for _ in 0..5 {
-        let mut conn = pool.take_member(Duration::from_secs(5)).await.unwrap();
-        assert_ne!(my_id(&mut conn).await, id);
-        let one: Option<u8> = conn
-            .query_first("SELECT 1")
-            .await
-            .expect("a working connection");
-        assert_eq!(one, Some(1));
-    }
-    pool.close(Shutdown::Graceful).await;
+    scenarios::killed_sessions_are_never_handed_out(
+        &pool,
+        Watched::AtCheck,
+        async |conn| my_id(conn).await,
+        async |id| kill(&mut admin, id).await,
+        async |conn| conn.query_first::<u8, _>("SELECT 1").await.ok() == Some(Some(1)),
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -11,6 +11,7 @@ use common::{admin, backend_pid, url};
 use pooler::Manager as _;
 use pooler::{Member, PoolConfig, Shutdown};
 use pooler_postgres::{PgManager, Recycle, TxStatus};
+use pooler_testkit::scenarios::Watched;
 use pooler_testkit::{Proxy, eventually, host_port, scenarios, started};
 
 /// The connection's transaction status once its driver has written everything and every
@@ -83,51 +84,18 @@ async fn a_killed_backend_is_replaced_and_never_handed_out() {
         manager(&url, "pooler-kill"),
     )
     .await;
-
-    // Killed while free: the driver task ends, the member is replaced without any take.
-    let pid = backend_pid(&pool.take_member(Duration::from_secs(5)).await.unwrap()).await;
-    let before: Vec<u64> = pool.stats().iter().map(|s| s.id).collect();
-    admin
-        .execute("SELECT pg_terminate_backend($1)", &[&pid])
-        .await
-        .unwrap();
-    eventually("the killed free member is replaced", async || {
-        let ids: Vec<u64> = pool.stats().iter().map(|s| s.id).collect();
-        ids.len() == 2 && ids != before && pool.utilization().free_count == 2
-    })
+    scenarios::killed_sessions_are_never_handed_out(
+        &pool,
+        Watched::Always,
+        async |conn| u64::try_from(backend_pid(conn).await).unwrap(),
+        async |pid| {
+            let pid = i32::try_from(pid).unwrap();
+            let sql = "SELECT pg_terminate_backend($1)";
+            admin.execute(sql, &[&pid]).await.unwrap();
+        },
+        async |conn| conn.query_one("SELECT 1", &[]).await.is_ok(),
+    )
     .await;
-    for _ in 0..10 {
-        let a = pool.take_member(Duration::from_secs(5)).await.unwrap();
-        let b = pool.take_member(Duration::from_secs(5)).await.unwrap();
-        for conn in [&a, &b] {
-            let alive = common::backend_pid(conn).await;
-            assert_ne!(alive, pid, "the dead backend was handed out");
-        }
-    }
-
-    // Killed while in use: the holder sees the error; the member is replaced on return.
-    let conn = pool.take_member(Duration::from_secs(5)).await.unwrap();
-    let pid = backend_pid(&conn).await;
-    admin
-        .execute("SELECT pg_terminate_backend($1)", &[&pid])
-        .await
-        .unwrap();
-    eventually("the holder's connection is closed", async || {
-        conn.is_closed()
-    })
-    .await;
-    assert!(conn.query_one("SELECT 1", &[]).await.is_err());
-    drop(conn);
-    for _ in 0..5 {
-        let conn = pool.take_member(Duration::from_secs(5)).await.unwrap();
-        let one: i32 = conn
-            .query_one("SELECT 1", &[])
-            .await
-            .expect("a later taker gets a working connection")
-            .get(0);
-        assert_eq!(one, 1);
-    }
-    pool.close(Shutdown::Graceful).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

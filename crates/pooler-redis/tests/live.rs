@@ -7,10 +7,11 @@ mod common;
 use std::time::Duration;
 
 use common::{admin, url};
-use pooler::{Manager as _, PoolConfig, Shutdown};
+use pooler::{PoolConfig, Shutdown};
 use pooler_redis::RedisManager;
 use pooler_redis::redis::{self, AsyncCommands};
-use pooler_testkit::{Proxy, eventually, host_port, scenarios, started};
+use pooler_testkit::scenarios::Watched;
+use pooler_testkit::{Proxy, host_port, scenarios, started};
 
 /// The ids of the server's clients named `name`.
 async fn clients(admin: &mut redis::aio::MultiplexedConnection, name: &str) -> Vec<u64> {
@@ -77,48 +78,17 @@ async fn a_killed_connection_is_replaced_and_never_handed_out() {
         .unwrap()
         .client_name("pooler-kill");
     let pool = started(PoolConfig::new("redis-kill", 2, 2), manager).await;
-
-    // Killed while free.
-    let id = my_id(&mut pool.take_member(Duration::from_secs(5)).await.unwrap()).await;
-    let before: Vec<u64> = pool.stats().iter().map(|s| s.id).collect();
-    kill(&mut admin, id).await;
-    eventually("the killed free member is replaced", async || {
-        let ids: Vec<u64> = pool.stats().iter().map(|s| s.id).collect();
-        ids.len() == 2 && ids != before && pool.utilization().free_count == 2
-    })
+    scenarios::killed_sessions_are_never_handed_out(
+        &pool,
+        Watched::Always,
+        async |conn| my_id(conn).await,
+        async |id| kill(&mut admin, id).await,
+        async |conn| {
+            let pong = redis::cmd("PING").query_async::<String>(&mut **conn).await;
+            pong.is_ok_and(|pong| pong == "PONG")
+        },
+    )
     .await;
-    for _ in 0..10 {
-        let mut both = [
-            pool.take_member(Duration::from_secs(5)).await.unwrap(),
-            pool.take_member(Duration::from_secs(5)).await.unwrap(),
-        ];
-        for conn in &mut both {
-            assert_ne!(my_id(conn).await, id, "the dead connection was handed out");
-        }
-    }
-
-    // Killed while in use: replaced on return; later takers get working connections.
-    let mut conn = pool.take_member(Duration::from_secs(5)).await.unwrap();
-    let id = my_id(&mut conn).await;
-    kill(&mut admin, id).await;
-    let holder: Result<String, _> = redis::cmd("PING").query_async(&mut *conn).await;
-    assert!(holder.is_err(), "the holder sees the failure");
-    // The holder's error can come back a moment before the driver task has ended; once it
-    // has, the member is known dead and a return replaces it.
-    eventually("the holder's connection is known dead", async || {
-        pool.manager().is_broken(&conn)
-    })
-    .await;
-    drop(conn);
-    for _ in 0..5 {
-        let mut conn = pool.take_member(Duration::from_secs(5)).await.unwrap();
-        let pong: String = redis::cmd("PING")
-            .query_async(&mut *conn)
-            .await
-            .expect("a working connection");
-        assert_eq!(pong, "PONG");
-    }
-    pool.close(Shutdown::Graceful).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

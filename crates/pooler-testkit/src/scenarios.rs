@@ -57,6 +57,86 @@ pub fn outage_config(name: &str) -> PoolConfig {
         .expect("a valid config")
 }
 
+/// Whether a pool learns by itself that the server ended one of its connections.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Watched {
+    /// A task reads each connection and sees it end: a free member the server killed leaves
+    /// the pool without any take, and one killed in use is known dead
+    /// ([`Manager::is_broken`]) before it comes back.
+    Always,
+    /// Nothing reads a connection between uses (MySQL's): the check before a take
+    /// (`idle_check_threshold` zero) finds one the server killed.
+    AtCheck,
+}
+
+/// Connections the server kills — one while free, then one while in use — are never handed
+/// out again, and later takers get working ones. `pool` holds two members (`init_count` and
+/// `max_count` 2); `id` reads a connection's session id on the server, `kill(id)` has the
+/// server end that session, `works` runs a query and says whether it answered. Closes the
+/// pool.
+///
+/// # Cancel safety
+///
+/// Not meant to be cancelled: a test awaits it to the end.
+pub async fn killed_sessions_are_never_handed_out<M: Manager>(
+    pool: &Pool<M>,
+    watched: Watched,
+    id: impl AsyncFn(&mut Member<M>) -> u64,
+    mut kill: impl AsyncFnMut(u64),
+    works: impl AsyncFn(&mut Member<M>) -> bool,
+) {
+    let take = async || {
+        pool.take_member(Duration::from_secs(5))
+            .await
+            .unwrap_or_else(|e| panic!("a take: {e}"))
+    };
+    // Killed while free.
+    let killed = id(&mut take().await).await;
+    let before: Vec<u64> = pool.stats().iter().map(|s| s.id).collect();
+    kill(killed).await;
+    if watched == Watched::Always {
+        eventually("the killed free member is replaced", async || {
+            let ids: Vec<u64> = pool.stats().iter().map(|s| s.id).collect();
+            ids.len() == 2 && ids != before && pool.utilization().free_count == 2
+        })
+        .await;
+    }
+    for _ in 0..10 {
+        let mut both = [take().await, take().await];
+        for conn in &mut both {
+            assert_ne!(id(conn).await, killed, "the dead connection was handed out");
+        }
+    }
+
+    // Killed while in use: its holder sees the failure, and it is replaced when it comes back
+    // (or, unwatched, at the next take's check).
+    let mut conn = take().await;
+    let killed = id(&mut conn).await;
+    kill(killed).await;
+    if watched == Watched::Always {
+        // The holder's error can come a moment before the connection's task has ended.
+        eventually("the holder's connection is known dead", async || {
+            pool.manager().is_broken(&conn)
+        })
+        .await;
+    }
+    assert!(!works(&mut conn).await, "the holder sees the failure");
+    drop(conn);
+    for _ in 0..5 {
+        let mut conn = take().await;
+        assert_ne!(
+            id(&mut conn).await,
+            killed,
+            "the dead connection was handed out"
+        );
+        assert!(
+            works(&mut conn).await,
+            "a later taker gets a working connection"
+        );
+    }
+    pool.close(Shutdown::Graceful).await;
+}
+
 /// An outage and the recovery from it. `pool` has the [`outage_config`] and was started through
 /// `proxy` while the proxy refused connections. Checks that a take that cannot wait fails
 /// fast with the start error (or, while an attempt is connecting, is told one is starting),
