@@ -40,7 +40,7 @@ async fn after_a_user_set_the_application_name(
         .unwrap();
     drop(conn);
     let mut conn = pool.take_member(Duration::from_secs(5)).await.unwrap();
-    let name = text(&mut *conn, "current_setting('application_name')").await;
+    let name = text(&mut conn, "current_setting('application_name')").await;
     drop(conn);
     pool.close(Shutdown::Graceful).await;
     name
@@ -95,7 +95,7 @@ async fn connections_open_the_way_given_and_run_the_hooks() {
     let pool = started(config, manager).await;
     assert_eq!(AtomicUsize::load(&opened, Ordering::Relaxed), 2);
     let mut conn = pool.take_member(Duration::from_secs(5)).await.unwrap();
-    let name = text(&mut *conn, "current_setting('application_name')").await;
+    let name = text(&mut conn, "current_setting('application_name')").await;
     assert_eq!(name, "hooked");
     drop(conn);
     pool.close(Shutdown::Graceful).await;
@@ -129,7 +129,7 @@ async fn the_next_user_starts_from_a_fresh_session() {
     }
     drop(conn);
     let mut conn = pool.take_member(Duration::from_secs(5)).await.unwrap();
-    let seen = text(&mut *conn, probe).await;
+    let seen = text(&mut conn, probe).await;
     assert_eq!(seen, fresh);
     drop(conn);
     pool.close(Shutdown::Graceful).await;

@@ -131,13 +131,7 @@ async fn an_outage_fails_fast_backs_off_and_refills_by_itself() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn max_lifetime_with_jitter_recycles_real_connections() {
     let Some(url) = url().await else { return };
-    let config = PoolConfig::builder("mysql-life")
-        .init_count(4)
-        .max_count(4)
-        .max_lifetime(Duration::from_millis(1500))
-        .max_lifetime_jitter(Duration::from_millis(500))
-        .build()
-        .unwrap();
+    let config = scenarios::lifetime_config("mysql-life");
     let pool = started(config, MysqlManager::new(&url).unwrap()).await;
     scenarios::lifetimes_recycle_connections(&pool, async |conn| {
         i64::try_from(my_id(conn).await).unwrap()

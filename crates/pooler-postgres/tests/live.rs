@@ -130,12 +130,7 @@ async fn an_outage_fails_fast_backs_off_and_refills_by_itself() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn max_lifetime_with_jitter_recycles_real_connections() {
     let Some(url) = url().await else { return };
-    let config = PoolConfig::new("pg-life", 4, 4)
-        .to_builder()
-        .max_lifetime(Duration::from_millis(1500))
-        .max_lifetime_jitter(Duration::from_millis(500))
-        .build()
-        .unwrap();
+    let config = scenarios::lifetime_config("pg-life");
     let pool = started(config, manager(&url, "pooler-life")).await;
     scenarios::lifetimes_recycle_connections(&pool, async |conn| {
         let pid = backend_pid(conn).await;

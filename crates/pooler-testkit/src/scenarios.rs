@@ -137,6 +137,22 @@ pub async fn killed_sessions_are_never_handed_out<M: Manager>(
     pool.close(Shutdown::Graceful).await;
 }
 
+/// The configuration [`lifetimes_recycle_connections`] expects: four members, each living
+/// 1.5 s ± 0.5 s.
+///
+/// # Panics
+///
+/// Never: the configuration is valid.
+#[must_use]
+pub fn lifetime_config(name: &str) -> PoolConfig {
+    PoolConfig::new(name, 4, 4)
+        .to_builder()
+        .max_lifetime(Duration::from_millis(1500))
+        .max_lifetime_jitter(Duration::from_millis(500))
+        .build()
+        .expect("a valid configuration")
+}
+
 /// An outage and the recovery from it. `pool` has the [`outage_config`] and was started through
 /// `proxy` while the proxy refused connections. Checks that a take that cannot wait fails
 /// fast with the start error (or, while an attempt is connecting, is told one is starting),
@@ -212,7 +228,7 @@ pub async fn outage_and_recovery<M: Manager>(
     pool.close(Shutdown::Graceful).await;
 }
 
-/// Every member of `pool` (`init_count` 4, `max_lifetime` 1.5 s ± 0.5 s) is replaced after its
+/// Every member of `pool` ([`lifetime_config`]: four, each living 1.5 s ± 0.5 s) is replaced after its
 /// lifetime: the server-side ids (`id_of`) of the four before and after are disjoint.
 ///
 /// # Cancel safety
@@ -313,17 +329,20 @@ pub async fn refused_while_down<M: Manager>(pool: &Pool<M>, deadline: Duration) 
     took
 }
 
-/// Closes `pool` as `how` says and checks that the close ended within `bound` and left no
-/// task. Returns how long it took.
+/// Closes `pool` as `how` says and checks that the close ended within `bound` (a close that
+/// has not fails the test then, rather than hang it) and left no task. Returns how long it
+/// took.
 ///
 /// # Cancel safety
 ///
 /// Not meant to be cancelled: a test awaits it to the end.
 pub async fn closes_within<M: Manager>(pool: &Pool<M>, how: Shutdown, bound: Duration) -> Duration {
     let began = Instant::now();
-    pool.close(how).await;
+    tokio::time::timeout(bound, pool.close(how))
+        .await
+        .unwrap_or_else(|_| panic!("{how:?} close did not end within {bound:?}"));
     let took = began.elapsed();
-    assert!(took < bound, "{how:?} close took {took:?}");
+    eprintln!("{how:?} close took {took:?}");
     assert_eq!(pool.live_tasks(), 0, "{how:?} close left tasks");
     took
 }
