@@ -5,18 +5,21 @@
 //! standalone pool, draws each pool live, and ends with a summary.
 #![allow(clippy::disallowed_methods)] // the spawn ban guards the library, not this program
 
+#[macro_use]
+mod say;
 mod events;
 mod sim;
+mod summary;
 mod view;
 mod work;
 
 use std::collections::BTreeMap;
-use std::io::{IsTerminal, Write};
+use std::io::IsTerminal;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use clap::Parser;
-use pooler::{GroupMember, Kinds, Member, Pooler, Shutdown, TakeError};
+use pooler::{GroupMember, Kinds, Member, Pooler, Shutdown};
 use rand::Rng;
 use tokio::time::Instant;
 
@@ -28,7 +31,9 @@ use tracing_subscriber::filter::Targets;
 use tracing_subscriber::layer::SubscriberExt as _;
 use tracing_subscriber::util::SubscriberInitExt as _;
 
+use crate::say::say;
 use crate::sim::Sim;
+use crate::summary::{Tallies, record, summary};
 use crate::work::Work;
 use pooler_lapin::AmqpManager;
 use pooler_mysql::MysqlManager;
@@ -108,26 +113,6 @@ async fn run_scenario(name: &str, mode: &str) {
         score.timed_out,
         score.shed
     ));
-}
-
-/// What consumers saw, per pool (or group).
-#[derive(Debug, Default)]
-struct Tally {
-    waits: Vec<Duration>,
-    errors: BTreeMap<&'static str, u64>,
-}
-
-type Tallies = Arc<Mutex<BTreeMap<String, Tally>>>;
-
-fn record(tallies: &Tallies, target: &str, outcome: Result<Duration, &TakeError>) {
-    let mut t = tallies
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
-    let tally = t.entry(target.to_owned()).or_default();
-    match outcome {
-        Ok(wait) => tally.waits.push(wait),
-        Err(e) => *tally.errors.entry(e.reason()).or_default() += 1,
-    }
 }
 
 /// Where consumers take from.
@@ -238,94 +223,6 @@ fn load(elapsed: Duration, total: Duration, peak: usize) -> usize {
         peak
     } else {
         (peak / 6).max(1)
-    }
-}
-
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    if sorted.is_empty() {
-        return Duration::ZERO;
-    }
-    sorted[((sorted.len() - 1) as f64 * p).round() as usize]
-}
-
-/// Writes to standard output. A reader that has gone (`pooler-demo --plain | head`) ends the
-/// demo quietly, as command-line tools do, rather than with a panic on the closed pipe.
-fn say(text: &str) {
-    let mut out = std::io::stdout().lock();
-    if out
-        .write_all(text.as_bytes())
-        .and_then(|()| out.flush())
-        .is_err()
-    {
-        std::process::exit(0);
-    }
-}
-
-/// `println!` through [`say`].
-macro_rules! sayln {
-    ($($arg:tt)*) => {{
-        let mut line = format!($($arg)*);
-        line.push('\n');
-        say(&line);
-    }};
-}
-
-fn summary(tallies: &Tallies, sims: &BTreeMap<String, Sim>, events: &EventLog) {
-    use std::sync::atomic::Ordering::Relaxed;
-    sayln!("\nsummary");
-    sayln!(
-        "{:<16} {:>7} {:>10} {:>10}  errors by reason",
-        "taken from",
-        "takes",
-        "wait p50",
-        "wait p99"
-    );
-    let tallies = tallies
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
-    for (target, t) in tallies.iter() {
-        let mut waits = t.waits.clone();
-        waits.sort();
-        let errors = if t.errors.is_empty() {
-            "none".to_owned()
-        } else {
-            t.errors
-                .iter()
-                .map(|(r, n)| format!("{r}={n}"))
-                .collect::<Vec<_>>()
-                .join(" ")
-        };
-        sayln!(
-            "{target:<16} {:>7} {:>10} {:>10}  {errors}",
-            waits.len(),
-            format!("{:.1?}", percentile(&waits, 0.5)),
-            format!("{:.1?}", percentile(&waits, 0.99)),
-        );
-    }
-    sayln!("\nwhat the pools did (pooler's events, by kind)");
-    for (message, n) in events.counts() {
-        sayln!("{n:>6}  {message}");
-    }
-    if sims.is_empty() {
-        return;
-    }
-    sayln!(
-        "\n{:<16} {:>8} {:>13} {:>8} {:>8}",
-        "pool",
-        "started",
-        "failed starts",
-        "crashed",
-        "stopped"
-    );
-    for (name, sim) in sims {
-        let c = &sim.counts;
-        sayln!(
-            "{name:<16} {:>8} {:>13} {:>8} {:>8}",
-            c.started.load(Relaxed),
-            c.failed_starts.load(Relaxed),
-            c.crashed.load(Relaxed),
-            c.stopped.load(Relaxed)
-        );
     }
 }
 
