@@ -114,13 +114,7 @@ async fn an_error_the_broker_reports_later_never_reaches_the_next_user() {
         assert_ne!(Member::id(&channel), first, "round {round}: replaced");
         publish_and_get(&channel, &name, format!("round {round}").as_bytes()).await;
     }
-    let channel = take(&pool).await;
-    channel
-        .queue_delete(name.as_str().into(), QueueDeleteOptions::default())
-        .await
-        .unwrap();
-    drop(channel);
-    pool.close(Shutdown::Graceful).await;
+    cleared(&pool, take(&pool).await, &name).await;
 }
 
 /// Modes no method undoes — `tx_select` (the next user's publish would wait for a commit
@@ -175,12 +169,7 @@ async fn channel_modes_are_reset_or_the_channel_replaced() {
         !pool.manager().needs_recycle(&channel),
         "a channel as found costs nothing"
     );
-    channel
-        .queue_delete(name.as_str().into(), QueueDeleteOptions::default())
-        .await
-        .unwrap();
-    drop(channel);
-    pool.close(Shutdown::Graceful).await;
+    cleared(&pool, channel, &name).await;
 }
 
 /// Close means closed: after an immediate close with a channel in use, the channel's late
@@ -267,12 +256,7 @@ async fn a_delivery_left_unacked_goes_back_to_its_queue() {
         vec![b"first".to_vec(), b"second".to_vec()],
         "user 1's delivery came back to the queue, and nothing was lost"
     );
-    channel
-        .queue_delete(name.as_str().into(), QueueDeleteOptions::default())
-        .await
-        .unwrap();
-    drop(channel);
-    pool.close(Shutdown::Graceful).await;
+    cleared(&pool, channel, &name).await;
 }
 
 /// A `mandatory` message the broker returns to one user is never the next user's: their
@@ -399,9 +383,13 @@ async fn a_channel_the_broker_is_closing_is_not_closed_over_it() {
             "round {round}: the message left unacked is back in its queue"
         );
     }
-    let channel = take(&pool).await;
+    cleared(&pool, take(&pool).await, &name).await;
+}
+
+/// The test's queue `name` deleted through `channel`, which goes back, and `pool` closed.
+async fn cleared(pool: &pooler_lapin::Pool, channel: pooler_lapin::Member, name: &str) {
     channel
-        .queue_delete(name.as_str().into(), QueueDeleteOptions::default())
+        .queue_delete(name.into(), QueueDeleteOptions::default())
         .await
         .unwrap();
     drop(channel);
