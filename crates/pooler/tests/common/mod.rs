@@ -454,6 +454,16 @@ pub async fn wait_200ms_for(pool: &Pool<Fake>, held: pooler::Member<Fake>) -> po
         .expect("served after 200 ms in the queue")
 }
 
+/// The holder of `member` panics with it ("consumer crashed"), as a consumer that crashes
+/// mid-use does: the member is dropped during the unwind.
+pub fn crash_holding(member: pooler::Member<Fake>) {
+    let unwound = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || {
+        let _held = member;
+        panic!("consumer crashed");
+    }));
+    assert!(unwound.is_err());
+}
+
 /// Captures `tracing` output on this thread (the paused-clock runtime runs every task here).
 ///
 /// One global subscriber writes into a per-thread buffer: a thread-scoped subscriber would let

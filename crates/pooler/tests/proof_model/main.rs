@@ -152,15 +152,7 @@ fn run(ops: Vec<Op>, steps: Arc<AtomicUsize>) {
                         match op {
                             Op::Return(_) => drop(m),
                             Op::Fail(_) => Member::fail(m),
-                            _ => {
-                                let unwound = std::panic::catch_unwind(
-                                    std::panic::AssertUnwindSafe(move || {
-                                        let _m = m;
-                                        panic!("consumer crashed");
-                                    }),
-                                );
-                                assert!(unwound.is_err());
-                            }
+                            _ => crash_holding(m),
                         }
                     }
                 }

@@ -866,15 +866,7 @@ pub(crate) fn run(ops: Vec<Op>, features: Features, steps: Arc<AtomicUsize>) {
                         match op {
                             Op::Return(_) => drop(m),
                             Op::Fail(_) => Member::fail(m),
-                            _ => {
-                                let unwound = std::panic::catch_unwind(
-                                    std::panic::AssertUnwindSafe(move || {
-                                        let _m = m;
-                                        panic!("consumer crashed");
-                                    }),
-                                );
-                                assert!(unwound.is_err());
-                            }
+                            _ => crash_holding(m),
                         }
                         // The hold's latency may have moved the limit before the member
                         // went back.
