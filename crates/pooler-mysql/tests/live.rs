@@ -74,12 +74,7 @@ async fn in_transaction(conn: &mut Conn) -> bool {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sixty_four_tasks_share_eight_connections_with_correct_results() {
     let Some(url) = url().await else { return };
-    let config = PoolConfig::builder("mysql-64")
-        .init_count(8)
-        .max_count(8)
-        .queue_max(64)
-        .build()
-        .unwrap();
+    let config = scenarios::sixty_four_config("mysql-64");
     let pool = started(config, MysqlManager::new(&url).unwrap()).await;
     scenarios::sixty_four_tasks_share_eight(&pool, async |mut conn, n| {
         let back: Option<u32> = conn.exec_first("SELECT ?", (n,)).await.unwrap();

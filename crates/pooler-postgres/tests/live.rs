@@ -56,12 +56,7 @@ async fn in_transaction(conn: &tokio_postgres::Client) -> bool {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sixty_four_tasks_share_eight_connections_with_correct_results() {
     let Some(url) = url().await else { return };
-    // 56 of the 64 may wait at once: above the default queue_max of 50.
-    let config = PoolConfig::new("pg-64", 8, 8)
-        .to_builder()
-        .queue_max(64)
-        .build()
-        .unwrap();
+    let config = scenarios::sixty_four_config("pg-64");
     let pool = started(config, manager(&url, "pooler-64")).await;
     scenarios::sixty_four_tasks_share_eight(&pool, async |conn, n| {
         let n = i32::try_from(n).unwrap();

@@ -54,11 +54,7 @@ async fn sixty_four_tasks_share_eight_connections_with_correct_results() {
     let manager = RedisManager::new(url.as_str())
         .unwrap()
         .client_name("pooler-64");
-    let config = PoolConfig::new("redis-64", 8, 8)
-        .to_builder()
-        .queue_max(64)
-        .build()
-        .unwrap();
+    let config = scenarios::sixty_four_config("redis-64");
     let pool = started(config, manager).await;
     scenarios::sixty_four_tasks_share_eight(&pool, async |mut conn, n| {
         let key = format!("pooler:test:{n}");

@@ -9,7 +9,23 @@ use tokio::time::Instant;
 
 use crate::{Proxy, eventually};
 
-/// 64 tasks each take a member of `pool` (8 members, `queue_max` 64) 20 times and `ask` it
+/// The configuration [`sixty_four_tasks_share_eight`] expects: eight members, and room in
+/// the queue for the 56 of the 64 tasks that may wait at once (above the default
+/// `queue_max` of 50).
+///
+/// # Panics
+///
+/// Never: the configuration is valid.
+#[must_use]
+pub fn sixty_four_config(name: &str) -> PoolConfig {
+    PoolConfig::new(name, 8, 8)
+        .to_builder()
+        .queue_max(64)
+        .build()
+        .expect("a valid configuration")
+}
+
+/// 64 tasks each take a member of `pool` ([`sixty_four_config`]) 20 times and `ask` it
 /// with a number unique to that take; `ask` checks the server's answer and returns the
 /// server-side id of the connection that gave it. Checks that at most 8 connections
 /// answered. Closes the pool.
