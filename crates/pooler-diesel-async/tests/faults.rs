@@ -41,6 +41,33 @@ async fn a_query_on_a_dead_link_fails_and_an_idle_member_is_never_handed_out() {
     .await;
 }
 
+/// A close while the server is unreachable: graceful and immediate both end at once and
+/// leave no task, as with pooler-postgres.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_close_with_the_server_unreachable_ends_at_once_and_leaves_no_task() {
+    for how in [Shutdown::Graceful, Shutdown::Immediate] {
+        let Some(url) = Server::Postgres.url().await else {
+            return;
+        };
+        let Some(hole) = Blackhole::in_front_of(&url) else {
+            return;
+        };
+        let via = format!(
+            "postgres://postgres@{}/test?sslmode=disable&connect_timeout=3",
+            hole.addr()
+        );
+        let pool = started(
+            PoolConfig::new("diesel-dead-close", 2, 2),
+            DieselManager::<AsyncPgConnection>::new(via),
+        )
+        .await;
+        scenarios::closes_across_a_dead_link(&pool, &hole, how, async |conn| {
+            conn.batch_execute("SELECT 1").await
+        })
+        .await;
+    }
+}
+
 /// A slow link under load (every chunk waits 50 ms each way): 16 tasks share 4 connections
 /// for 2 s, each take with a 300 ms deadline. Every take ends by its deadline, no query
 /// fails (the return's round trip crosses the slow link too), no connection is replaced for

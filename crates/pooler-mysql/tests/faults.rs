@@ -95,6 +95,27 @@ async fn behind_a_blackhole() -> Option<(Blackhole, String)> {
     Some((hole, via))
 }
 
+/// A close while the server is unreachable: graceful and immediate both end at once — a
+/// member's stop does not wait to be heard by a server the link may never reach again, not
+/// for `member_shutdown` — and no task of the pool is left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_close_with_the_server_unreachable_ends_at_once_and_leaves_no_task() {
+    for how in [Shutdown::Graceful, Shutdown::Immediate] {
+        let Some((hole, via)) = behind_a_blackhole().await else {
+            return;
+        };
+        let pool = started(
+            PoolConfig::new("mysql-dead-close", 2, 2),
+            MysqlManager::new(&via).unwrap(),
+        )
+        .await;
+        scenarios::closes_across_a_dead_link(&pool, &hole, how, async |conn| {
+            conn.query_drop("SELECT 1").await
+        })
+        .await;
+    }
+}
+
 /// A frozen server, seen from the wire (`Proxy::stall` in both directions: the proxy's
 /// kernel still acknowledges, so no TCP timeout fires): as [`frozen_holds_nothing`] says.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -122,13 +122,10 @@ async fn a_close_with_the_server_unreachable_ends_at_once_and_leaves_no_task() {
             PgManager::new(&url).unwrap(),
         )
         .await;
-        {
-            let conn = pool.take_member(Duration::from_secs(5)).await.unwrap();
-            conn.simple_query("SELECT 1").await.unwrap();
-        }
-        hole.set_down(true);
-        scenarios::closes_within(&pool, how, Duration::from_secs(2)).await;
-        hole.set_down(false);
+        scenarios::closes_across_a_dead_link(&pool, &hole, how, async |conn| {
+            conn.simple_query("SELECT 1").await.map(drop)
+        })
+        .await;
     }
 }
 

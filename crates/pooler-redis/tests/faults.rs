@@ -59,13 +59,11 @@ async fn a_close_with_the_server_unreachable_ends_at_once_and_leaves_no_task() {
             RedisManager::new(url.as_str()).unwrap(),
         )
         .await;
-        {
-            let mut conn = pool.take_member(Duration::from_secs(5)).await.unwrap();
-            let _: String = redis::cmd("PING").query_async(&mut *conn).await.unwrap();
-        }
-        hole.set_down(true);
-        scenarios::closes_within(&pool, how, Duration::from_secs(2)).await;
-        hole.set_down(false);
+        scenarios::closes_across_a_dead_link(&pool, &hole, how, async |conn| {
+            let pong = redis::cmd("PING").query_async::<String>(&mut **conn).await;
+            pong.map(drop)
+        })
+        .await;
     }
 }
 

@@ -368,6 +368,7 @@ mod restart;
 
 pub use links::{
     UnderLoad, busy_and_idle_across_a_dead_link, checked_across_a_dead_link, checked_config,
-    defaults_across_a_dead_link, query_across_a_dead_link, slow_link_under_load,
+    closes_across_a_dead_link, defaults_across_a_dead_link, query_across_a_dead_link,
+    slow_link_under_load,
 };
 pub use restart::{Restarted, restarted_under_writers};
