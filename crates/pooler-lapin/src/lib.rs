@@ -158,6 +158,13 @@ impl AmqpManager {
 /// replaced.
 pub const DEFAULT_HEARTBEAT_SECS: u16 = 10;
 
+/// How long a stop waits for the broker to answer its goodbye (the channel's close-ok, and
+/// the connection's with the last channel). A broker the link reaches answers in
+/// milliseconds; one it no longer reaches never does, and without a bound a pool's close —
+/// graceful or immediate — waited for the heartbeats to notice the dead link (20 s with
+/// the defaults). Past it the stop ends; what it dropped, lapin closes in the background.
+pub const GOODBYE: std::time::Duration = std::time::Duration::from_millis(500);
+
 /// `uri` asking for [`DEFAULT_HEARTBEAT_SECS`] unless it names a heartbeat of its own (`0`
 /// turns heartbeats off, as the URI says).
 fn with_heartbeat(uri: &str) -> String {
@@ -353,29 +360,38 @@ impl Manager for AmqpManager {
     }
 
     async fn stop(&self, mut channel: AmqpChannel) {
-        // A method the user left may have the broker closing the channel already (a
-        // `tx_commit` outside a transaction, a declaration refused). Closing it from this side
-        // at the same moment makes lapin fail the connection's close too (it reads the
-        // broker's close-ok for a channel it counts closed), and a connection left open keeps
-        // its channels' unacked deliveries from their queues. So one answered method first:
-        // answered, nothing before it made the broker close the channel; refused, the broker
-        // closes it, and this side need not.
-        if channel.left.load(Ordering::Relaxed) != 0 && channel.status().connected() {
-            let _ = channel
-                .channel
-                .basic_qos(0, BasicQosOptions { global: false })
-                .await;
-        }
-        if channel.status().connected() {
-            let _ = channel.close(200, "retired by pooler".into()).await;
-        }
-        if let Some(connection) = channel.slot.release()
-            && connection.status().connected()
-            && let Err(e) = connection
-                .close(200, "pooler: no channel left".into())
-                .await
-        {
-            tracing::warn!(error = %e, "closing the AMQP connection failed: it may stay open");
+        let goodbye = async move {
+            // A method the user left may have the broker closing the channel already (a
+            // `tx_commit` outside a transaction, a declaration refused). Closing it from this
+            // side at the same moment makes lapin fail the connection's close too (it reads
+            // the broker's close-ok for a channel it counts closed), and a connection left
+            // open keeps its channels' unacked deliveries from their queues. So one answered
+            // method first: answered, nothing before it made the broker close the channel;
+            // refused, the broker closes it, and this side need not.
+            if channel.left.load(Ordering::Relaxed) != 0 && channel.status().connected() {
+                let _ = channel
+                    .channel
+                    .basic_qos(0, BasicQosOptions { global: false })
+                    .await;
+            }
+            if channel.status().connected() {
+                let _ = channel.close(200, "retired by pooler".into()).await;
+            }
+            if let Some(connection) = channel.slot.release()
+                && connection.status().connected()
+                && let Err(e) = connection
+                    .close(200, "pooler: no channel left".into())
+                    .await
+            {
+                tracing::warn!(error = %e, "closing the AMQP connection failed: it may stay open");
+            }
+        };
+        // Dropped unanswered, the channel gives its place up, and the last handle on the
+        // connection has lapin close it in the background.
+        if tokio::time::timeout(GOODBYE, goodbye).await.is_err() {
+            tracing::debug!(
+                "the broker did not answer the stop within {GOODBYE:?}: closed without waiting"
+            );
         }
     }
 }

@@ -49,6 +49,30 @@ async fn fails_within_the_bound(
     assert!(took <= BOUND, "failed after {took:?}, past {BOUND:?}");
 }
 
+/// A close while the broker is unreachable: graceful and immediate both end at once — a
+/// channel's and its connection's close do not wait to be heard — and leave no task.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_close_with_the_broker_unreachable_ends_at_once_and_leaves_no_task() {
+    for how in [Shutdown::Graceful, Shutdown::Immediate] {
+        let Some(url) = Server::Amqp.url().await else {
+            return;
+        };
+        let Some(hole) = Blackhole::in_front_of(&url) else {
+            return;
+        };
+        let via = url.replace(&host_port(&url), &hole.addr().to_string());
+        let pool = started(
+            PoolConfig::new("amqp-dead-close", 2, 2),
+            AmqpManager::new(via),
+        )
+        .await;
+        scenarios::closes_across_a_dead_link(&pool, &hole, how, async |channel| {
+            channel.basic_qos(8, Default::default()).await
+        })
+        .await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_request_on_a_dead_link_fails_within_two_heartbeats_and_no_channel_on_it_is_handed_out() {
     let Some(url) = Server::Amqp.url().await else {
@@ -156,16 +180,13 @@ async fn a_frozen_broker_fails_requests_within_two_heartbeats_and_holds_no_close
     pool.close(Shutdown::Immediate).await;
 
     // Frozen under a pool whose channels are all idle: the graceful close's channel and
-    // connection closes go unanswered, and the close ends within `member_shutdown`.
-    let config = PoolConfig::new("amqp-frozen-close", 2, 2)
-        .to_builder()
-        .member_shutdown(Duration::from_secs(2))
-        .build()
-        .unwrap();
+    // connection closes go unanswered, and each stop gives up waiting after `GOODBYE`, long
+    // before `member_shutdown` (30 s).
+    let config = PoolConfig::new("amqp-frozen-close", 2, 2);
     let pool = started(config, AmqpManager::new(via)).await;
     drop(pool.take_member(Duration::from_secs(5)).await.unwrap());
     freeze(true);
-    let took = scenarios::closes_within(&pool, Shutdown::Graceful, Duration::from_secs(4)).await;
+    let took = scenarios::closes_within(&pool, Shutdown::Graceful, Duration::from_secs(2)).await;
     eprintln!("a graceful close with the broker frozen took {took:?}");
     freeze(false);
 }
