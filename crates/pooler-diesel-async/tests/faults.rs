@@ -20,16 +20,9 @@ const BOUND: Duration = Duration::from_secs(40);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_query_on_a_dead_link_fails_and_an_idle_member_is_never_handed_out() {
-    let Some(url) = Server::Postgres.url().await else {
+    let Some((hole, via)) = behind_a_blackhole().await else {
         return;
     };
-    let Some(hole) = Blackhole::in_front_of(&url) else {
-        return;
-    };
-    let via = format!(
-        "postgres://postgres@{}/test?sslmode=disable&connect_timeout=3",
-        hole.addr()
-    );
     let pool = started(
         PoolConfig::new("diesel-dead", 2, 2),
         DieselManager::<AsyncPgConnection>::new(via),
@@ -45,27 +38,26 @@ async fn a_query_on_a_dead_link_fails_and_an_idle_member_is_never_handed_out() {
 /// leave no task, as with pooler-postgres.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_close_with_the_server_unreachable_ends_at_once_and_leaves_no_task() {
-    for how in [Shutdown::Graceful, Shutdown::Immediate] {
-        let Some(url) = Server::Postgres.url().await else {
-            return;
-        };
-        let Some(hole) = Blackhole::in_front_of(&url) else {
-            return;
-        };
-        let via = format!(
-            "postgres://postgres@{}/test?sslmode=disable&connect_timeout=3",
-            hole.addr()
-        );
-        let pool = started(
-            PoolConfig::new("diesel-dead-close", 2, 2),
-            DieselManager::<AsyncPgConnection>::new(via),
-        )
-        .await;
-        scenarios::closes_across_a_dead_link(&pool, &hole, how, async |conn| {
-            conn.batch_execute("SELECT 1").await
-        })
-        .await;
-    }
+    scenarios::closes_across_a_dead_link(
+        async |name| {
+            let (hole, via) = behind_a_blackhole().await?;
+            let manager = DieselManager::<AsyncPgConnection>::new(via);
+            Some((hole, started(PoolConfig::new(name, 2, 2), manager).await))
+        },
+        async |conn| conn.batch_execute("SELECT 1").await,
+    )
+    .await;
+}
+
+/// The server behind a link the test can take down, and the URL that reaches it there.
+async fn behind_a_blackhole() -> Option<(Blackhole, String)> {
+    let url = Server::Postgres.url().await?;
+    let hole = Blackhole::in_front_of(&url)?;
+    let via = format!(
+        "postgres://postgres@{}/test?sslmode=disable&connect_timeout=3",
+        hole.addr()
+    );
+    Some((hole, via))
 }
 
 /// A slow link under load (every chunk waits 50 ms each way): 16 tasks share 4 connections

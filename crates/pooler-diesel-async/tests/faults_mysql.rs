@@ -79,20 +79,15 @@ async fn a_query_on_a_dead_link_fails_within_the_bound() {
 /// leave no task, as with pooler-mysql.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_close_with_the_server_unreachable_ends_at_once_and_leaves_no_task() {
-    for how in [Shutdown::Graceful, Shutdown::Immediate] {
-        let Some((hole, via)) = behind_a_blackhole().await else {
-            return;
-        };
-        let pool = started(
-            PoolConfig::new("diesel-mysql-dead-close", 2, 2),
-            DieselManager::<AsyncMysqlConnection>::new(via),
-        )
-        .await;
-        scenarios::closes_across_a_dead_link(&pool, &hole, how, async |conn| {
-            conn.batch_execute("SELECT 1").await
-        })
-        .await;
-    }
+    scenarios::closes_across_a_dead_link(
+        async |name| {
+            let (hole, via) = behind_a_blackhole().await?;
+            let manager = DieselManager::<AsyncMysqlConnection>::new(via);
+            Some((hole, started(PoolConfig::new(name, 2, 2), manager).await))
+        },
+        async |conn| conn.batch_execute("SELECT 1").await,
+    )
+    .await;
 }
 
 /// The server behind a link the test can take down, and the URL that reaches it there — not

@@ -53,24 +53,19 @@ async fn fails_within_the_bound(
 /// channel's and its connection's close do not wait to be heard — and leave no task.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_close_with_the_broker_unreachable_ends_at_once_and_leaves_no_task() {
-    for how in [Shutdown::Graceful, Shutdown::Immediate] {
-        let Some(url) = Server::Amqp.url().await else {
-            return;
-        };
-        let Some(hole) = Blackhole::in_front_of(&url) else {
-            return;
-        };
-        let via = url.replace(&host_port(&url), &hole.addr().to_string());
-        let pool = started(
-            PoolConfig::new("amqp-dead-close", 2, 2),
-            AmqpManager::new(via),
-        )
-        .await;
-        scenarios::closes_across_a_dead_link(&pool, &hole, how, async |channel| {
-            channel.basic_qos(8, Default::default()).await
-        })
-        .await;
-    }
+    scenarios::closes_across_a_dead_link(
+        async |name| {
+            let url = Server::Amqp.url().await?;
+            let hole = Blackhole::in_front_of(&url)?;
+            let via = url.replace(&host_port(&url), &hole.addr().to_string());
+            Some((
+                hole,
+                started(PoolConfig::new(name, 2, 2), AmqpManager::new(via)).await,
+            ))
+        },
+        async |channel| channel.basic_qos(8, Default::default()).await,
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

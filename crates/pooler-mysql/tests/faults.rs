@@ -100,20 +100,15 @@ async fn behind_a_blackhole() -> Option<(Blackhole, String)> {
 /// for `member_shutdown` — and no task of the pool is left.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_close_with_the_server_unreachable_ends_at_once_and_leaves_no_task() {
-    for how in [Shutdown::Graceful, Shutdown::Immediate] {
-        let Some((hole, via)) = behind_a_blackhole().await else {
-            return;
-        };
-        let pool = started(
-            PoolConfig::new("mysql-dead-close", 2, 2),
-            MysqlManager::new(&via).unwrap(),
-        )
-        .await;
-        scenarios::closes_across_a_dead_link(&pool, &hole, how, async |conn| {
-            conn.query_drop("SELECT 1").await
-        })
-        .await;
-    }
+    scenarios::closes_across_a_dead_link(
+        async |name| {
+            let (hole, via) = behind_a_blackhole().await?;
+            let manager = MysqlManager::new(&via).unwrap();
+            Some((hole, started(PoolConfig::new(name, 2, 2), manager).await))
+        },
+        async |conn| conn.query_drop("SELECT 1").await,
+    )
+    .await;
 }
 
 /// A frozen server, seen from the wire (`Proxy::stall` in both directions: the proxy's

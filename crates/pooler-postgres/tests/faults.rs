@@ -113,20 +113,15 @@ async fn an_idle_member_on_a_dead_link_is_never_handed_out() {
 /// carry it), not after `member_shutdown` — and no task of the pool is left.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_close_with_the_server_unreachable_ends_at_once_and_leaves_no_task() {
-    for how in [Shutdown::Graceful, Shutdown::Immediate] {
-        let Some((hole, url)) = through_a_blackhole().await else {
-            return;
-        };
-        let pool = started(
-            PoolConfig::new("pg-dead-close", 2, 2),
-            PgManager::new(&url).unwrap(),
-        )
-        .await;
-        scenarios::closes_across_a_dead_link(&pool, &hole, how, async |conn| {
-            conn.simple_query("SELECT 1").await.map(drop)
-        })
-        .await;
-    }
+    scenarios::closes_across_a_dead_link(
+        async |name| {
+            let (hole, url) = through_a_blackhole().await?;
+            let pool = started(PoolConfig::new(name, 2, 2), PgManager::new(&url).unwrap()).await;
+            Some((hole, pool))
+        },
+        async |conn| conn.simple_query("SELECT 1").await.map(drop),
+    )
+    .await;
 }
 
 /// A backend process stopped with SIGSTOP (sent again SIGCONT when dropped): a frozen

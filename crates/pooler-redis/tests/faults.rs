@@ -50,21 +50,18 @@ async fn a_command_on_a_dead_link_fails_and_an_idle_member_is_never_handed_out()
 /// carry it), not after `member_shutdown` — and no task of the pool is left.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_close_with_the_server_unreachable_ends_at_once_and_leaves_no_task() {
-    for how in [Shutdown::Graceful, Shutdown::Immediate] {
-        let Some((hole, url)) = through_a_blackhole().await else {
-            return;
-        };
-        let pool = started(
-            PoolConfig::new("redis-dead-close", 2, 2),
-            RedisManager::new(url.as_str()).unwrap(),
-        )
-        .await;
-        scenarios::closes_across_a_dead_link(&pool, &hole, how, async |conn| {
+    scenarios::closes_across_a_dead_link(
+        async |name| {
+            let (hole, url) = through_a_blackhole().await?;
+            let manager = RedisManager::new(url.as_str()).unwrap();
+            Some((hole, started(PoolConfig::new(name, 2, 2), manager).await))
+        },
+        async |conn| {
             let pong = redis::cmd("PING").query_async::<String>(&mut **conn).await;
             pong.map(drop)
-        })
-        .await;
-    }
+        },
+    )
+    .await;
 }
 
 /// A frozen server (stopped by SIGSTOP: its kernel still acknowledges, so no TCP timeout

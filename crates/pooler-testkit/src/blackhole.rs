@@ -48,25 +48,43 @@ impl Blackhole {
             crate::cannot_run("socat (on the PATH)");
             return None;
         }
-        // Unique per process and per call: tests in one binary may run side by side.
+        // One slot of 250 per blackhole alive on the machine: tests in one binary run side
+        // by side, each in a process of its own. Whoever adds the pair `pbh{n}a`/`pbh{n}b`
+        // owns slot `n` (the kernel refuses a name taken), so two processes never share one,
+        // whatever their ids; the search starts at a slot spread by process and call.
         static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
-        let n = (std::process::id() + NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed))
-            % 250
-            + 1;
+        let first = std::process::id()
+            .wrapping_mul(4)
+            .wrapping_add(NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
+        let Some(n) = (0..250)
+            .map(|i| (first.wrapping_add(i)) % 250 + 1)
+            .find(|n| {
+                ip(&[
+                    "link",
+                    "add",
+                    &format!("pbh{n}a"),
+                    "type",
+                    "veth",
+                    "peer",
+                    "name",
+                    &format!("pbh{n}b"),
+                ])
+            })
+        else {
+            crate::cannot_run("a network namespace (root and iproute2; a free slot)");
+            return None;
+        };
         let ns = format!("pooler-bh-{n}");
         let host_end = format!("pbh{n}a");
         let ns_end = format!("pbh{n}b");
         let host_ip = Ipv4Addr::new(10, 251, n as u8, 1);
         let ns_ip = Ipv4Addr::new(10, 251, n as u8, 2);
-        // Leftovers of an earlier run that died.
+        // A namespace of this slot is a leftover of a run that died: a live blackhole holds
+        // its pair until its namespace is gone (see `drop`).
         ip(&["netns", "del", &ns]);
-        ip(&["link", "del", &host_end]);
         let host_cidr = format!("{host_ip}/30");
         let ns_cidr = format!("{ns_ip}/30");
         let made = ip(&["netns", "add", &ns])
-            && ip(&[
-                "link", "add", &host_end, "type", "veth", "peer", "name", &ns_end,
-            ])
             && ip(&["link", "set", &ns_end, "netns", &ns])
             && ip(&["addr", "add", &host_cidr, "dev", &host_end])
             && ip(&["link", "set", &host_end, "up"])
@@ -177,7 +195,9 @@ impl Drop for Blackhole {
                     let _ = Command::new("kill").args(["-9", pid]).status();
                 }
             });
-        ip(&["link", "del", &self.host_end]);
+        // The namespace first: the pair goes with it, and only then is the slot free. Deleting
+        // the pair first would free the slot while the namespace's name still stood, and a
+        // blackhole of another process taking the slot would have its namespace deleted.
         ip(&["netns", "del", &self.ns]);
     }
 }

@@ -98,32 +98,36 @@ pub async fn query_across_a_dead_link<M: Manager, E>(
     pool.close(Shutdown::Immediate).await;
 }
 
-/// A close while the link to the server is dead: after a member of `pool` answered `query`,
-/// the link goes down and the close, as `how` says, ends within 2 s — a member's stop says
-/// goodbye to the server without waiting to be heard (the link may never carry it), not
-/// after `member_shutdown` — and leaves no task of the pool. The link is up again after.
+/// A close while the link to the server is dead, graceful and then immediate: `start` puts a
+/// blackhole in front of the server and starts a pool through it (`None`: the test is
+/// skipped); after a member answered `query`, the link goes down and the close ends within
+/// 2 s — a member's stop says goodbye to the server without waiting to be heard (the link
+/// may never carry it), not after `member_shutdown` — and leaves no task of the pool.
 ///
 /// # Panics
 ///
-/// When the member does not answer before the fault, or the close outlasts 2 s or leaves a
+/// When the member does not answer before the fault, or a close outlasts 2 s or leaves a
 /// task.
 ///
 /// # Cancel safety
 ///
 /// Not cancel safe: cancelled midway, the link may be left down.
 pub async fn closes_across_a_dead_link<M: Manager, E>(
-    pool: &Pool<M>,
-    hole: &crate::blackhole::Blackhole,
-    how: Shutdown,
+    start: impl AsyncFn(&str) -> Option<(crate::blackhole::Blackhole, Pool<M>)>,
     query: impl AsyncFn(&mut Member<M>) -> Result<(), E>,
 ) {
-    {
-        let mut member = before_the_fault(pool).await;
-        assert!(query(&mut member).await.is_ok(), "alive before the fault");
+    for how in [Shutdown::Graceful, Shutdown::Immediate] {
+        let Some((hole, pool)) = start(&format!("dead-close-{how:?}")).await else {
+            return;
+        };
+        {
+            let mut member = before_the_fault(&pool).await;
+            assert!(query(&mut member).await.is_ok(), "alive before the fault");
+        }
+        hole.set_down(true);
+        closes_within(&pool, how, Duration::from_secs(2)).await;
+        hole.set_down(false);
     }
-    hole.set_down(true);
-    closes_within(pool, how, Duration::from_secs(2)).await;
-    hole.set_down(false);
 }
 
 /// As [`query_across_a_dead_link`], with a second member idle meanwhile, for a backend whose
