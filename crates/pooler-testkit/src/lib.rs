@@ -211,9 +211,11 @@ macro_rules! fuzz_runner {
 #[macro_export]
 macro_rules! fuzz_handover {
     ($rt:expr, $pool:expr, $session:expr, $sequences:expr $(,)?) => {{
-        let fresh = $rt.block_on($crate::handover::fresh($pool, $session));
+        // Each argument evaluated once, whatever expression it is.
+        let (rt, pool, session) = (&$rt, $pool, $session);
+        let fresh = rt.block_on($crate::handover::fresh(pool, session));
         $crate::fuzz_runner!().run(&$sequences, |actions| {
-            $rt.block_on($crate::handover::round($pool, $session, &actions, &fresh))
+            rt.block_on($crate::handover::round(pool, session, &actions, &fresh))
                 .map_err(::proptest::test_runner::TestCaseError::fail)
         })
     }};
