@@ -401,6 +401,19 @@ mod tests {
             ("CREATE GLOBAL TEMPORARY TABLE t (x int)", Dirt::TEMP),
             ("CREATE TABLE pg_temp.t (x int)", Dirt::TEMP),
             ("SELECT 1 INTO TEMP t", Dirt::TEMP),
+            // The temporary schema by any of its names: quoted, as the session's own
+            // `pg_temp_N` (there once the session has made a temporary object, and kept
+            // after a reset drops them), or spelled with Unicode escapes.
+            ("CREATE TABLE \"pg_temp\".t (x int)", Dirt::TEMP),
+            ("CREATE VIEW \"pg_temp\".v AS SELECT 1", Dirt::TEMP),
+            ("SELECT 1 INTO \"pg_temp\".t", Dirt::TEMP),
+            ("CREATE TABLE pg_temp_3.t (x int)", Dirt::TEMP),
+            ("CREATE TABLE \"pg_temp_3\".t (x int)", Dirt::TEMP),
+            ("CREATE TABLE U&\"pg\\005ftemp\".t (x int)", Dirt::TEMP),
+            (
+                "CREATE TABLE u&\"pg!005ftemp\" UESCAPE '!'.t (x int)",
+                Dirt::TEMP,
+            ),
             ("DECLARE c CURSOR WITH HOLD FOR SELECT 1", Dirt::HOLD),
             ("SELECT pg_advisory_lock(1)", Dirt::ADVISORY),
             ("SELECT pg_try_advisory_lock_shared(1, 2)", Dirt::ADVISORY),
@@ -453,6 +466,10 @@ mod tests {
             "SELECT $tag$ LISTEN x; SET ROLE y $tag$",
             "SELECT E'it\\'s; LISTEN x'",
             "SELECT 1 /* LISTEN x; */",
+            "SELECT * FROM \"pg_temp_stats\"",
+            "SELECT pg_temp_stats FROM t",
+            "SELECT \"PG_TEMP\" FROM t",
+            "SELECT u & 1, \"u\" FROM t",
         ];
         for sql in clean {
             assert!(scan(sql).is_clean(), "{sql}: {:?}", scan(sql));
@@ -643,6 +660,30 @@ mod tests {
         }
     }
 
+    /// A built-in's name is the built-in only unqualified or in `pg_catalog`: in another
+    /// schema it is a function of the application's, which may leave anything.
+    #[test]
+    fn a_built_ins_name_in_another_schema_is_a_call_of_the_applications() {
+        for sql in [
+            "SELECT app.now()",
+            "SELECT \"app\".lower('x')",
+            "SELECT count(*), app.count(1) FROM t",
+            "SELECT \"PG_CATALOG\".now()",
+            "SELECT db.app.now()",
+        ] {
+            assert_eq!(scan(sql), Dirt(Dirt::ALL), "{sql}");
+        }
+        for sql in [
+            "SELECT now()",
+            "SELECT pg_catalog.now()",
+            "SELECT PG_CATALOG.lower('x')",
+            "SELECT \"pg_catalog\".lower('x')",
+            "SELECT test.pg_catalog.now()",
+        ] {
+            assert!(scan(sql).is_clean(), "{sql}: {:?}", scan(sql));
+        }
+    }
+
     /// A text that calls an unknown function is never remembered as clean: sent again, its
     /// calls are read again (the writer decides whether the application declared them).
     #[test]
@@ -697,6 +738,29 @@ mod tests {
                 set_config | Dirt::CUSTOM,
                 set_config | Dirt::CUSTOM,
             ),
+            // A declared name's literal that goes on (`||`, or a string continued on the
+            // next line) names another setting.
+            (
+                b"SELECT set_config('app.tenant' || '_x', $1, false)\0",
+                set_config | Dirt::CUSTOM,
+                set_config | Dirt::CUSTOM,
+            ),
+            (
+                b"SELECT set_config('app.tenant'\n'_x', $1, false)\0",
+                set_config | Dirt::CUSTOM,
+                set_config | Dirt::CUSTOM,
+            ),
+            // A name spelled with Unicode escapes cannot be read.
+            (
+                b"SET U&\"app\\002etenant\" = 7\0",
+                Dirt::ALL | Dirt::CUSTOM,
+                Dirt::ALL | Dirt::CUSTOM,
+            ),
+            (
+                b"SET app.U&\"tenant\" = 7\0",
+                Dirt::ALL | Dirt::CUSTOM,
+                Dirt::ALL | Dirt::CUSTOM,
+            ),
         ] {
             let shown = String::from_utf8_lossy(text);
             assert_eq!(judge(text, nothing), (Dirt(undeclared), true), "{shown}");
@@ -711,6 +775,34 @@ mod tests {
             judge(b"SET search_path = x\0", nothing),
             (Dirt(Dirt::SETTING), false)
         );
+    }
+
+    /// With `standard_conforming_strings = off`, a backslash in a plain `'…'` is an escape,
+    /// so a `set_config` name read through one may be any name, a declared one's neighbour
+    /// too.
+    #[test]
+    fn a_set_config_name_with_an_escape_is_no_name_read() {
+        let declared = Declared {
+            custom: vec![b"app.tenant".to_vec(), b"app.x2etenant".to_vec()],
+            neutral: Vec::new(),
+        };
+        for (text, backslash) in [
+            (
+                &b"SELECT set_config('app\\x2etenant', $1, false)\0"[..],
+                true,
+            ),
+            (b"SELECT set_config(E'app\\x2etenant', $1, false)\0", false),
+        ] {
+            let mut s = Scan::default();
+            s.begin(false, backslash);
+            s.feed(text);
+            let dirt = s.verdict(|| &declared);
+            assert!(
+                dirt.has(Dirt::CUSTOM),
+                "{}: {dirt:?}",
+                String::from_utf8_lossy(text)
+            );
+        }
     }
 
     /// A Parse's statement name is read once, by the scan, for the statement's verdict.

@@ -267,6 +267,14 @@ fn ways() -> Vec<(&'static str, Leave)> {
             Sql("CREATE TEMP TABLE pooler_tmp (x int)"),
         ),
         (
+            "a table in \"pg_temp\"",
+            Sql("CREATE TABLE \"pg_temp\".pooler_tmp (x int)"),
+        ),
+        (
+            "a table in pg_temp spelled with Unicode escapes",
+            Sql("CREATE TABLE U&\"pg\\005ftemp\".pooler_tmp (x int)"),
+        ),
+        (
             "a statement PREPAREd in SQL",
             Sql("PREPARE pooler_p AS SELECT 1"),
         ),
@@ -341,6 +349,44 @@ async fn the_next_user_sees_a_session_like_a_new_one_in_every_cleaning_mode() {
             pool.close(Shutdown::Graceful).await;
         }
     }
+}
+
+/// A session's own temporary schema by its name (`pg_temp_3`) can be written to once the
+/// session has made a temporary object, and still after a reset dropped it: a later user
+/// makes a table there without writing `TEMP`, and the next one must not see it.
+#[tokio::test(flavor = "current_thread")]
+async fn a_table_in_the_sessions_own_temporary_schema_never_reaches_the_next_user() {
+    let Some(url) = url().await else { return };
+    let fresh = fingerprint(&admin(&url).await).await;
+    let pool = one_of_one(&url, "pg-temp-schema", Recycle::Observed).await;
+    let conn = take(&pool).await;
+    let id = Member::id(&conn);
+    conn.batch_execute("CREATE TEMP TABLE pooler_first (x int)")
+        .await
+        .unwrap();
+    drop(conn);
+    let conn = take(&pool).await;
+    assert_eq!(Member::id(&conn), id, "reset, not replaced");
+    let schema: String = conn
+        .query_one(
+            "SELECT nspname::text FROM pg_namespace WHERE oid = pg_my_temp_schema()",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    conn.batch_execute(&format!("CREATE TABLE {schema}.pooler_later (x int)"))
+        .await
+        .unwrap();
+    drop(conn);
+    let conn = take(&pool).await;
+    assert_eq!(
+        fingerprint(&conn).await,
+        fresh,
+        "a table made in {schema} reached the next user"
+    );
+    drop(conn);
+    pool.close(Shutdown::Graceful).await;
 }
 
 /// Clean returns cost nothing: after statements that leave no state (queries, writes,
@@ -624,10 +670,11 @@ async fn a_copy_out_dropped_midway_is_replaced_at_once() {
 async fn a_custom_setting_never_reaches_the_next_user_defined() {
     let Some(url) = url().await else { return };
     const READ: &str = "SELECT current_setting('app.tenant', true), \
-                        current_setting('app.other', true)";
-    async fn read(conn: &PgConnection) -> (Option<String>, Option<String>) {
+                        current_setting('app.other', true), current_setting('app.tenantx', true)";
+    type Read = (Option<String>, Option<String>, Option<String>);
+    async fn read(conn: &PgConnection) -> Read {
         let row = conn.query_one(READ, &[]).await.unwrap();
-        (row.get(0), row.get(1))
+        (row.get(0), row.get(1), row.get(2))
     }
     let pool = one_of_one(&url, "pg-custom", Recycle::default()).await;
     let mut conn = take(&pool).await;
@@ -635,7 +682,7 @@ async fn a_custom_setting_never_reaches_the_next_user_defined() {
     let fresh = read(&conn).await;
     assert_eq!(
         fresh,
-        (Some(String::new()), None),
+        (Some(String::new()), None, None),
         "declared: ''; not declared: NULL"
     );
     // Declared, set three ways: reset, kept.
@@ -656,6 +703,11 @@ async fn a_custom_setting_never_reaches_the_next_user_defined() {
         "SET app.other = '7'",
         "SELECT set_config('app.other', '7', false)",
         "RESET app.other",
+        // A declared name that goes on into another, and one spelled with escapes.
+        "SELECT set_config('app.tenant' || 'x', '7', false)",
+        "SELECT set_config('app.tenant'\n'x', '7', false)",
+        "SET U&\"app\\002eother\" = '7'",
+        "SET app.U&\"tenant\\0078\" = '7'",
     ] {
         conn.batch_execute(set).await.unwrap();
         drop(conn);

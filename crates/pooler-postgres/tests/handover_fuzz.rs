@@ -62,6 +62,8 @@ const STATEMENTS: &[(&str, bool)] = &[
         true,
     ),
     ("SET app.tenant = '9'", true),
+    ("SELECT set_config('app.tenant' || 'x', '5', false)", true),
+    ("SET U&\"app\\002etenantx\" = '4'", true),
     ("LISTEN pooler_fuzz", true),
     ("SELECT pg_advisory_lock(4711)", true),
     ("SELECT \"pg_advisory_lock\"(4712)", true),
@@ -72,9 +74,18 @@ const STATEMENTS: &[(&str, bool)] = &[
         true,
     ),
     ("SELECT 1 AS x INTO LOCAL TEMP pooler_fuzz_into", true),
+    (
+        "CREATE TABLE IF NOT EXISTS \"pg_temp\".pooler_fuzz_q (x int)",
+        true,
+    ),
+    (
+        "CREATE TABLE IF NOT EXISTS U&\"pg\\005ftemp\".pooler_fuzz_u (x int)",
+        true,
+    ),
     ("PREPARE pooler_fuzz_p AS SELECT 1", true),
     ("DECLARE pooler_fuzz_c CURSOR WITH HOLD FOR SELECT 1", true),
     ("SELECT pooler_fuzz_sets()", true),
+    ("SELECT pooler_fuzz.lower('x')", true),
     (
         "DO $$BEGIN PERFORM set_config('search_path', 'pg_catalog', false); END$$",
         true,
@@ -102,7 +113,7 @@ fn action() -> impl Strategy<Value = Action> {
 /// Everything the next user can observe of a session, one row.
 const FINGERPRINT: &str = "SELECT current_user, session_user, current_setting('search_path'), \
     current_setting('statement_timeout'), current_setting('default_transaction_read_only'), \
-    current_setting('app.tenant', true), \
+    current_setting('app.tenant', true), current_setting('app.tenantx', true), \
     (SELECT count(*) FROM pg_class WHERE relnamespace = pg_my_temp_schema()), \
     (SELECT count(*) FROM pg_prepared_statements WHERE from_sql), \
     (SELECT count(*) FROM pg_listening_channels()), \
@@ -158,6 +169,10 @@ fn the_next_user_always_sees_a_session_like_a_new_one() {
                  CREATE OR REPLACE FUNCTION pooler_fuzz_sets() RETURNS void LANGUAGE sql AS \
                  $$SELECT set_config('statement_timeout', '777', false)$$; \
                  GRANT EXECUTE ON FUNCTION pooler_fuzz_sets() TO PUBLIC; \
+                 CREATE SCHEMA IF NOT EXISTS pooler_fuzz; \
+                 GRANT USAGE ON SCHEMA pooler_fuzz TO PUBLIC; \
+                 CREATE OR REPLACE FUNCTION pooler_fuzz.lower(text) RETURNS text LANGUAGE sql AS \
+                 $$SELECT set_config('statement_timeout', '555', false)$$; \
                  CREATE TABLE IF NOT EXISTS pooler_fuzz_writes (n bigint)",
             )
             .await

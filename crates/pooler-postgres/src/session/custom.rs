@@ -5,9 +5,11 @@
 //! where a new connection reads `NULL` (`current_setting('app.tenant', true)`), and `''::int`
 //! then fails the next request. So the names are read where they can be — the setting of
 //! `SET [SESSION|LOCAL] a.b`, `RESET a.b`, and a `set_config('a.b', …)` whose name is a plain
-//! literal — and a custom name the pool was not told of (`PgManager::custom_settings`) has
-//! the connection replaced. A `set_config` whose name is not a literal, and a quoted name in
-//! a `SET`, cannot be read: they count as an unknown custom setting (replaced).
+//! literal followed by its `,` — and a custom name the pool was not told of
+//! (`PgManager::custom_settings`) has the connection replaced. A `set_config` whose name is
+//! not such a literal (a parameter, an expression, `'a.' || 'b'`, a literal read through a
+//! backslash escape), and a name spelled with Unicode escapes in a `SET`, cannot be read:
+//! they count as an unknown custom setting (replaced).
 //!
 //! # Invariants
 //!
@@ -28,6 +30,9 @@ enum Call {
     Open,
     /// Inside the first argument's `'…'`.
     Literal,
+    /// The first argument's `'…'` ended: the name is read only if a `,` comes next
+    /// (`'app.' || 'tenant'`, or a string continued on the next line, names another).
+    Closed,
 }
 
 /// The custom setting names one message's statements set.
@@ -100,7 +105,14 @@ impl Customs {
                 self.literal.clear();
                 self.call = Call::Literal;
             }
-            (_, Call::Name | Call::Open) => {
+            (b',', Call::Closed) => {
+                self.call = Call::None;
+                let name = std::mem::take(&mut self.literal);
+                if name.contains(&b'.') {
+                    self.names.push(name);
+                }
+            }
+            (_, Call::Name | Call::Open | Call::Closed) => {
                 // Not a plain literal: `$1`, an expression, `E'…'`.
                 self.unknown = true;
                 self.call = Call::None;
@@ -114,9 +126,10 @@ impl Customs {
         }
     }
 
-    /// A word began while a `set_config`'s first argument was awaited: not a literal.
+    /// A word began while a `set_config`'s first argument was awaited or read: not a
+    /// literal.
     pub(super) fn word_start(&mut self) {
-        if matches!(self.call, Call::Name | Call::Open) {
+        if matches!(self.call, Call::Name | Call::Open | Call::Closed) {
             self.unknown = true;
             self.call = Call::None;
         }
@@ -159,14 +172,19 @@ impl Customs {
         debug_assert!(self.literal.len() <= LONGEST, "invariant 2");
     }
 
+    /// A backslash escape inside a `'…'` string: a `set_config` name read through it could
+    /// be any name (`'app\x2etenant'` is `app.tenant`).
+    pub(super) fn string_escape(&mut self) {
+        if self.call == Call::Literal {
+            self.unknown = true;
+            self.call = Call::None;
+        }
+    }
+
     /// A `'…'` string ended.
     pub(super) fn string_end(&mut self) {
         if self.call == Call::Literal {
-            self.call = Call::None;
-            let name = std::mem::take(&mut self.literal);
-            if name.contains(&b'.') {
-                self.names.push(name);
-            }
+            self.call = Call::Closed;
         }
     }
 

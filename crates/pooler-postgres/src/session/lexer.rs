@@ -69,8 +69,8 @@ pub(super) struct Lexer {
     pub(super) len: usize,
     /// The word overflowed `WORD`: no keyword.
     pub(super) long: bool,
-    /// The word just ended was `E` (or `e`), right before this byte.
-    pub(super) e_prefix: bool,
+    /// What the word just ended, right before this byte, makes of a quote after it.
+    pub(super) prefix: Prefix,
     pub(super) tag: [u8; TAG],
     pub(super) tag_len: usize,
     pub(super) matched: usize,
@@ -90,9 +90,14 @@ pub(super) struct Lexer {
     pub(super) names: bool,
     /// A `.` came right after a name: the next name is qualified (`s.f`), and keeps what the
     /// name before the qualifier said.
-    pub(super) qualified: bool,
+    pub(super) qualifier: Qualifier,
+    /// The name just ended was qualified by a schema other than `pg_catalog`: a built-in's
+    /// name there is a function of the application's (`app.now()`).
+    pub(super) foreign: bool,
     /// An `INTO`, then maybe `LOCAL`, `GLOBAL` or `UNLOGGED`: a `TEMP` now makes a table.
     pub(super) into: bool,
+    /// The quoted identifier being read is spelled with Unicode escapes (`U&"…"`).
+    pub(super) unicode: bool,
     /// A `'…'` string takes backslash escapes (`standard_conforming_strings = off`).
     pub(super) backslash: bool,
     /// The statement's `SET` named a scope (`LOCAL`, `SESSION`) before its setting.
@@ -110,6 +115,30 @@ pub(super) struct Lexer {
 
 /// The most calls of unknown functions a message's text is followed for.
 pub(super) const CALLS: usize = 16;
+
+/// A quote's prefix: the word right before it, with nothing between.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(super) enum Prefix {
+    #[default]
+    None,
+    /// `E`: a `'…'` after it takes backslash escapes.
+    E,
+    /// `U`: with a `&` next, a quote after that is spelled with Unicode escapes.
+    U,
+    /// `U&`: a `"…"` after it is a name the scan cannot read (`U&"pg\005ftemp"`).
+    UAmp,
+}
+
+/// What qualified the name being read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(super) enum Qualifier {
+    #[default]
+    None,
+    /// `pg_catalog.`: a built-in's name is the built-in.
+    Catalog,
+    /// Any other name (`app.`, `t.`).
+    Schema,
+}
 
 /// What a `(` would call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -145,7 +174,7 @@ impl Lexer {
             word,
             len,
             long,
-            e_prefix,
+            prefix,
             tag,
             tag_len,
             matched,
@@ -157,8 +186,10 @@ impl Lexer {
             pending,
             before_names,
             names,
-            qualified,
+            qualifier,
+            foreign,
             into,
+            unicode,
             backslash: backslash_strings,
             scoped,
             customs,
@@ -170,7 +201,7 @@ impl Lexer {
         *word = [0; WORD];
         *len = 0;
         *long = false;
-        *e_prefix = false;
+        *prefix = Prefix::None;
         *tag = [0; TAG];
         *tag_len = 0;
         *matched = 0;
@@ -182,8 +213,10 @@ impl Lexer {
         *pending = Pending::Nothing;
         *before_names = false;
         *names = false;
-        *qualified = false;
+        *qualifier = Qualifier::None;
+        *foreign = false;
         *into = false;
+        *unicode = false;
         *backslash_strings = backslash;
         *scoped = false;
         customs.clear();
@@ -248,7 +281,7 @@ impl Lexer {
                         i += 1;
                     }
                     if i > start {
-                        self.e_prefix = false;
+                        self.prefix = Prefix::None;
                     }
                 }
                 _ => {}
@@ -302,6 +335,7 @@ impl Lexer {
             }
             State::QuoteEnd => {
                 if b == b'\'' {
+                    self.customs.string_byte(b);
                     self.state = State::Quote;
                 } else {
                     self.customs.string_end();
@@ -310,13 +344,17 @@ impl Lexer {
                 }
             }
             State::EQuote => match b {
-                b'\\' => self.state = State::EQuoteEscape,
+                b'\\' => {
+                    self.customs.string_escape();
+                    self.state = State::EQuoteEscape;
+                }
                 b'\'' => self.state = State::EQuoteEnd,
                 _ => self.customs.string_byte(b),
             },
             State::EQuoteEscape => self.state = State::EQuote,
             State::EQuoteEnd => {
                 if b == b'\'' {
+                    self.customs.string_byte(b);
                     self.state = State::EQuote;
                 } else {
                     self.customs.string_end();
@@ -328,11 +366,12 @@ impl Lexer {
                 if b == b'"' {
                     self.state = State::IdentEnd;
                 } else {
-                    self.customs.ident_byte(b);
+                    self.ident_byte(b);
                 }
             }
             State::IdentEnd => {
                 if b == b'"' {
+                    self.ident_byte(b);
                     self.state = State::Ident;
                 } else {
                     self.customs.ident_end();
@@ -429,9 +468,21 @@ impl Lexer {
         }
     }
 
+    /// A byte of a quoted identifier (a `"` of a doubled one too): kept in `word` as it is,
+    /// for [`quoted_done`](Lexer::quoted_done), and given to the custom settings' reader.
+    fn ident_byte(&mut self, b: u8) {
+        if let Some(slot) = self.word.get_mut(self.len) {
+            *slot = b;
+            self.len += 1;
+        } else {
+            self.long = true;
+        }
+        self.customs.ident_byte(b);
+    }
+
     /// A byte of code (outside quotes and comments).
     fn code(&mut self, b: u8) {
-        let e_prefix = std::mem::take(&mut self.e_prefix);
+        let prefix = std::mem::take(&mut self.prefix);
         if CLASS[usize::from(b)] & BLANK != 0 {
             return; // between a name and its `(`, or anywhere
         }
@@ -444,10 +495,17 @@ impl Lexer {
         let pending = std::mem::take(&mut self.pending);
         match b {
             b'(' if pending != Pending::Nothing => self.call(pending),
-            b'.' if pending != Pending::Nothing => self.qualified = true,
+            // The name before it is in `word` (a quoted one as written).
+            b'.' if pending != Pending::Nothing => {
+                self.qualifier = if !self.long && &self.word[..self.len] == b"pg_catalog" {
+                    Qualifier::Catalog
+                } else {
+                    Qualifier::Schema
+                };
+            }
             // A name begins: it is the one a `.` qualified, if any.
             b'"' | b'a'..=b'z' | b'A'..=b'Z' | b'_' | 0x80..=0xff => {}
-            _ => self.qualified = false,
+            _ => self.qualifier = Qualifier::None,
         }
         match b {
             b'a'..=b'z' | b'A'..=b'Z' | b'_' | 0x80..=0xff => {
@@ -457,13 +515,19 @@ impl Lexer {
                 self.state = State::Word;
             }
             b'\'' => {
-                self.state = if e_prefix || self.backslash {
+                self.state = if prefix == Prefix::E || self.backslash {
                     State::EQuote
                 } else {
                     State::Quote
                 };
             }
-            b'"' => self.state = State::Ident,
+            b'"' => {
+                // Its bytes go into `word`, as they are (quoted, a name keeps its case).
+                self.len = 0;
+                self.long = false;
+                self.unicode = prefix == Prefix::UAmp;
+                self.state = State::Ident;
+            }
             b'$' => {
                 self.tag_len = 0;
                 self.state = State::DollarOpen;
@@ -471,6 +535,7 @@ impl Lexer {
             b'-' => self.state = State::Dash,
             b'/' => self.state = State::Slash,
             b';' => self.next_statement(),
+            b'&' if prefix == Prefix::U => self.prefix = Prefix::UAmp,
             _ => {}
         }
     }

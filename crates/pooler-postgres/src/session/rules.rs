@@ -3,7 +3,7 @@
 //! `words.rs`).
 
 use super::Dirt;
-use super::lexer::{CALLS, Lexer, Pending};
+use super::lexer::{CALLS, Lexer, Pending, Prefix, Qualifier};
 use super::words::{self, Kw, keyword};
 
 impl Lexer {
@@ -31,7 +31,9 @@ impl Lexer {
     /// A name ended (a word, or a quoted identifier when `word` is false): what it says of
     /// the `(` after the next name.
     pub(super) fn name_done(&mut self, word: bool) {
-        if std::mem::take(&mut self.qualified) {
+        let qualifier = std::mem::take(&mut self.qualifier);
+        self.foreign = qualifier == Qualifier::Schema;
+        if qualifier != Qualifier::None {
             // `s.t`: `t` stands where `s` stood.
             self.names = false;
             return;
@@ -43,13 +45,14 @@ impl Lexer {
     }
 
     /// A `(` right after a name: a call, unless the name is a keyword, a type, the name of an
-    /// object being defined or referenced, or a function known to leave nothing.
+    /// object being defined or referenced, or a built-in known to leave nothing (unqualified,
+    /// or in `pg_catalog`: `app.now()` is the application's).
     pub(super) fn call(&mut self, pending: Pending) {
         if self.before_names {
             return;
         }
         let known = match pending {
-            Pending::Word if !self.long => {
+            Pending::Word if !self.long && !self.foreign => {
                 let word = &self.word[..self.len];
                 words::not_a_call(word) || words::neutral_call(word)
             }
@@ -80,11 +83,15 @@ impl Lexer {
             self.next_statement();
         }
         let word = &self.word[..self.len];
-        self.e_prefix = word == b"e";
+        self.prefix = match word {
+            b"e" => Prefix::E,
+            b"u" => Prefix::U,
+            _ => Prefix::None,
+        };
         let mut dirt = 0;
         if self.nth == 0
             && (self.long || words::first(word) == words::First::Unknown)
-            && !self.qualified
+            && self.qualifier == Qualifier::None
         {
             dirt |= Dirt::ALL;
         }
@@ -143,12 +150,22 @@ impl Lexer {
     }
 
     /// A quoted identifier ended: a word no keyword matches (`SET "search_path" = …` is a
-    /// `SET`; a statement cannot begin with one).
+    /// `SET`; a statement cannot begin with one), but the temporary schema's names
+    /// (`"pg_temp"`, `"pg_temp_3"`) as written. One spelled with Unicode escapes
+    /// (`U&"pg\005ftemp"`) may be any name: the scan cannot read it, so it may have left
+    /// anything, in a `SET` a custom setting of any name too.
     pub(super) fn quoted_done(&mut self) {
         match (self.nth, self.first) {
             (0, _) => self.dirt |= Dirt::ALL,
             (1, Kw::Set) => self.dirt |= Dirt::SETTING,
             _ => {}
+        }
+        if std::mem::take(&mut self.unicode) {
+            self.dirt |= Dirt::ALL;
+            // In a `SET` or `RESET`, it may name a custom setting.
+            self.customs.unknown |= matches!(self.first, Kw::Set | Kw::Reset);
+        } else if !self.long && words::temp_schema(&self.word[..self.len]) {
+            self.dirt |= Dirt::TEMP;
         }
         self.prev = Kw::Other;
         self.into = false;

@@ -281,12 +281,23 @@ pub(super) fn keyword(word: &[u8]) -> Kw {
         b"discard" => Kw::Discard,
         b"deallocate" => Kw::Deallocate,
         b"table" | b"view" | b"sequence" => Kw::Object,
-        b"pg_temp" => Kw::PgTemp,
         b"set_config" => Kw::SetConfig,
         b"pg_advisory_lock"
         | b"pg_advisory_lock_shared"
         | b"pg_try_advisory_lock"
         | b"pg_try_advisory_lock_shared" => Kw::Advisory,
+        _ if temp_schema(word) => Kw::PgTemp,
         _ => Kw::Other,
+    }
+}
+
+/// Whether `name` (lower case, or a quoted name as written) names the session's temporary
+/// schema: `pg_temp`, or its own name `pg_temp_N` (which a session can write once it has
+/// made a temporary object, and keeps after a reset drops them).
+pub(super) fn temp_schema(name: &[u8]) -> bool {
+    match name.strip_prefix(b"pg_temp") {
+        Some([]) => true,
+        Some([b'_', n @ ..]) => !n.is_empty() && n.iter().all(u8::is_ascii_digit),
+        _ => false,
     }
 }
