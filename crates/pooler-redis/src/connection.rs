@@ -17,7 +17,7 @@ use crate::track::Track;
 /// never reaches the next one: an open `MULTI` is discarded, keys watched are unwatched, a
 /// database selected and a name set are put back — in one round trip, and only when the user
 /// changed them; a request whose answer never came (a cancelled `BLPOP k 0`) or a mode no
-/// command undoes (`SUBSCRIBE`, `MONITOR`, `CLIENT REPLY`, `HELLO`, `AUTH`) has the
+/// command undoes (`SUBSCRIBE`, `MONITOR`, `CLIENT REPLY`, `HELLO`, `AUTH`, `QUIT`) has the
 /// connection replaced. [`untracked`](RedisConnection::untracked) reaches the multiplexed
 /// connection underneath, and has the connection replaced when it comes back.
 pub struct RedisConnection {

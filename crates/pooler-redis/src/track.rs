@@ -117,18 +117,34 @@ impl Track {
                     .and_then(|db| std::str::from_utf8(db).ok()?.parse().ok()),
             );
         } else if is("CLIENT") {
+            // Known by what it leaves, each subcommand: one not known here (`KILL`, which
+            // may match this connection, `REPLY`, `TRACKING`, a newer one) may change it.
             let sub = args.next().unwrap_or_default();
             let sub_is = |word: &str| sub.eq_ignore_ascii_case(word.as_bytes());
             if sub_is("SETNAME") {
                 self.renamed = true;
-            } else if [
-                "REPLY", "TRACKING", "CACHING", "NO-EVICT", "NO-TOUCH", "SETINFO",
+            } else if ![
+                "GETNAME",
+                "ID",
+                "INFO",
+                "LIST",
+                "GETREDIR",
+                "TRACKINGINFO",
+                "PAUSE",
+                "UNPAUSE",
+                "UNBLOCK",
+                "HELP",
             ]
             .iter()
             .any(|w| sub_is(w))
             {
                 self.lasting = true;
             }
+        } else if is("SCRIPT") {
+            // `SCRIPT DEBUG` puts this connection's next script under the debugger.
+            self.lasting |= args
+                .next()
+                .is_none_or(|sub| sub.eq_ignore_ascii_case(b"DEBUG"));
         } else if [
             "SUBSCRIBE",
             "PSUBSCRIBE",
@@ -139,6 +155,13 @@ impl Track {
             "RESET",
             "READONLY",
             "READWRITE",
+            "QUIT",
+            "ASKING",
+            "SYNC",
+            "PSYNC",
+            "REPLCONF",
+            "SHUTDOWN",
+            "DEBUG",
         ]
         .iter()
         .any(|w| is(w))
@@ -337,6 +360,47 @@ mod tests {
         let mut t = Track::default();
         t.issue(&cmd(&["SELECT", "0"]));
         assert!(t.db_moved());
+    }
+
+    /// What ends a connection or changes what it is, no command undoes: the connection is
+    /// replaced. A `CLIENT` subcommand counts as such unless it is known to leave nothing.
+    #[test]
+    fn what_ends_or_changes_the_connection_lasts() {
+        for words in [
+            &["QUIT"][..],
+            &["quit"],
+            &["CLIENT", "KILL", "ID", "7"],
+            &["CLIENT", "REPLY", "OFF"],
+            &["CLIENT", "TRACKING", "ON"],
+            &["CLIENT", "NO-EVICT", "ON"],
+            &["CLIENT", "SOMETHING-NEW"],
+            &["CLIENT"],
+            &["SCRIPT", "DEBUG", "YES"],
+            &["ASKING"],
+            &["REPLCONF", "listening-port", "1"],
+            &["PSYNC", "?", "-1"],
+            &["HELLO", "3"],
+            &["SUBSCRIBE", "c"],
+        ] {
+            let mut t = Track::default();
+            let i = t.issue(&cmd(words));
+            t.answered(i, true);
+            assert!(t.lasting, "{words:?}");
+        }
+        for words in [
+            &["CLIENT", "ID"][..],
+            &["client", "getname"],
+            &["CLIENT", "INFO"],
+            &["SCRIPT", "EXISTS", "abc"],
+            &["SCRIPT", "LOAD", "return 1"],
+            &["GET", "k"],
+            &["PING"],
+        ] {
+            let mut t = Track::default();
+            let i = t.issue(&cmd(words));
+            t.answered(i, true);
+            assert!(t.clean(), "{words:?}: {t:?}");
+        }
     }
 
     /// An answer is read when it is a value or the server's own error; a failure of the

@@ -439,3 +439,53 @@ async fn a_cleaning_command_cancelled_before_it_was_sent_cleans_nothing() {
     drop(conn);
     pool.close(Shutdown::Graceful).await;
 }
+
+/// A command that ends the connection or changes what it is (`QUIT`, a `CLIENT KILL` that
+/// may match it, replication's handshake, the debugger, a cluster's one-shot `ASKING`, a
+/// `CLIENT` subcommand the tracking does not know) has it replaced: handed on, it would
+/// break under the next user (seen: `QUIT`, then the next user's `SET` failed with a broken
+/// pipe in two of three runs) or behave as no new connection does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_command_that_ends_or_changes_the_connection_has_it_replaced() {
+    let Some(url) = url().await else { return };
+    let ways: [&[&str]; 6] = [
+        &["QUIT"],
+        &["CLIENT", "KILL", "ID"],
+        &["REPLCONF", "listening-port", "1"],
+        &["SCRIPT", "DEBUG", "NO"],
+        &["ASKING"],
+        &["CLIENT", "NO-SUCH-SUBCOMMAND"],
+    ];
+    for way in ways {
+        let pool = one_of_one(&url, "pooler-ends").await;
+        let mut conn = take(&pool).await;
+        let first = Member::id(&conn);
+        let mut cmd = redis::cmd(way[0]);
+        for arg in &way[1..] {
+            cmd.arg(*arg);
+        }
+        if way.ends_with(&["ID"]) {
+            // This connection's own id: other tests' connections run beside it.
+            let id: i64 = redis::cmd("CLIENT")
+                .arg("ID")
+                .query_async(&mut conn)
+                .await
+                .unwrap();
+            cmd.arg(id);
+        }
+        // Its answer, or its error (`ASKING` without cluster support), is beside the point.
+        drop(cmd.query_async::<redis::Value>(&mut conn).await);
+        drop(conn);
+        let mut conn = take(&pool).await;
+        assert_ne!(Member::id(&conn), first, "{way:?}: replaced");
+        let set: String = redis::cmd("SET")
+            .arg("pooler:ends")
+            .arg(1)
+            .query_async(&mut conn)
+            .await
+            .unwrap_or_else(|e| panic!("{way:?}: the next user's SET failed: {e}"));
+        assert_eq!(set, "OK");
+        drop(conn);
+        pool.close(Shutdown::Graceful).await;
+    }
+}
