@@ -211,7 +211,7 @@ impl Hosts {
             let host = &mut state[i];
             host.failures = host.failures.saturating_add(1);
             let steps = 1u32 << host.failures.saturating_sub(1).min(MAX_BACKOFF.ilog2());
-            host.after = Some(Instant::now() + recheck.saturating_mul(steps));
+            host.after = Some(later(recheck.saturating_mul(steps)));
         });
     }
 
@@ -221,11 +221,17 @@ impl Hosts {
         let recheck = self.recheck;
         self.with(count, |state| {
             state[i] = Host {
-                after: Some(Instant::now() + recheck),
+                after: Some(later(recheck)),
                 failures: 0,
             };
         });
     }
+}
+
+/// `wait` from now; a wait longer than any time key accepts
+/// ([`MAX_TIME`](pooler::time::MAX_TIME)) is that long, so no interval overflows `Instant`.
+fn later(wait: Duration) -> Instant {
+    Instant::now() + wait.min(pooler::time::MAX_TIME)
 }
 
 #[cfg(test)]
@@ -256,6 +262,29 @@ mod tests {
         assert_eq!(hosts.order(vec![2, 1, 0]), vec![1, 0, 2]);
         tokio::time::advance(Duration::from_secs(1)).await;
         assert_eq!(hosts.order(vec![2, 1, 0]), vec![2, 1, 0]);
+    }
+
+    /// Any recheck interval is accepted: zero (a marked host is due at once) to
+    /// `Duration::MAX` (tried last for good), never a panic past `Instant`'s range.
+    #[tokio::test(start_paused = true)]
+    async fn a_recheck_of_any_length_is_accepted() {
+        for recheck in [Duration::ZERO, Duration::from_nanos(1), Duration::MAX] {
+            let hosts = Hosts::new(recheck);
+            for _ in 0..4 {
+                hosts.unreachable(0, 2);
+            }
+            hosts.wrong_kind(0, 2);
+            for _ in 0..4 {
+                hosts.unreachable(0, 2);
+            }
+            tokio::time::advance(Duration::from_micros(1)).await;
+            let order = hosts.order(vec![0, 1]);
+            if recheck == Duration::MAX {
+                assert_eq!(order, vec![1, 0], "the marked one still last");
+            } else {
+                assert_eq!(order, vec![0, 1], "{recheck:?}: due again");
+            }
+        }
     }
 
     #[test]
