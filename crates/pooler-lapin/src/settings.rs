@@ -44,10 +44,11 @@ pub struct AmqpSettings {
     /// The password (default `guest`).
     pub password: Option<String>,
     /// The heartbeat the client asks for, in pooler's time forms (whole seconds on the
-    /// wire).
+    /// wire, at most 65 535).
     #[serde(default, deserialize_with = "pooler::time::option::deserialize")]
     pub heartbeat: Option<Duration>,
-    /// How long connecting may take, in pooler's time forms.
+    /// How long connecting may take, in pooler's time forms (whole milliseconds on the
+    /// wire, rounded up; zero is none).
     #[serde(default, deserialize_with = "pooler::time::option::deserialize")]
     pub connection_timeout: Option<Duration>,
     /// The most channels the connection may open.
@@ -123,10 +124,19 @@ impl AmqpSettings {
                     reason: "must be whole seconds (\"30s\"; a bare number is milliseconds)",
                 });
             }
+            if h.as_secs() > u64::from(u16::MAX) {
+                return Err(SettingsError {
+                    key: "heartbeat",
+                    reason: "must be at most 65535s (the protocol carries 16 bits of seconds)",
+                });
+            }
             query.push(format!("heartbeat={}", h.as_secs()));
         }
-        if let Some(t) = self.connection_timeout {
-            query.push(format!("connection_timeout={}", t.as_millis()));
+        // Milliseconds, rounded up (1 ns is 1 ms, not 0); past `u64` the longest the URI
+        // carries; zero, which the socket refuses as a timeout, none.
+        if let Some(t) = self.connection_timeout.filter(|t| !t.is_zero()) {
+            let ms = u64::try_from(t.as_nanos().div_ceil(1_000_000)).unwrap_or(u64::MAX);
+            query.push(format!("connection_timeout={ms}"));
         }
         if let Some(n) = self.channel_max {
             query.push(format!("channel_max={n}"));
@@ -209,5 +219,43 @@ mod tests {
         // A bare number is milliseconds: 10 ms would be sent as 0, which turns heartbeats off.
         let settings: AmqpSettings = toml::from_str("heartbeat = 10").unwrap();
         assert_eq!(settings.to_uri().unwrap_err().key, "heartbeat");
+    }
+
+    /// Every duration makes a URI lapin reads, or an error naming its key: the protocol
+    /// carries a heartbeat of at most 65 535 s; a connect timeout past what the URI can
+    /// carry (`u64` milliseconds) is the longest it can, and zero, which the socket refuses,
+    /// none.
+    #[test]
+    fn every_duration_makes_a_uri_lapin_reads_or_names_its_key() {
+        let with = |heartbeat, connection_timeout| {
+            let settings = AmqpSettings {
+                heartbeat,
+                connection_timeout,
+                ..AmqpSettings::default()
+            };
+            settings.to_uri().map(|uri| AMQPUri::from_str(&uri))
+        };
+        let read = |h, t| with(h, t).unwrap().unwrap();
+        let secs = Duration::from_secs;
+        assert_eq!(read(Some(secs(65_535)), None).query.heartbeat, Some(65_535));
+        assert_eq!(read(Some(Duration::ZERO), None).query.heartbeat, Some(0));
+        for h in [secs(65_536), secs(u64::MAX)] {
+            assert_eq!(with(Some(h), None).unwrap_err().key, "heartbeat", "{h:?}");
+        }
+        assert_eq!(
+            read(None, Some(Duration::MAX)).query.connection_timeout,
+            Some(u64::MAX)
+        );
+        assert_eq!(
+            read(None, Some(Duration::from_nanos(1)))
+                .query
+                .connection_timeout,
+            Some(1),
+            "under a millisecond: one, not zero"
+        );
+        assert_eq!(
+            read(None, Some(Duration::ZERO)).query.connection_timeout,
+            None
+        );
     }
 }
