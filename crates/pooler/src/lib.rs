@@ -26,8 +26,6 @@ mod housekeeping;
 mod leak;
 mod lifecycle;
 mod lifetime;
-#[cfg(feature = "links")]
-#[cfg_attr(docsrs, doc(cfg(feature = "links")))]
 pub mod links;
 mod lives;
 mod manager;

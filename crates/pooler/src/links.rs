@@ -1,33 +1,17 @@
-//! Bounds on the TCP links a client library opens without letting its caller set them
-//! (feature `links`, Linux): `TCP_USER_TIMEOUT` and the keepalive probes' interval and count,
-//! so that a link that dies without a word — no FIN, no RST — fails a request within a stated
-//! bound instead of the kernel's ~15 minutes of retransmissions (docs/faults.md).
-//!
-//! mysql_async, for one, opens its socket inside `Conn::new` and offers only the keepalive's
-//! idle time. A manager notes the process's sockets before the connect ([`Opening::before`])
-//! and bounds the ones the connect opened once it returns ([`Opening::bound`]): each socket
-//! that was not there before, is connected to the server's port, and has no user timeout of
-//! its own yet. The sockets are reached through duplicates of their descriptors
-//! (`pidfd_getfd` on the process itself), so nothing here needs `unsafe` or can touch a
-//! descriptor number that was closed and reused meanwhile: a duplicate is the socket it was
-//! taken from.
-//!
-//! # Invariants
-//!
-//! 1. A socket is changed only if it appeared during the connect, is a TCP socket connected to
-//!    the server's port, and had no user timeout: a socket someone set on purpose keeps its
-//!    setting.
-//! 2. Nothing fails the connect: where the bounds cannot be set (another system, descriptors
-//!    the process may not duplicate), [`Opening::bound`] says so by bounding none, and the
-//!    link keeps the kernel's defaults.
-//!
-//! A socket another library of the same process opens to the same server port during the
-//! connect is bounded too: the bounds only make a dead link fail sooner.
+//! The liveness settings of a TCP link: what a socket takes ([`LinkSettings`], checked
+//! before a connect, so that a value it would refuse is named by its key rather than failing
+//! every connect with "Invalid argument"), and the bounds ([`LinkBounds`]: `TCP_USER_TIMEOUT`
+//! and the keepalive probes' interval and count) that `Opening` (feature `links`, Linux)
+//! puts on the links a client library opens without letting its caller set them, so that a
+//! link that dies without a word — no FIN, no RST — fails a request within a stated bound
+//! instead of the kernel's ~15 minutes of retransmissions (docs/faults.md).
 
-use std::collections::HashSet;
 use std::time::Duration;
 
 /// How long a dead link may hold a request, and how the keepalive probes find an idle one.
+/// Each is set within what the socket takes: a value past it is set as the nearest one that
+/// is (a user timeout of 1 ms to [`USER_TIMEOUT_MAX`], an interval of 1 s to
+/// [`KEEPALIVE_MAX`], 1 to [`KEEPALIVE_PROBES_MAX`] probes).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LinkBounds {
     /// `TCP_USER_TIMEOUT`: how long data may stay unacknowledged before the kernel ends the
@@ -57,138 +41,145 @@ impl Default for LinkBounds {
     }
 }
 
-/// The process's sockets before a connect, to bound the ones the connect opens.
-#[derive(Debug)]
-pub struct Opening {
-    /// The server's port: only sockets connected to it are bounded.
-    port: u16,
-    /// The inodes of the process's sockets before the connect.
-    before: HashSet<u64>,
+/// The longest keepalive time — idle before the first probe, or between probes — a TCP
+/// socket takes (Linux's bound, the strictest of the systems the family runs on); the
+/// shortest is one second, and both are whole seconds. A backend refuses a setting outside
+/// them by its key: the socket would refuse it, and every connect fail.
+pub const KEEPALIVE_MAX: Duration = Duration::from_secs(32_767);
+
+/// The most keepalive probes a TCP socket takes (Linux's bound); the fewest is one.
+pub const KEEPALIVE_PROBES_MAX: u32 = 127;
+
+/// The longest `TCP_USER_TIMEOUT` a socket takes: 2³¹ − 1 ms (about 24.8 days).
+pub const USER_TIMEOUT_MAX: Duration = Duration::from_millis(i32::MAX as u64);
+
+/// The liveness settings a client library puts on a link's socket, to check against what
+/// the socket takes before a connect ([`LinkSettings::refused`]): a value outside it fails
+/// every connect with "Invalid argument", naming no setting. `None`: not set.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LinkSettings {
+    /// Idle time before the first keepalive probe.
+    pub keepalive_idle: Option<Duration>,
+    /// Time between keepalive probes.
+    pub keepalive_interval: Option<Duration>,
+    /// Unanswered probes that end the link.
+    pub keepalive_probes: Option<u32>,
+    /// `TCP_USER_TIMEOUT` (zero: the kernel's own).
+    pub user_timeout: Option<Duration>,
 }
 
-impl Opening {
-    /// Notes the process's sockets before a connect to a server listening on `port`.
+/// Which of a link's settings the socket would refuse, with what it takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Refused {
+    /// [`LinkSettings::keepalive_idle`].
+    KeepaliveIdle,
+    /// [`LinkSettings::keepalive_interval`].
+    KeepaliveInterval,
+    /// [`LinkSettings::keepalive_probes`].
+    KeepaliveProbes,
+    /// [`LinkSettings::user_timeout`].
+    UserTimeout,
+}
+
+impl Refused {
+    /// What the setting must be, as a phrase (`"must be 1 to 32767 whole seconds"`).
     #[must_use]
-    pub fn before(port: u16) -> Opening {
-        Opening {
-            port,
-            before: sockets().map(|(_, inode)| inode).collect(),
+    pub fn must(self) -> &'static str {
+        match self {
+            Refused::KeepaliveIdle | Refused::KeepaliveInterval => {
+                "must be 1 to 32767 whole seconds"
+            }
+            Refused::KeepaliveProbes => "must be 1 to 127",
+            Refused::UserTimeout => "must be under 2^31 ms (about 24.8 days)",
         }
     }
+}
 
-    /// Bounds the sockets the connect opened (see the module's invariants); returns how many.
-    /// None on a system other than Linux, or where the process may not duplicate its own
-    /// descriptors.
-    pub fn bound(self, bounds: &LinkBounds) -> usize {
-        let new = sockets()
-            .filter(|(_, inode)| !self.before.contains(inode))
-            .map(|(fd, _)| fd);
-        os::bound(new, self.port, bounds)
+impl LinkSettings {
+    /// The first setting the socket would refuse, if any.
+    #[must_use]
+    pub fn refused(&self) -> Option<Refused> {
+        let seconds = |d: Duration| (1..=KEEPALIVE_MAX.as_secs()).contains(&d.as_secs());
+        if self.keepalive_idle.is_some_and(|d| !seconds(d)) {
+            Some(Refused::KeepaliveIdle)
+        } else if self.keepalive_interval.is_some_and(|d| !seconds(d)) {
+            Some(Refused::KeepaliveInterval)
+        } else if self
+            .keepalive_probes
+            .is_some_and(|n| !(1..=KEEPALIVE_PROBES_MAX).contains(&n))
+        {
+            Some(Refused::KeepaliveProbes)
+        } else if self.user_timeout.is_some_and(|d| d > USER_TIMEOUT_MAX) {
+            Some(Refused::UserTimeout)
+        } else {
+            None
+        }
     }
 }
 
-/// The process's open sockets: descriptor number and inode.
-fn sockets() -> impl Iterator<Item = (i32, u64)> {
-    std::fs::read_dir("/proc/self/fd")
-        .into_iter()
-        .flatten()
-        .filter_map(|entry| {
-            let entry = entry.ok()?;
-            let fd = entry.file_name().to_str()?.parse().ok()?;
-            let target = std::fs::read_link(entry.path()).ok()?;
-            let inode = target
-                .to_str()?
-                .strip_prefix("socket:[")?
-                .strip_suffix(']')?
-                .parse()
-                .ok()?;
-            Some((fd, inode))
-        })
-}
+#[cfg(feature = "links")]
+mod opening;
+#[cfg(feature = "links")]
+#[cfg_attr(docsrs, doc(cfg(feature = "links")))]
+pub use opening::Opening;
 
-#[cfg(target_os = "linux")]
-mod os {
-    use rustix::net::sockopt;
-    use rustix::process::{PidfdFlags, PidfdGetfdFlags, getpid, pidfd_getfd, pidfd_open};
-
-    use super::LinkBounds;
-
-    /// Bounds each of descriptors `fds` whose socket is a TCP socket connected to `port` with
-    /// no user timeout of its own; how many it did. The process's own descriptor is opened
-    /// once for them all.
-    pub(super) fn bound(fds: impl Iterator<Item = i32>, port: u16, bounds: &LinkBounds) -> usize {
-        let Ok(me) = pidfd_open(getpid(), PidfdFlags::empty()) else {
-            return 0;
-        };
-        let bounded = |fd: i32| -> rustix::io::Result<bool> {
-            let socket = pidfd_getfd(&me, fd, PidfdGetfdFlags::empty())?;
-            let peer = rustix::net::getpeername(&socket)?
-                .and_then(|peer| std::net::SocketAddr::try_from(peer).ok());
-            if peer.is_none_or(|peer| peer.port() != port)
-                || sockopt::tcp_user_timeout(&socket)? != 0
-            {
-                return Ok(false);
-            }
-            let millis = u32::try_from(bounds.user_timeout.as_millis()).unwrap_or(u32::MAX);
-            sockopt::set_tcp_user_timeout(&socket, millis.max(1))?;
-            if sockopt::socket_keepalive(&socket)? {
-                sockopt::set_tcp_keepintvl(&socket, bounds.keepalive_interval)?;
-                sockopt::set_tcp_keepcnt(&socket, bounds.keepalive_count.max(1))?;
-            }
-            Ok(true)
-        };
-        fds.filter(|&fd| bounded(fd).unwrap_or(false)).count()
-    }
-}
-
-#[cfg(not(target_os = "linux"))]
-mod os {
-    use super::LinkBounds;
-
-    pub(super) fn bound(
-        _fds: impl Iterator<Item = i32>,
-        _port: u16,
-        _bounds: &LinkBounds,
-    ) -> usize {
-        0
-    }
-}
-
-#[cfg(all(test, target_os = "linux"))]
+#[cfg(test)]
 mod tests {
     use super::*;
-    use std::net::{TcpListener, TcpStream};
 
-    /// A socket opened after the snapshot and connected to the port gets the bounds; one
-    /// opened before does not, nor one to another port, nor one whose user timeout was set.
+    /// Each setting is refused just past what the socket takes, and kept at its edges.
     #[test]
-    fn only_new_sockets_to_the_port_without_a_timeout_are_bounded() {
-        let server = TcpListener::bind("127.0.0.1:0").unwrap();
-        let other = TcpListener::bind("127.0.0.1:0").unwrap();
-        let port = server.local_addr().unwrap().port();
-        let old = TcpStream::connect(server.local_addr().unwrap()).unwrap();
-        let opening = Opening::before(port);
-        let new = TcpStream::connect(server.local_addr().unwrap()).unwrap();
-        let elsewhere = TcpStream::connect(other.local_addr().unwrap()).unwrap();
-        let own = TcpStream::connect(server.local_addr().unwrap()).unwrap();
-        rustix::net::sockopt::set_tcp_user_timeout(&own, 1234).unwrap();
-        rustix::net::sockopt::set_socket_keepalive(&new, true).unwrap();
-        let bounds = LinkBounds {
-            user_timeout: Duration::from_millis(2500),
-            keepalive_interval: Duration::from_secs(3),
-            keepalive_count: 2,
+    fn settings_past_what_the_socket_takes_are_refused_by_name() {
+        let one = |f: fn(&mut LinkSettings)| {
+            let mut s = LinkSettings::default();
+            f(&mut s);
+            s.refused()
         };
-        // The server's ends are never accepted, so they are no descriptors of the process.
-        assert_eq!(opening.bound(&bounds), 1);
-        let user_timeout = |s: &TcpStream| rustix::net::sockopt::tcp_user_timeout(s).unwrap();
-        assert_eq!(user_timeout(&new), 2500);
-        assert_eq!(
-            rustix::net::sockopt::tcp_keepintvl(&new).unwrap(),
-            Duration::from_secs(3)
-        );
-        assert_eq!(rustix::net::sockopt::tcp_keepcnt(&new).unwrap(), 2);
-        assert_eq!(user_timeout(&old), 0);
-        assert_eq!(user_timeout(&elsewhere), 0);
-        assert_eq!(user_timeout(&own), 1234);
+        assert_eq!(LinkSettings::default().refused(), None);
+        for (f, want) in [
+            (
+                (|s| s.keepalive_idle = Some(Duration::from_millis(999))) as fn(&mut LinkSettings),
+                Some(Refused::KeepaliveIdle),
+            ),
+            (
+                |s| s.keepalive_idle = Some(Duration::from_secs(32_768)),
+                Some(Refused::KeepaliveIdle),
+            ),
+            (
+                |s| s.keepalive_idle = Some(Duration::MAX),
+                Some(Refused::KeepaliveIdle),
+            ),
+            (
+                |s| s.keepalive_interval = Some(Duration::ZERO),
+                Some(Refused::KeepaliveInterval),
+            ),
+            (
+                |s| s.keepalive_probes = Some(0),
+                Some(Refused::KeepaliveProbes),
+            ),
+            (
+                |s| s.keepalive_probes = Some(128),
+                Some(Refused::KeepaliveProbes),
+            ),
+            (
+                |s| s.user_timeout = Some(Duration::MAX),
+                Some(Refused::UserTimeout),
+            ),
+            (
+                |s| s.user_timeout = Some(Duration::from_millis(1 << 31)),
+                Some(Refused::UserTimeout),
+            ),
+            (|s| s.keepalive_idle = Some(Duration::from_secs(1)), None),
+            (
+                |s| s.keepalive_interval = Some(Duration::from_secs(32_767)),
+                None,
+            ),
+            (|s| s.keepalive_probes = Some(127), None),
+            (|s| s.user_timeout = Some(Duration::ZERO), None),
+            (|s| s.user_timeout = Some(USER_TIMEOUT_MAX), None),
+        ] {
+            assert_eq!(one(f), want);
+        }
     }
 }
