@@ -4,7 +4,7 @@
 
 use std::future::Future;
 
-#[cfg(feature = "postgres")]
+#[cfg(any(feature = "postgres", feature = "mysql"))]
 use diesel::ConnectionError;
 use diesel::ConnectionResult;
 use diesel_async::pooled_connection::PoolableConnection;
@@ -160,6 +160,23 @@ const MYSQL_SESSION: SessionCheck = SessionCheck {
 /// `url` with each of `params` it does not name: as query parameters of a URL (`is_url`), or
 /// as `key=value` words.
 #[cfg(any(feature = "postgres", feature = "mysql"))]
+/// Refuses, as a URL error naming its key (`key` of each), a link setting the socket would
+/// refuse: the connect would fail with "Invalid argument", naming no setting.
+fn link_taken(
+    settings: pooler::links::LinkSettings,
+    key: impl Fn(pooler::links::Refused) -> &'static str,
+) -> ConnectionResult<()> {
+    match settings.refused() {
+        Some(refused) => Err(ConnectionError::InvalidConnectionUrl(format!(
+            "the setting `{}` {}",
+            key(refused),
+            refused.must()
+        ))),
+        None => Ok(()),
+    }
+}
+
+#[cfg(any(feature = "postgres", feature = "mysql"))]
 fn with_params(url: &str, params: &[(&str, &str)], is_url: bool) -> String {
     let mut out = url.to_owned();
     for (key, value) in params {
@@ -211,6 +228,19 @@ impl PooledConnection for diesel_async::AsyncPgConnection {
                 url.parse().map_err(|e: tokio_postgres::Error| {
                     ConnectionError::InvalidConnectionUrl(e.to_string())
                 })?;
+            let keepalives = config.get_keepalives();
+            let settings = pooler::links::LinkSettings {
+                keepalive_idle: keepalives.then(|| config.get_keepalives_idle()),
+                keepalive_interval: config.get_keepalives_interval().filter(|_| keepalives),
+                keepalive_probes: config.get_keepalives_retries().filter(|_| keepalives),
+                user_timeout: config.get_tcp_user_timeout().copied(),
+            };
+            link_taken(settings, |refused| match refused {
+                pooler::links::Refused::KeepaliveIdle => "keepalives_idle",
+                pooler::links::Refused::KeepaliveInterval => "keepalives_interval",
+                pooler::links::Refused::KeepaliveProbes => "keepalives_retries",
+                _ => "tcp_user_timeout",
+            })?;
             let (client, connection) = config
                 .connect(tokio_postgres::NoTls)
                 .await
@@ -270,6 +300,21 @@ impl PooledConnection for diesel_async::AsyncMysqlConnection {
         let _ = ctx;
         let url = Self::live_url(url);
         async move {
+            // mysql_async reads `tcp_keepalive` in milliseconds.
+            let keepalive = url
+                .split_once('?')
+                .and_then(|(_, query)| {
+                    query
+                        .split('&')
+                        .find_map(|pair| pair.strip_prefix("tcp_keepalive="))
+                })
+                .and_then(|ms| ms.parse().ok())
+                .map(std::time::Duration::from_millis);
+            let settings = pooler::links::LinkSettings {
+                keepalive_idle: keepalive,
+                ..Default::default()
+            };
+            link_taken(settings, |_| "tcp_keepalive")?;
             let opening = Opening::before(mysql_port(&url));
             let conn = <Self as diesel_async::AsyncConnection>::establish(&url).await?;
             opening.bound(&LinkBounds::DEFAULT);

@@ -13,7 +13,9 @@ live_tests!(
     AsyncMysqlConnection,
     pooler_testkit::Server::Mysql,
     session = "CAST(CONNECTION_ID() AS SIGNED)",
-    sleep = "DO SLEEP(1)"
+    sleep = "DO SLEEP(1)",
+    refused = "tcp_keepalive=36000000",
+    key = "tcp_keepalive"
 );
 
 /// `SET autocommit = 0` left by one user: the next user's INSERT must be committed, not

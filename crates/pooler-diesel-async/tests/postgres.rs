@@ -14,7 +14,9 @@ live_tests!(
     AsyncPgConnection,
     pooler_testkit::Server::Postgres,
     session = "pg_backend_pid()::int8",
-    sleep = "SELECT pg_sleep(1)"
+    sleep = "SELECT pg_sleep(1)",
+    refused = "keepalives_idle=36000",
+    key = "keepalives_idle"
 );
 
 /// The text SQL expression `expr` reads on `conn`.

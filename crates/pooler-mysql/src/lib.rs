@@ -85,9 +85,12 @@ impl MysqlManager {
     ///
     /// # Errors
     ///
-    /// When the URL cannot be parsed.
+    /// When the URL cannot be parsed, or sets a `tcp_keepalive` the socket would refuse
+    /// (under a second, or past the 32 767 s Linux takes: every connect would fail).
     pub fn new(url: &str) -> Result<Self, mysql_async::Error> {
-        Ok(Self::from_opts(Opts::from_url(url)?))
+        let opts = Opts::from_url(url)?;
+        keepalive_taken(&opts)?;
+        Ok(Self::from_opts(opts))
     }
 
     /// A manager for settings read from a pools file or any serde format.
@@ -98,7 +101,9 @@ impl MysqlManager {
     #[cfg(feature = "serde")]
     #[cfg_attr(docsrs, doc(cfg(feature = "serde")))]
     pub fn from_settings(settings: &MysqlSettings) -> Result<Self, mysql_async::Error> {
-        Ok(Self::from_opts(settings.to_opts()?))
+        let opts = settings.to_opts()?;
+        keepalive_taken(&opts)?;
+        Ok(Self::from_opts(opts))
     }
 
     /// A manager for parsed [`Opts`] (build them with `mysql_async::OptsBuilder`). Options
@@ -199,6 +204,9 @@ impl Manager for MysqlManager {
     type Error = MysqlError;
 
     async fn start(&self, _ctx: &MemberContext) -> Result<Conn, MysqlError> {
+        // Options handed over whole (`from_opts`) are checked here: named, not "Invalid
+        // argument" from the socket.
+        keepalive_taken(&self.opts)?;
         let opening = self
             .link_bounds
             .map(|_| Opening::before(self.opts.tcp_port()));
@@ -291,6 +299,24 @@ impl Manager for MysqlManager {
     }
 }
 
+/// Whether `opts`' `tcp_keepalive` is one the socket takes
+/// (`pooler::links::LinkSettings`), as a URL parameter error naming it if not.
+fn keepalive_taken(opts: &Opts) -> Result<(), mysql_async::Error> {
+    let settings = pooler::links::LinkSettings {
+        keepalive_idle: opts.tcp_keepalive(),
+        ..Default::default()
+    };
+    match (settings.refused(), opts.tcp_keepalive()) {
+        (Some(refused), Some(idle)) => Err(mysql_async::Error::Url(
+            mysql_async::UrlError::InvalidParamValue {
+                param: "tcp_keepalive".to_owned(),
+                value: format!("{} ms: it {}", idle.as_millis(), refused.must()),
+            },
+        )),
+        _ => Ok(()),
+    }
+}
+
 /// Why a connection could not be started, checked or made clean.
 #[derive(Debug)]
 #[non_exhaustive]
@@ -351,5 +377,21 @@ mod tests {
             own.opts().tcp_keepalive(),
             Some(std::time::Duration::from_secs(30))
         );
+    }
+
+    /// A keepalive time the socket refuses (under a second, or past Linux's 32 767 s) made
+    /// every connect fail with "Invalid argument", naming no key: it is refused by its key
+    /// when the manager is made, and the edges the socket takes are kept.
+    #[test]
+    fn a_keepalive_the_socket_refuses_is_named_by_its_key() {
+        for ms in ["0", "500", "32768000", "4294967295"] {
+            let url = format!("mysql://root@db.invalid/test?tcp_keepalive={ms}");
+            let e = MysqlManager::new(&url).unwrap_err();
+            assert!(e.to_string().contains("tcp_keepalive"), "{ms}: {e}");
+        }
+        for ms in ["1000", "32767000"] {
+            let url = format!("mysql://root@db.invalid/test?tcp_keepalive={ms}");
+            assert!(MysqlManager::new(&url).is_ok(), "{ms}");
+        }
     }
 }

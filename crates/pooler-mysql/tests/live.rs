@@ -211,3 +211,26 @@ async fn the_server_sees_exactly_the_pools_connections() {
     .await;
     pool.close(Shutdown::Graceful).await;
 }
+
+/// A `tcp_keepalive` the socket refuses (past Linux's 32 767 s) made every connect fail with
+/// "Invalid argument", naming no setting: options handed over whole have each start's error
+/// name it (`MysqlManager::new` refuses it by name: a unit test).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_keepalive_the_socket_refuses_is_named_by_its_key() {
+    let Some(url) = url().await else { return };
+    let opts = OptsBuilder::from_opts(Opts::from_url(&url).unwrap())
+        .tcp_keepalive(Some(Duration::from_secs(36_000)));
+    let pool = pooler::Pool::start_lazy(
+        PoolConfig::new("mysql-keepalive", 0, 1),
+        MysqlManager::from_opts(opts.into()),
+    )
+    .unwrap();
+    let Err(refused) = pool.take_member(Duration::from_millis(500)).await else {
+        panic!("connected with a keepalive of 10 hours");
+    };
+    assert!(
+        refused.to_string().contains("tcp_keepalive"),
+        "the start error names tcp_keepalive: {refused}"
+    );
+    pool.close(Shutdown::Immediate).await;
+}

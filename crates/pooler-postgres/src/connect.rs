@@ -137,7 +137,11 @@ impl Route {
         T: MakeTlsConnect<WatchedSocket>,
         T::TlsConnect: Send,
     {
-        let socket = Watched::new(open(&self.config, &self.target).await?, Arc::default());
+        let live = Liveness::of(&self.config)?;
+        let socket = Watched::new(
+            open(&self.config, live, &self.target).await?,
+            Arc::default(),
+        );
         let connector = tls
             .make_tls_connect(self.target.tls_name())
             .map_err(|e| PgError::Tls(e.into()))?;
@@ -197,6 +201,13 @@ impl Target {
     }
 }
 
+/// Whether `config`'s socket settings are ones the system takes ([`PgError::Setting`]
+/// names the first that is not): a manager checks when it is made, so a bad value is an
+/// error there rather than every connect failing.
+pub(crate) fn check(config: &Config) -> Result<(), PgError> {
+    Liveness::of(config).map(drop)
+}
+
 /// Connects as `config` says, through `tls`, with the transaction status watched: each host
 /// in turn (shuffled when `load_balance_hosts=random`, then ordered by what `hosts` remembers),
 /// the first that connects and serves `want` wins; with `prefer-standby`, a standby first,
@@ -213,6 +224,8 @@ where
     <T::TlsConnect as TlsConnect<WatchedSocket>>::Future: Send + 'static,
     <T::TlsConnect as TlsConnect<WatchedSocket>>::Stream: Send + Unpin + 'static,
 {
+    // A setting the socket would refuse fails every host alike: named, before any is tried.
+    let live = Liveness::of(config)?;
     let (names, addrs) = (config.get_hosts(), config.get_hostaddrs());
     let count = names.len().max(addrs.len());
     let mut listed: Vec<usize> = (0..count).collect();
@@ -234,7 +247,7 @@ where
             addr: addrs.get(i).copied(),
             port: ports.get(i).or(ports.first()).copied().unwrap_or(5432),
         };
-        let mut opened = match connect_to(config, tls, target.clone()).await {
+        let mut opened = match connect_to(config, live, tls, target.clone()).await {
             Ok(opened) => opened,
             Err(e) => {
                 hosts.unreachable(i, count);
@@ -272,14 +285,19 @@ where
 }
 
 /// One attempt, at `target`.
-async fn connect_to<T>(config: &Config, tls: &T, target: Target) -> Result<Opened, PgError>
+async fn connect_to<T>(
+    config: &Config,
+    live: Liveness,
+    tls: &T,
+    target: Target,
+) -> Result<Opened, PgError>
 where
     T: MakeTlsConnect<WatchedSocket> + Clone + Send + Sync + 'static,
     T::TlsConnect: Send + 'static,
     <T::TlsConnect as TlsConnect<WatchedSocket>>::Future: Send + 'static,
     <T::TlsConnect as TlsConnect<WatchedSocket>>::Stream: Send + Unpin + 'static,
 {
-    let socket = open(config, &target).await?;
+    let socket = open(config, live, &target).await?;
     let seen = Arc::new(Seen::default());
     let watched = Watched::new(socket, seen.clone());
     // tokio-postgres asks a connector whether it can do TLS at all through a hook that
@@ -363,8 +381,8 @@ where
     }
 }
 
-/// Opens the socket to one host, with the socket options `config` names.
-async fn open(config: &Config, target: &Target) -> Result<PgSocket, PgError> {
+/// Opens the socket to one host, with the socket options `live` says (from `config`).
+async fn open(config: &Config, live: Liveness, target: &Target) -> Result<PgSocket, PgError> {
     let failed = |source| PgError::Connect {
         host: target.shown(),
         port: target.port,
@@ -384,7 +402,6 @@ async fn open(config: &Config, target: &Target) -> Result<PgSocket, PgError> {
         };
         stream.set_nodelay(true)?;
         let socket = socket2::SockRef::from(&stream);
-        let live = Liveness::of(config);
         #[cfg(target_os = "linux")]
         socket.set_tcp_user_timeout(Some(live.user_timeout))?;
         if let Some((idle, interval, retries)) = live.keepalive {

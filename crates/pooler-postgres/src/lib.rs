@@ -80,10 +80,13 @@ impl PgManager<NoTls> {
     ///
     /// # Errors
     ///
-    /// When the string cannot be parsed.
+    /// When the string cannot be parsed, or names a socket setting the system would refuse
+    /// ([`PgError::Setting`]).
     pub fn new(url: &str) -> Result<Self, PgError> {
         let (url, target) = hosts::split_target(url);
-        let manager = Self::from_config(url.parse().map_err(PgError::Postgres)?);
+        let config = url.parse().map_err(PgError::Postgres)?;
+        connect::check(&config)?;
+        let manager = Self::from_config(config);
         Ok(match target {
             Some(target) => manager.target_session_attrs(target),
             None => manager,
@@ -94,11 +97,14 @@ impl PgManager<NoTls> {
     ///
     /// # Errors
     ///
-    /// When the settings' `url` cannot be parsed.
+    /// When the settings' `url` cannot be parsed, or a socket setting is one the system
+    /// would refuse ([`PgError::Setting`]).
     #[cfg(feature = "serde")]
     #[cfg_attr(docsrs, doc(cfg(feature = "serde")))]
     pub fn from_settings(settings: &PgSettings) -> Result<Self, PgError> {
-        let manager = Self::from_config(settings.to_config()?);
+        let config = settings.to_config()?;
+        connect::check(&config)?;
+        let manager = Self::from_config(config);
         let in_url = settings
             .url
             .as_deref()

@@ -882,3 +882,57 @@ async fn a_statement_does_not_wait_for_another_under_way() {
     drop(conn);
     pool.close(Shutdown::Graceful).await;
 }
+
+/// A socket setting the system refuses (`keepalives_idle` of 10 hours: Linux takes at most
+/// 32 767 s; in a URL, tokio-postgres reads `tcp_user_timeout` in seconds) made every
+/// connect fail with "Invalid argument", naming no key. The manager
+/// refuses it by its key when it is made, and a config handed over whole
+/// (`PgManager::from_config`) has each start fail naming it; in range, the pool connects.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_socket_setting_the_system_refuses_is_named_by_its_key() {
+    let Some(url) = url().await else { return };
+    let sep = if url.contains('?') { '&' } else { '?' };
+    for (query, key) in [
+        ("keepalives_idle=36000", "keepalives_idle"),
+        ("keepalives_interval=40000", "keepalives_interval"),
+        ("keepalives_retries=200", "keepalives_retries"),
+        ("tcp_user_timeout=2147484", "tcp_user_timeout"),
+    ] {
+        let bad = format!("{url}{sep}{query}");
+        match PgManager::new(&bad) {
+            Err(pooler_postgres::PgError::Setting { key: named, .. }) => {
+                assert_eq!(named, key, "{query}");
+            }
+            other => panic!("{query}: {other:?}"),
+        }
+        let pool = pooler::Pool::start_lazy(
+            PoolConfig::new("pg-setting", 0, 1),
+            PgManager::from_config(bad.parse().unwrap()),
+        )
+        .expect("the pool starts");
+        let refused = pool
+            .take_member(Duration::from_millis(500))
+            .await
+            .unwrap_err();
+        assert!(
+            refused.to_string().contains(key),
+            "{query}: the start error names {key}: {refused}"
+        );
+        pool.close(Shutdown::Immediate).await;
+    }
+    let edges = format!(
+        "{url}{sep}keepalives_idle=32767&keepalives_interval=1&keepalives_retries=127\
+         &tcp_user_timeout=2147483"
+    );
+    let pool = started(
+        PoolConfig::new("pg-setting-edges", 1, 1),
+        PgManager::new(&edges).unwrap(),
+    )
+    .await;
+    let conn = pool
+        .take_member(Duration::from_secs(5))
+        .await
+        .expect("connects");
+    drop(conn);
+    pool.close(Shutdown::Graceful).await;
+}

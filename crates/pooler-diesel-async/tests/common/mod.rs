@@ -6,7 +6,14 @@
 /// [`pooler_testkit::Server`]); `$session` is a SQL expression for the session's id (a
 /// BIGINT), `$sleep` a statement that takes about a second on the server.
 macro_rules! live_tests {
-    ($conn:ty, $server:expr, session = $session:literal, sleep = $sleep:literal) => {
+    (
+        $conn:ty,
+        $server:expr,
+        session = $session:literal,
+        sleep = $sleep:literal,
+        refused = $refused:literal,
+        key = $key:literal
+    ) => {
         use std::time::Duration;
 
         use pooler::{PoolConfig, Shutdown};
@@ -37,6 +44,28 @@ macro_rules! live_tests {
                 .get_result::<i64>(conn)
                 .await
                 .unwrap()
+        }
+
+        /// A link setting the socket refuses (`$refused`) made every connect fail with
+        /// "Invalid argument", naming no setting: each start's error names it.
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn a_link_setting_the_socket_refuses_is_named_by_its_key() {
+            let Some(url) = url().await else { return };
+            let sep = if url.contains('?') { '&' } else { '?' };
+            let pool = pooler::Pool::start_lazy(
+                PoolConfig::new("diesel-refused", 0, 1),
+                DieselManager::<$conn>::new(format!("{url}{sep}{}", $refused)),
+            )
+            .unwrap();
+            let Err(refused) = pool.take_member(Duration::from_millis(500)).await else {
+                panic!("connected with {}", $refused);
+            };
+            assert!(
+                refused.to_string().contains($key),
+                "the start error names {}: {refused}",
+                $key
+            );
+            pool.close(Shutdown::Immediate).await;
         }
 
         #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

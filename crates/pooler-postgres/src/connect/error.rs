@@ -21,6 +21,14 @@ pub enum PgError {
     },
     /// The config names no host.
     NoHost,
+    /// A setting the socket would refuse (`keepalives_idle` past the 32 767 s Linux
+    /// allows), by its key: without this every connect would fail with "Invalid argument".
+    Setting {
+        /// The setting's key, as a URL or `PgSettings` names it.
+        key: &'static str,
+        /// What it must be.
+        reason: &'static str,
+    },
     /// The TLS connector could not be set up for the host.
     Tls(Box<dyn std::error::Error + Send + Sync>),
     /// The server or the protocol refused (authentication, a query, a closed connection).
@@ -67,6 +75,7 @@ impl std::fmt::Display for PgError {
                 write!(f, "cannot connect to {host}:{port}: {source}")
             }
             PgError::NoHost => f.write_str("the connection config names no host"),
+            PgError::Setting { key, reason } => write!(f, "the setting `{key}` {reason}"),
             PgError::Tls(e) => write!(f, "cannot set up TLS: {e}"),
             PgError::Postgres(e) => write!(f, "{e}"),
             PgError::ResetQuery { query, why } => {
@@ -108,6 +117,7 @@ impl std::error::Error for PgError {
             PgError::Tls(e) | PgError::Hook(e) => Some(&**e),
             PgError::Postgres(e) => Some(e),
             PgError::ResetQuery { .. }
+            | PgError::Setting { .. }
             | PgError::Unclean(_)
             | PgError::WrongSession { .. }
             | PgError::Deadline { .. } => None,

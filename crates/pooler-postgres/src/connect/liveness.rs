@@ -2,6 +2,8 @@
 
 use std::time::Duration;
 
+use crate::PgError;
+
 /// How a dead link is found on a connection's socket (docs/design.md, "Real networks"): the
 /// config's own `tcp_user_timeout` and keepalive settings where it sets them, and otherwise
 /// defaults that bound detection to about 30 s — where tokio-postgres's would leave the
@@ -27,12 +29,15 @@ impl Liveness {
     pub(crate) const INTERVAL: Duration = Duration::from_secs(5);
     pub(crate) const RETRIES: u32 = 4;
 
-    pub(crate) fn of(config: &tokio_postgres::Config) -> Self {
+    /// What `config` asks for, or the key of a value the socket would refuse
+    /// (`pooler::links::LinkSettings`), which would fail every connect with "Invalid
+    /// argument".
+    pub(crate) fn of(config: &tokio_postgres::Config) -> Result<Self, PgError> {
         let idle = match config.get_keepalives_idle() {
             KERNEL_IDLE => Self::IDLE,
             idle => idle,
         };
-        Liveness {
+        let live = Liveness {
             user_timeout: config
                 .get_tcp_user_timeout()
                 .copied()
@@ -44,7 +49,27 @@ impl Liveness {
                     config.get_keepalives_retries().unwrap_or(Self::RETRIES),
                 )
             }),
+        };
+        let settings = pooler::links::LinkSettings {
+            keepalive_idle: live.keepalive.map(|(idle, ..)| idle),
+            keepalive_interval: live.keepalive.map(|(_, interval, _)| interval),
+            keepalive_probes: live.keepalive.map(|(.., retries)| retries),
+            user_timeout: Some(live.user_timeout),
+        };
+        if let Some(refused) = settings.refused() {
+            use pooler::links::Refused;
+            let key = match refused {
+                Refused::KeepaliveIdle => "keepalives_idle",
+                Refused::KeepaliveInterval => "keepalives_interval",
+                Refused::KeepaliveProbes => "keepalives_retries",
+                _ => "tcp_user_timeout",
+            };
+            return Err(PgError::Setting {
+                key,
+                reason: refused.must(),
+            });
         }
+        Ok(live)
     }
 }
 
@@ -55,7 +80,7 @@ mod tests {
     #[test]
     fn a_dead_link_is_found_within_30_s_by_default_and_the_config_is_kept_where_it_speaks() {
         let plain: tokio_postgres::Config = "postgres://u@h/db".parse().unwrap();
-        let live = Liveness::of(&plain);
+        let live = Liveness::of(&plain).unwrap();
         assert_eq!(
             live,
             Liveness {
@@ -70,14 +95,48 @@ mod tests {
             .parse()
             .unwrap();
         assert_eq!(
-            Liveness::of(&set),
+            Liveness::of(&set).unwrap(),
             Liveness {
                 user_timeout: Duration::from_secs(5),
                 keepalive: Some((Duration::from_secs(60), Duration::from_secs(2), 9)),
             }
         );
         let off: tokio_postgres::Config = "postgres://u@h/db?keepalives=0".parse().unwrap();
-        assert_eq!(Liveness::of(&off).keepalive, None);
-        assert_eq!(Liveness::of(&off).user_timeout, Duration::from_secs(30));
+        assert_eq!(Liveness::of(&off).unwrap().keepalive, None);
+        assert_eq!(
+            Liveness::of(&off).unwrap().user_timeout,
+            Duration::from_secs(30)
+        );
+    }
+
+    /// A value the socket would refuse — every connect then failing with "Invalid argument"
+    /// and no key named — is refused by its key (in a URL, tokio-postgres reads times in
+    /// seconds); the edges the socket takes are kept. The bounds themselves are
+    /// `pooler::links`'s, tested there.
+    #[test]
+    fn a_value_the_socket_refuses_is_named_by_its_key() {
+        let of = |query: &str| {
+            let config: tokio_postgres::Config =
+                format!("postgres://u@h/db?{query}").parse().unwrap();
+            Liveness::of(&config)
+        };
+        for (query, key) in [
+            ("keepalives_idle=32768", "keepalives_idle"),
+            ("keepalives_interval=40000", "keepalives_interval"),
+            ("keepalives_retries=128", "keepalives_retries"),
+            ("tcp_user_timeout=2147484", "tcp_user_timeout"),
+        ] {
+            match of(query) {
+                Err(PgError::Setting { key: named, .. }) => assert_eq!(named, key),
+                other => panic!("{query}: {other:?}"),
+            }
+        }
+        let edges = "keepalives_idle=32767&keepalives_interval=1&keepalives_retries=127\
+                     &tcp_user_timeout=2147483";
+        assert!(of(edges).is_ok());
+        assert!(
+            of("keepalives=0&keepalives_idle=40000").is_ok(),
+            "keepalives off: their values are never used"
+        );
     }
 }
