@@ -207,7 +207,9 @@ impl<T> PgManager<T> {
     /// set that this list does not name has the connection replaced instead: once set, a
     /// custom setting stays defined on the session (`''` after `RESET ALL`, where a new
     /// connection reads `NULL`), so no reset can hand the next user a session like a new
-    /// one (docs/design.md, "Recycling on return").
+    /// one (docs/design.md, "Recycling on return"). Each name has its dot: one without is
+    /// PostgreSQL's own setting, which the reset restores, and a pool declaring one has every
+    /// start fail with [`PgError::Setting`] (it would be emptied on every connection).
     #[must_use]
     pub fn custom_settings<I, S>(mut self, names: I) -> Self
     where
@@ -303,6 +305,20 @@ where
     type Error = PgError;
 
     async fn start(&self, ctx: &MemberContext) -> Result<PgConnection, PgError> {
+        // Defined as `''` at each connect, a name of PostgreSQL's own (`search_path`) would
+        // be emptied on every connection: refused before anything is connected.
+        if self
+            .declared
+            .custom
+            .iter()
+            .any(|name| !name.contains(&b'.'))
+        {
+            return Err(PgError::Setting {
+                key: "custom_settings",
+                reason: "names custom settings, each with its dot (`app.tenant`): a name \
+                         without one is PostgreSQL's own setting, which the reset restores",
+            });
+        }
         let connect::Opened {
             client,
             connection,

@@ -785,3 +785,32 @@ async fn a_function_declared_neutral_needs_no_reset() {
     }
     pool.close(Shutdown::Graceful).await;
 }
+
+/// A name declared as a custom setting must be one (`app.tenant`, with its dot): one of
+/// PostgreSQL's own (`search_path`) was defined as `''` on every connection when it opened,
+/// and every user's unqualified table names then failed. Such a declaration is refused by
+/// its key at each start, before anything is connected.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_declared_custom_setting_without_a_dot_is_refused() {
+    let Some(url) = url().await else { return };
+    let pool = pooler::Pool::start_lazy(
+        PoolConfig::new("pg-declared", 0, 1),
+        PgManager::new(&url)
+            .unwrap()
+            .custom_settings(["app.tenant", "search_path"]),
+    )
+    .unwrap();
+    let refused = match pool.take_member(Duration::from_millis(500)).await {
+        Err(e) => e.to_string(),
+        Ok(conn) => {
+            let path: String = conn
+                .query_one("SELECT current_setting('search_path')", &[])
+                .await
+                .unwrap()
+                .get(0);
+            panic!("connected, with search_path {path:?}");
+        }
+    };
+    assert!(refused.contains("custom_settings"), "{refused}");
+    pool.close(Shutdown::Immediate).await;
+}

@@ -21,8 +21,9 @@ pub enum PgError {
     },
     /// The config names no host.
     NoHost,
-    /// A setting the socket would refuse (`keepalives_idle` past the 32 767 s Linux
-    /// allows), by its key: without this every connect would fail with "Invalid argument".
+    /// A setting that cannot serve, by its key: one the socket would refuse
+    /// (`keepalives_idle` past the 32 767 s Linux allows; every connect would fail with
+    /// "Invalid argument"), or a name in `custom_settings` that is no custom setting.
     Setting {
         /// The setting's key, as a URL or `PgSettings` names it.
         key: &'static str,
