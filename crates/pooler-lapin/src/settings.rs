@@ -53,7 +53,7 @@ pub struct AmqpSettings {
     pub connection_timeout: Option<Duration>,
     /// The most channels the connection may open.
     pub channel_max: Option<u16>,
-    /// The largest frame, in bytes.
+    /// The largest frame, in bytes: 0 (no limit) or at least 4 096.
     pub frame_max: Option<u32>,
     /// The connection's name, as the broker's management UI shows it.
     pub connection_name: Option<String>,
@@ -142,6 +142,13 @@ impl AmqpSettings {
             query.push(format!("channel_max={n}"));
         }
         if let Some(n) = self.frame_max {
+            if (1..FRAME_MIN).contains(&n) {
+                return Err(SettingsError {
+                    key: "frame_max",
+                    reason: "must be 0 (no limit) or at least 4096 bytes, the protocol's \
+                             smallest frame",
+                });
+            }
             query.push(format!("frame_max={n}"));
         }
         if !query.is_empty() {
@@ -151,6 +158,9 @@ impl AmqpSettings {
         Ok(uri)
     }
 }
+
+/// The smallest frame AMQP 0-9-1 allows a peer to ask for (its `frame-min-size`).
+const FRAME_MIN: u32 = 4096;
 
 #[cfg(test)]
 mod tests {
@@ -257,5 +267,26 @@ mod tests {
             read(None, Some(Duration::ZERO)).query.connection_timeout,
             None
         );
+    }
+
+    /// A frame under the protocol's minimum (4 096 bytes) fails every connect ("frame too
+    /// large: 504 bytes", from the broker): refused by its key. Zero is "no limit".
+    #[test]
+    fn a_frame_under_the_protocols_minimum_is_refused_by_its_key() {
+        let with = |frame_max| AmqpSettings {
+            frame_max: Some(frame_max),
+            ..AmqpSettings::default()
+        };
+        for small in [1, 100, 4095] {
+            assert_eq!(
+                with(small).to_uri().unwrap_err().key,
+                "frame_max",
+                "{small}"
+            );
+        }
+        for taken in [0, 4096, u32::MAX] {
+            let uri = AMQPUri::from_str(&with(taken).to_uri().unwrap()).unwrap();
+            assert_eq!(uri.query.frame_max, Some(taken));
+        }
     }
 }
