@@ -302,18 +302,21 @@ impl Manager for MysqlManager {
 /// Whether `opts`' `tcp_keepalive` is one the socket takes
 /// (`pooler::links::LinkSettings`), as a URL parameter error naming it if not.
 fn keepalive_taken(opts: &Opts) -> Result<(), mysql_async::Error> {
+    let Some(idle) = opts.tcp_keepalive() else {
+        return Ok(());
+    };
     let settings = pooler::links::LinkSettings {
-        keepalive_idle: opts.tcp_keepalive(),
+        keepalive_idle: Some(idle),
         ..Default::default()
     };
-    match (settings.refused(), opts.tcp_keepalive()) {
-        (Some(refused), Some(idle)) => Err(mysql_async::Error::Url(
+    match settings.refused() {
+        Some(refused) => Err(mysql_async::Error::Url(
             mysql_async::UrlError::InvalidParamValue {
                 param: "tcp_keepalive".to_owned(),
                 value: format!("{} ms: it {}", idle.as_millis(), refused.must()),
             },
         )),
-        _ => Ok(()),
+        None => Ok(()),
     }
 }
 
