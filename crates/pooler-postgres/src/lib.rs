@@ -26,7 +26,7 @@ pub use crate::connection::{CANCEL_GRACE, PgCancelToken, PgConnection, PgTransac
 pub use crate::hosts::{HOST_RECHECK, SessionTarget};
 pub use crate::queries::Query;
 pub use crate::recycle::{Recycle, ResetQuery};
-use crate::recycle::{SETTLE, clean, define};
+use crate::recycle::{SETTLE, clean, define, settle};
 #[cfg(feature = "serde")]
 #[cfg_attr(docsrs, doc(cfg(feature = "serde")))]
 pub use crate::settings::{ChannelBindingName, LoadBalanceName, PgSettings, SslModeName};
@@ -370,6 +370,9 @@ where
     }
 
     async fn check(&self, conn: &mut PgConnection) -> Result<(), PgError> {
+        // A statement kept past the return closes itself when it is dropped, with a request
+        // sent unanswered: the check waits for its answer rather than go behind it.
+        settle(conn, self.transaction_pooling).await?;
         let checked = conn.parts.client.simple_query("").await;
         conn.parts.seen.forget_served();
         checked?;
@@ -466,7 +469,7 @@ impl<T> PgManager<T> {
                 "a statement may have left session state on a server connection the transaction pooler shares with other clients; the reset on return may not reach it (docs/design.md, \"Behind PgBouncer\")"
             );
         }
-        let reset = clean(&self.recycle, conn).await?;
+        let reset = clean(&self.recycle, conn, self.transaction_pooling).await?;
         let hooked = (reset && self.hooks.has_after_connect()) || self.hooks.has_after_return();
         if !hooked {
             // `clean` left the counts settled: nothing more was sent.

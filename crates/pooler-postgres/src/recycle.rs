@@ -23,7 +23,9 @@ pub enum Recycle {
     /// reset — both in one round trip. A request still on its way (a query future dropped
     /// a moment after it was first polled, a `Transaction` dropped uncommitted) is waited
     /// for, up to a second, then decided on; past that, the transaction is asked for as
-    /// [`Recycle::Query`] does. A connection left in `COPY FROM STDIN`, or whose
+    /// [`Recycle::Query`] does (behind a transaction pooler, where that question would go
+    /// behind the request's sync point, the connection is replaced instead). A connection
+    /// left in `COPY FROM STDIN`, or whose
     /// statements dropped what cannot be restored (`LOAD`, `DISCARD ALL`, `DEALLOCATE ALL`),
     /// is replaced. The default.
     #[default]
@@ -117,27 +119,54 @@ const DEALLOCATE_SQL: &str = "DO $pooler$DECLARE n text; BEGIN FOR n IN SELECT n
 pg_prepared_statements WHERE from_sql LOOP EXECUTE 'DEALLOCATE ' || quote_ident(n); END LOOP; \
 END$pooler$; ";
 
+/// Waits up to [`SETTLE`] for every answer still outstanding, and returns the status then.
+/// Behind a transaction pooler (`pooled`) an answer still outstanding past the wait refuses
+/// the connection: whatever the pool sent now would go behind a sync point the pooler may
+/// answer for another client (docs/design.md, "Behind PgBouncer").
+pub(crate) async fn settle(conn: &PgConnection, pooled: bool) -> Result<TxStatus, PgError> {
+    let status = tokio::time::timeout(SETTLE, conn.parts.seen.settled())
+        .await
+        .unwrap_or(TxStatus::Unsettled);
+    if pooled && status == TxStatus::Unsettled && !conn.parts.seen.in_copy() {
+        return Err(OUTSTANDING);
+    }
+    Ok(status)
+}
+
+/// Why a connection behind a transaction pooler is refused with an answer outstanding.
+const OUTSTANDING: PgError = PgError::Unclean(
+    "an answer was still outstanding, and behind a transaction pooler nothing is sent behind one",
+);
+
 /// Makes a returned connection clean as `recycle` says; `true` if the session was reset to
-/// its start (settings included).
-pub(crate) async fn clean(recycle: &Recycle, conn: &mut PgConnection) -> Result<bool, PgError> {
+/// its start (settings included). `pooled`: behind a transaction pooler, where nothing is
+/// sent behind an outstanding answer.
+pub(crate) async fn clean(
+    recycle: &Recycle,
+    conn: &mut PgConnection,
+    pooled: bool,
+) -> Result<bool, PgError> {
     use session::Dirt;
     let status = match recycle {
         Recycle::Nothing => return Ok(false),
         Recycle::Query => {
+            if pooled {
+                settle(conn, true).await?;
+            }
             rollback_if_open(conn).await?;
             // Our answer came last: every request is answered, whatever the layer counted.
             conn.parts.seen.resync();
             return Ok(false);
         }
-        _ => match tokio::time::timeout(SETTLE, conn.parts.seen.settled()).await {
-            Ok(status) => status,
-            Err(_) => TxStatus::Unsettled,
-        },
+        _ => settle(conn, false).await?,
     };
     if conn.parts.seen.in_copy() {
         return Err(PgError::Unclean("it was given back in COPY FROM STDIN"));
     }
     if status == TxStatus::Unsettled {
+        if pooled {
+            return Err(OUTSTANDING);
+        }
         // An answer still outstanding past the wait (a long query whose future was
         // dropped): ask, behind it.
         rollback_if_open(conn).await?;

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use common::url;
 use pooler::PoolConfig;
-use pooler_postgres::{PgManager, TxStatus};
+use pooler_postgres::{PgManager, Recycle, TxStatus};
 use pooler_testkit::pgbouncer::{Mode, PgBouncer};
 use pooler_testkit::started;
 
@@ -426,6 +426,93 @@ async fn with_transaction_pooling_nothing_is_sent_behind_an_unanswered_sync_poin
     let pool = started(config, manager).await;
     let (failed, first) = workload(&pool).await;
     assert_eq!(failed, 0, "of 4 000 statements; the first: {first:?}");
+    pool.close(pooler::Shutdown::Graceful).await;
+    assert_eq!(watch.pipelined(), Vec::<String>::new());
+}
+
+/// A statement kept past the connection's return closes itself when it is dropped:
+/// tokio-postgres sends Close and Sync then, whatever the connection is doing. The pool's
+/// check before the next take, and its reset at the return in every mode, wait for that
+/// answer rather than send behind it (with `transaction_pooling`, one they cannot wait for
+/// fails, and the connection is replaced).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_transaction_pooling_a_statement_dropped_late_is_answered_before_the_pool_sends() {
+    let Some(url) = url().await else {
+        return;
+    };
+    for recycle in [Recycle::Observed, Recycle::Query, Recycle::Always] {
+        let upstream = pooler_testkit::host_port(&url);
+        let watch = pooler_testkit::pgwire::PipelineWatch::start(&upstream).await;
+        let watched = url.replacen(&upstream, &watch.addr().to_string(), 1);
+        let manager = PgManager::new(&watched)
+            .unwrap()
+            .transaction_pooling(true)
+            .recycle(recycle.clone());
+        let config = PoolConfig::new("pgb-late-close", 1, 1)
+            .to_builder()
+            .idle_check_threshold(Duration::ZERO)
+            .build()
+            .unwrap();
+        let pool = started(config, manager).await;
+        for after_the_return in [true, false] {
+            for _ in 0..10 {
+                let conn = pool.take().await.expect("a member");
+                let statement = conn.prepare("SELECT 1").await.expect("prepared");
+                if after_the_return {
+                    // Dropped while the member is free, its return done.
+                    drop(conn);
+                    tokio::time::timeout(Duration::from_secs(5), async {
+                        while pool.utilization().free_count == 0 {
+                            tokio::time::sleep(Duration::from_millis(1)).await;
+                        }
+                    })
+                    .await
+                    .expect("the member given back");
+                    drop(statement);
+                } else {
+                    drop(statement);
+                    drop(conn);
+                }
+                let conn = pool.take().await.expect("a member, checked");
+                assert_eq!(
+                    conn.simple_query("SELECT 2").await.expect("served").len(),
+                    3
+                );
+            }
+        }
+        pool.close(pooler::Shutdown::Graceful).await;
+        assert_eq!(watch.pipelined(), Vec::<String>::new(), "{recycle:?}");
+    }
+}
+
+/// With `transaction_pooling`, a connection given back with an answer outstanding past the
+/// return's wait (a long query whose future was dropped) is replaced: asking the server
+/// whether a transaction is open would go behind that request's sync point.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_transaction_pooling_a_connection_with_an_answer_outstanding_is_replaced() {
+    let Some(url) = url().await else {
+        return;
+    };
+    let upstream = pooler_testkit::host_port(&url);
+    let watch = pooler_testkit::pgwire::PipelineWatch::start(&upstream).await;
+    let watched = url.replacen(&upstream, &watch.addr().to_string(), 1);
+    let manager = PgManager::new(&watched).unwrap().transaction_pooling(true);
+    let pool = started(PoolConfig::new("pgb-outstanding", 1, 1), manager).await;
+    let pid = |conn: pooler::Member<PgManager>| async move {
+        let row = conn.query_one("SELECT pg_backend_pid()", &[]).await;
+        row.expect("served").get::<_, i32>(0)
+    };
+    let first = pid(pool.take().await.expect("a member")).await;
+    let conn = pool.take().await.expect("a member");
+    let slow = tokio::time::timeout(
+        Duration::from_millis(100),
+        conn.simple_query("SELECT pg_sleep(3)"),
+    )
+    .await;
+    assert!(slow.is_err(), "cut at its deadline");
+    drop(conn);
+    let second = pid(pool.take().await.expect("a member")).await;
+    assert_ne!(first, second, "the connection was replaced");
     pool.close(pooler::Shutdown::Graceful).await;
     assert_eq!(watch.pipelined(), Vec::<String>::new());
 }
