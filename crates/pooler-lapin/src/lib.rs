@@ -179,12 +179,37 @@ fn with_heartbeat(uri: &str) -> String {
     format!("{uri}{sep}heartbeat={DEFAULT_HEARTBEAT_SECS}")
 }
 
+/// The smallest frame AMQP 0-9-1 allows a peer to ask for (its `frame-min-size`).
+const FRAME_MIN: u32 = 4096;
+
+/// Why a `frame_max` under [`FRAME_MIN`] is refused.
+const FRAME_TOO_SMALL: &str =
+    "must be 0 (no limit) or at least 4096 bytes, the protocol's smallest frame";
+
+/// Whether `uri` asks for a frame smaller than the protocol allows (0, no limit, is allowed):
+/// the broker refuses every connection that does ("frame too large: 504 bytes"). A URI
+/// lapin cannot read is left to lapin's own error.
+fn frame_too_small(uri: &str) -> bool {
+    uri.parse::<lapin::uri::AMQPUri>().is_ok_and(|uri| {
+        uri.query
+            .frame_max
+            .is_some_and(|n| (1..FRAME_MIN).contains(&n))
+    })
+}
+
 /// Why a channel could not be opened, or is no longer usable.
 #[derive(Debug)]
 #[non_exhaustive]
 pub enum AmqpError {
     /// The connection or the channel could not be opened.
     Lapin(lapin::Error),
+    /// The URI asks for what every connection would be refused, named by its key.
+    Setting {
+        /// The URI's query key at fault.
+        key: &'static str,
+        /// What is wrong with it.
+        reason: &'static str,
+    },
     /// The channel was closed (by the broker, or with its connection).
     Closed,
     /// A hook of the manager's ([`Hooks`]) failed.
@@ -195,6 +220,7 @@ impl std::fmt::Display for AmqpError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             AmqpError::Lapin(e) => write!(f, "{e}"),
+            AmqpError::Setting { key, reason } => write!(f, "AMQP URI: `{key}` {reason}"),
             AmqpError::Closed => f.write_str("the channel is closed"),
             AmqpError::Hook(e) => write!(f, "a hook failed: {e}"),
         }
@@ -205,7 +231,7 @@ impl std::error::Error for AmqpError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
             AmqpError::Lapin(e) => Some(e),
-            AmqpError::Closed => None,
+            AmqpError::Setting { .. } | AmqpError::Closed => None,
             AmqpError::Hook(e) => Some(&**e),
         }
     }
@@ -242,6 +268,12 @@ impl Manager for AmqpManager {
             match open {
                 Some(open) => open,
                 None => {
+                    if frame_too_small(&self.uri) {
+                        return Err(AmqpError::Setting {
+                            key: "frame_max",
+                            reason: FRAME_TOO_SMALL,
+                        });
+                    }
                     let connection = Arc::new(
                         DefaultConnectionBuilder::new()?
                             .with_uri_str(with_heartbeat(&self.uri))
@@ -399,6 +431,23 @@ impl Manager for AmqpManager {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_uri_asking_for_a_frame_under_the_protocols_minimum_is_found() {
+        for small in ["frame_max=1", "frame_max=4095", "heartbeat=5&frame_max=504"] {
+            assert!(frame_too_small(&format!("amqp://h/%2f?{small}")), "{small}");
+        }
+        for taken in [
+            "amqp://h/%2f",
+            "amqp://h/%2f?frame_max=0",
+            "amqp://h/%2f?frame_max=4096",
+            "amqp://h/%2f?frame_max=4294967295",
+            // Not read by lapin either: its own error says so.
+            "amqp://h/%2f?frame_max=soon",
+        ] {
+            assert!(!frame_too_small(taken), "{taken}");
+        }
+    }
 
     #[test]
     fn a_uri_without_a_heartbeat_asks_for_the_default_one() {

@@ -100,6 +100,13 @@ impl AmqpSettings {
                         reason: "is given with `url`: name the address once",
                     });
                 }
+                if crate::frame_too_small(url) {
+                    return Err(SettingsError {
+                        key: "url",
+                        reason: "asks for a frame_max under 4096 bytes, the protocol's \
+                                 smallest frame (0 is no limit)",
+                    });
+                }
                 url.clone()
             }
             None => {
@@ -142,11 +149,10 @@ impl AmqpSettings {
             query.push(format!("channel_max={n}"));
         }
         if let Some(n) = self.frame_max {
-            if (1..FRAME_MIN).contains(&n) {
+            if (1..crate::FRAME_MIN).contains(&n) {
                 return Err(SettingsError {
                     key: "frame_max",
-                    reason: "must be 0 (no limit) or at least 4096 bytes, the protocol's \
-                             smallest frame",
+                    reason: crate::FRAME_TOO_SMALL,
                 });
             }
             query.push(format!("frame_max={n}"));
@@ -158,9 +164,6 @@ impl AmqpSettings {
         Ok(uri)
     }
 }
-
-/// The smallest frame AMQP 0-9-1 allows a peer to ask for (its `frame-min-size`).
-const FRAME_MIN: u32 = 4096;
 
 #[cfg(test)]
 mod tests {
@@ -287,6 +290,17 @@ mod tests {
         for taken in [0, 4096, u32::MAX] {
             let uri = AMQPUri::from_str(&with(taken).to_uri().unwrap()).unwrap();
             assert_eq!(uri.query.frame_max, Some(taken));
+        }
+        // The same in a `url` given whole.
+        let url = |query: &str| AmqpSettings {
+            url: Some(format!("amqp://h/%2f?{query}")),
+            ..AmqpSettings::default()
+        };
+        for small in ["frame_max=1", "heartbeat=5&frame_max=4095"] {
+            assert_eq!(url(small).to_uri().unwrap_err().key, "url", "{small}");
+        }
+        for taken in ["frame_max=0", "frame_max=4096", "channel_max=1"] {
+            assert!(url(taken).to_uri().is_ok(), "{taken}");
         }
     }
 }

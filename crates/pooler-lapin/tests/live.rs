@@ -345,3 +345,30 @@ async fn a_channel_replaced_on_every_return_is_never_handed_out_on_a_closing_con
         scenarios::closes_within(&pool, Shutdown::Graceful, Duration::from_secs(3)).await;
     }
 }
+
+/// A URI asking for a frame under the protocol's smallest (4 096 bytes) had every connect
+/// refused by the broker ("frame too large: 504 bytes"), naming no key: each start now
+/// fails naming `frame_max`, and the smallest frame allowed connects.
+#[tokio::test]
+async fn a_uri_asking_for_a_frame_under_the_protocols_minimum_is_named_by_its_key() {
+    let Some(url) = url().await else { return };
+    let sep = if url.contains('?') { '&' } else { '?' };
+    let pool = pooler::Pool::start_lazy(
+        PoolConfig::new("amqp-small-frame", 0, 1),
+        AmqpManager::new(format!("{url}{sep}frame_max=504")),
+    )
+    .expect("the pool starts");
+    let refused = pool.take_member(Duration::from_secs(2)).await.unwrap_err();
+    assert!(
+        refused.to_string().contains("`frame_max`"),
+        "the start error names frame_max: {refused}"
+    );
+    pool.close(Shutdown::Immediate).await;
+    let pool = started(
+        PoolConfig::new("amqp-smallest-frame", 1, 1),
+        AmqpManager::new(format!("{url}{sep}frame_max=4096")),
+    )
+    .await;
+    let channel = pool.take_member(Duration::from_secs(5)).await.unwrap();
+    assert!(channel.status().connected());
+}
