@@ -257,7 +257,11 @@ impl Manager for AmqpManager {
             let open = {
                 let mut state = self.shared.state();
                 match state.connection.clone() {
-                    Some(connection) if connection.status().connected() => {
+                    // A connection whose loss was heard is not used again, even should it
+                    // still read as connected.
+                    Some(connection)
+                        if connection.status().connected() && !*state.lost.borrow() =>
+                    {
                         state.channels += 1;
                         let slot = Slot::taken(self.shared.clone(), state.generation);
                         Some((connection, state.lost.clone(), slot))
@@ -298,8 +302,12 @@ impl Manager for AmqpManager {
         // The member's driver: it ends when the connection is lost, so a lost connection is
         // every channel's death at once, free ones included. lapin's event stream hands each
         // event to one listener only, so the driver that receives the error raises `lost`
-        // for the others.
+        // for the others. The stream also reports a channel's error (the broker closing one
+        // channel for a refused method): the connection is lost only if it says so itself
+        // (lapin marks it before it reports the error), and held weakly, so the driver does
+        // not keep it open.
         let mut events = Box::pin(connection.events_listener());
+        let weak = Arc::downgrade(&connection);
         drop(connection);
         ctx.spawn(async move {
             let mut seen = lost.subscribe();
@@ -307,6 +315,13 @@ impl Manager for AmqpManager {
                 let gone = std::pin::pin!(seen.wait_for(|lost| *lost));
                 match select(events.next(), gone).await {
                     Either::Left((Some(lapin::Event::Error(e)), _)) => {
+                        let open = weak
+                            .upgrade()
+                            .is_some_and(|connection| connection.status().connected());
+                        if open {
+                            tracing::debug!(error = %e, "an AMQP channel failed");
+                            continue;
+                        }
                         tracing::debug!(error = %e, "the AMQP connection failed");
                         lost.send_replace(true);
                         break;

@@ -7,7 +7,7 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 use lapin::options::{
-    BasicGetOptions, BasicPublishOptions, QueueDeclareOptions, QueueDeleteOptions,
+    BasicGetOptions, BasicPublishOptions, BasicQosOptions, QueueDeclareOptions, QueueDeleteOptions,
 };
 use lapin::types::FieldTable;
 use lapin::{BasicProperties, ConnectionProperties};
@@ -371,4 +371,55 @@ async fn a_uri_asking_for_a_frame_under_the_protocols_minimum_is_named_by_its_ke
     .await;
     let channel = pool.take_member(Duration::from_secs(5)).await.unwrap();
     assert!(channel.status().connected());
+}
+
+/// The broker closing one channel (a refused passive declare) is that channel's end only:
+/// lapin reports it on the connection's event stream as it reports a lost connection, and
+/// read as a loss it ended every channel on the connection and every one opened on it
+/// after — on a current-thread runtime no replacement was ever handed out. The other channel
+/// keeps serving, and the closed one's replacement comes at once.
+#[tokio::test]
+async fn a_channel_the_broker_closed_ends_no_other_channel() {
+    let Some(url) = url().await else { return };
+    let pool = started(
+        PoolConfig::new("amqp-one-closed", 2, 2),
+        AmqpManager::new(url),
+    )
+    .await;
+    let held = pool.take_member(Duration::from_secs(5)).await.unwrap();
+    let kept = Member::id(&held);
+    for round in 0..3 {
+        let channel = pool.take_member(Duration::from_secs(5)).await.unwrap();
+        let refused = channel
+            .queue_declare(
+                format!("pooler-missing-{}", std::process::id())
+                    .as_str()
+                    .into(),
+                QueueDeclareOptions {
+                    passive: true,
+                    ..QueueDeclareOptions::default()
+                },
+                FieldTable::default(),
+            )
+            .await;
+        assert!(refused.is_err(), "the broker refused the passive declare");
+        drop(channel);
+        let replaced = pool.take_member(Duration::from_secs(5)).await;
+        assert!(replaced.is_ok(), "round {round}: {replaced:?}");
+        drop(replaced);
+    }
+    // The held channel is still open, and the pool hands it out again.
+    assert!(held.status().connected());
+    held.basic_qos(0, BasicQosOptions::default()).await.unwrap();
+    drop(held);
+    let both = [
+        pool.take_member(Duration::from_secs(5)).await.unwrap(),
+        pool.take_member(Duration::from_secs(5)).await.unwrap(),
+    ];
+    assert!(
+        both.iter().any(|c| Member::id(c) == kept),
+        "the held channel was replaced"
+    );
+    drop(both);
+    pool.close(Shutdown::Graceful).await;
 }
