@@ -28,13 +28,18 @@ mod topology;
 /// alive by one round trip when it comes back, and messages the broker returned
 /// (`mandatory`) are dropped then; a delivery got with `basic_get` and not acked goes back
 /// to its queue (`basic.recover` with requeue, the same one round trip); a `basic_qos` is
-/// reset; modes no method undoes (`tx_select`, `confirm_select`, `basic_consume`,
-/// `channel_flow`, a `close`) have the channel replaced.
+/// reset; an exclusive queue declared is deleted (it belongs to the pool's connection, which
+/// outlives every user); modes no method undoes (`tx_select`, `confirm_select`,
+/// `basic_consume`, `channel_flow`, a `close`) have the channel replaced.
 pub struct AmqpChannel {
     pub(crate) channel: Channel,
     pub(crate) slot: Slot,
     /// What the user did, as [`Left`] bits.
     pub(crate) left: AtomicU8,
+    /// The exclusive queues declared on the channel since it was last clean, by name. Such a
+    /// queue belongs to the connection, which outlives every user (and every channel) in a
+    /// pool, so each is deleted when the channel comes back or is stopped.
+    pub(crate) exclusive: std::sync::Mutex<Vec<ShortString>>,
 }
 
 impl std::fmt::Debug for AmqpChannel {
@@ -61,11 +66,51 @@ impl Left {
     pub(crate) const LASTING: u8 = 8;
     /// A delivery got with `basic_get`, maybe not acked.
     pub(crate) const GOT: u8 = 16;
+    /// An exclusive queue declared: its name, once known, is in `AmqpChannel::exclusive`.
+    pub(crate) const EXCLUSIVE: u8 = 32;
 }
 
 impl AmqpChannel {
+    pub(crate) fn new(channel: Channel, slot: Slot) -> Self {
+        AmqpChannel {
+            channel,
+            slot,
+            left: AtomicU8::new(0),
+            exclusive: std::sync::Mutex::new(Vec::new()),
+        }
+    }
+
     pub(crate) fn note(&self, left: u8) {
         self.left.fetch_or(left, Ordering::Relaxed);
+    }
+
+    /// `queue` is an exclusive queue declared on the channel (or maybe declared: its
+    /// declaration was sent, or is about to be).
+    pub(crate) fn declared_exclusive(&self, queue: ShortString) {
+        let mut names = self
+            .exclusive
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if !names.contains(&queue) {
+            names.push(queue);
+        }
+    }
+
+    /// The exclusive queues declared on the channel since it was last clean.
+    pub(crate) fn exclusive_queues(&self) -> Vec<ShortString> {
+        self.exclusive
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    /// The channel is clean again: nothing left, no exclusive queue of a user's.
+    pub(crate) fn cleared(&self) {
+        self.left.store(0, Ordering::Relaxed);
+        self.exclusive
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clear();
     }
 
     /// `Channel::basic_publish`; the channel is confirmed alive when it comes back (a publish

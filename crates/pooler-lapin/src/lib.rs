@@ -2,12 +2,13 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::Ordering;
 
 use futures_util::StreamExt as _;
 use futures_util::future::{Either, select};
-use lapin::options::{BasicQosOptions, BasicRecoverOptions};
+use lapin::options::{BasicQosOptions, BasicRecoverOptions, QueueDeleteOptions};
 use lapin::tcp::OwnedTLSConfig;
+use lapin::types::ShortString;
 use lapin::{ConnectionProperties, DefaultConnectionBuilder};
 use pooler::{Hooks, Manager, MemberContext};
 
@@ -331,11 +332,7 @@ impl Manager for AmqpManager {
                 }
             }
         });
-        Ok(AmqpChannel {
-            channel,
-            slot,
-            left: AtomicU8::new(0),
-        })
+        Ok(AmqpChannel::new(channel, slot))
     }
 
     async fn initialize(&self, channel: &mut AmqpChannel) -> Result<(), AmqpError> {
@@ -344,7 +341,7 @@ impl Manager for AmqpManager {
             .await
             .map_err(AmqpError::Hook)?;
         // What the hook set up is where every user starts.
-        channel.left.store(0, Ordering::Relaxed);
+        channel.cleared();
         Ok(())
     }
 
@@ -366,6 +363,11 @@ impl Manager for AmqpManager {
 
     async fn recycle(&self, channel: &mut AmqpChannel) -> Result<(), AmqpError> {
         let left = channel.left.load(Ordering::Relaxed);
+        // The user's exclusive queues, which would outlive them on the connection. Each
+        // delete is answered: a round trip that confirms the channel alive.
+        let exclusive = channel.exclusive_queues();
+        delete(&channel.channel, &exclusive).await?;
+        let deleted = !exclusive.is_empty();
         // A method on the channel is answered only after everything sent before it: if the
         // broker is closing the channel for an earlier method, this fails instead.
         let global = left & Left::QOS_GLOBAL != 0;
@@ -387,7 +389,9 @@ impl Manager for AmqpManager {
         }
         // Resetting the per-consumer prefetch (0: no limit, as on a new channel) is also the
         // round trip that confirms the channel alive.
-        if left & Left::QOS != 0 || (left & Left::UNCONFIRMED != 0 && !global && !recovered) {
+        if left & Left::QOS != 0
+            || (left & Left::UNCONFIRMED != 0 && !global && !recovered && !deleted)
+        {
             channel
                 .channel
                 .basic_qos(0, BasicQosOptions { global: false })
@@ -399,7 +403,7 @@ impl Manager for AmqpManager {
             // replaces the channel), so nothing is waited for.
             drop(channel.channel.wait_for_confirms().await?);
         }
-        channel.left.store(0, Ordering::Relaxed);
+        channel.cleared();
         self.hooks
             .run_after_return(channel)
             .await
@@ -408,6 +412,23 @@ impl Manager for AmqpManager {
 
     async fn stop(&self, mut channel: AmqpChannel) {
         let goodbye = async move {
+            // The user's exclusive queues go first, on this channel while it is open, or on
+            // one opened for it when the broker closed this one: they belong to the
+            // connection, which outlives the channel.
+            let exclusive = channel.exclusive_queues();
+            if !exclusive.is_empty() {
+                let deleted = channel.status().connected()
+                    && delete(&channel.channel, &exclusive).await.is_ok();
+                if !deleted
+                    && let Some(connection) = channel.slot.connection()
+                    && let Ok(other) = connection.create_channel().await
+                {
+                    let _ = delete(&other, &exclusive).await;
+                    let _ = other
+                        .close(200, "pooler: exclusive queues deleted".into())
+                        .await;
+                }
+            }
             // A method the user left may have the broker closing the channel already (a
             // `tx_commit` outside a transaction, a declaration refused). Closing it from this
             // side at the same moment makes lapin fail the connection's close too (it reads
@@ -441,6 +462,17 @@ impl Manager for AmqpManager {
             );
         }
     }
+}
+
+/// Deletes `queues` (the exclusive ones a user declared) on `channel`, each answered.
+/// RabbitMQ answers the delete of a queue that no longer exists as done.
+async fn delete(channel: &lapin::Channel, queues: &[ShortString]) -> lapin::Result<()> {
+    for queue in queues {
+        channel
+            .queue_delete(queue.clone(), QueueDeleteOptions::default())
+            .await?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -52,6 +52,15 @@ impl Slot {
         }
     }
 
+    /// The connection this place is on, while it is the current one and connected.
+    pub(crate) fn connection(&self) -> Option<Arc<Connection>> {
+        let state = self.shared.state();
+        if self.released || self.generation != state.generation {
+            return None;
+        }
+        state.connection.clone().filter(|c| c.status().connected())
+    }
+
     /// Gives the place up; the connection if this was its last channel.
     pub(crate) fn release(&mut self) -> Option<Arc<Connection>> {
         if std::mem::replace(&mut self.released, true) {

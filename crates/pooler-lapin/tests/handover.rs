@@ -395,3 +395,104 @@ async fn cleared(pool: &pooler_lapin::Pool, channel: pooler_lapin::Member, name:
     drop(channel);
     pool.close(Shutdown::Graceful).await;
 }
+
+/// Whether a queue named `name` exists, asked on a connection of its own: a passive
+/// declaration of another connection's exclusive queue is refused as locked, of a queue
+/// that does not exist as not found.
+async fn exists(url: &str, name: &str) -> bool {
+    let connection = lapin::Connection::connect(url, lapin::ConnectionProperties::default())
+        .await
+        .expect("a connection of the test's own");
+    let channel = connection.create_channel().await.expect("a channel");
+    let asked = channel
+        .queue_declare(
+            name.into(),
+            QueueDeclareOptions {
+                passive: true,
+                ..QueueDeclareOptions::default()
+            },
+            FieldTable::default(),
+        )
+        .await;
+    let _ = connection.close(200, "asked".into()).await;
+    match asked {
+        Ok(_) => true,
+        Err(e) if e.to_string().contains("RESOURCE_LOCKED") => true,
+        Err(e) if e.to_string().contains("NOT_FOUND") => false,
+        Err(e) => panic!("asking for {name}: {e}"),
+    }
+}
+
+/// An exclusive queue belongs to the connection, and the pool's connection outlives every
+/// user: one a user declared (named by the user or by the broker) is gone when the next user
+/// gets the channel — whether the channel came back clean, was replaced for a mode it was
+/// left in, or was closed by the broker — so no user sees another's, and a pool that serves
+/// requests declaring reply queues does not pile them up on the broker.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_exclusive_queue_a_user_declared_is_gone_when_the_channel_is_back() {
+    let Some(url) = url().await else { return };
+    // Two channels, one held throughout: the last channel's stop closes the connection, and
+    // with it every exclusive queue on it.
+    let pool = Pool::start(
+        PoolConfig::new("amqp-exclusive", 2, 2),
+        AmqpManager::new(&url),
+    )
+    .await
+    .expect("pool starts");
+    let held = take(&pool).await;
+    let exclusive = QueueDeclareOptions {
+        exclusive: true,
+        ..QueueDeclareOptions::default()
+    };
+    for (round, left) in ["clean", "a mode", "closed by the broker"]
+        .into_iter()
+        .enumerate()
+    {
+        let channel = take(&pool).await;
+        let named = format!("pooler-exclusive-{}-{round}", std::process::id());
+        channel
+            .queue_declare(named.as_str().into(), exclusive, FieldTable::default())
+            .await
+            .unwrap();
+        let by_the_broker = channel
+            .queue_declare("".into(), exclusive, FieldTable::default())
+            .await
+            .unwrap()
+            .name()
+            .to_string();
+        for name in [&named, &by_the_broker] {
+            assert!(exists(&url, name).await, "{left}: {name} declared");
+        }
+        match left {
+            "a mode" => channel
+                .confirm_select(ConfirmSelectOptions::default())
+                .await
+                .unwrap(),
+            "closed by the broker" => {
+                let missing = channel
+                    .queue_declare(
+                        "pooler-no-such-queue".into(),
+                        QueueDeclareOptions {
+                            passive: true,
+                            ..QueueDeclareOptions::default()
+                        },
+                        FieldTable::default(),
+                    )
+                    .await;
+                assert!(missing.is_err());
+            }
+            _ => {}
+        }
+        drop(channel);
+        let next = take(&pool).await;
+        for name in [&named, &by_the_broker] {
+            assert!(
+                !exists(&url, name).await,
+                "{left}: {name} outlived its user"
+            );
+        }
+        drop(next);
+    }
+    drop(held);
+    pool.close(Shutdown::Graceful).await;
+}

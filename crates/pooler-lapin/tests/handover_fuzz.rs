@@ -2,10 +2,12 @@
 //! channel — publishes, `basic_get`s, acks (one or many), nacks, recovers, a prefetch limit,
 //! transactional and confirm mode, a consumer — some awaited, some polled once and dropped;
 //! then gives the channel back. User B, on the pool's one channel, must find it like a new
-//! one (a publish is not in confirm mode, nor held in a transaction), and every message A
+//! one (a publish is not in confirm mode, nor held in a transaction), every message A
 //! published and did not ack must still be in the queue: a delivery A got and left unacked,
 //! or one a consumer of A's holds, goes back to the queue, never to B's channel, where B's
-//! `basic_ack(multiple)` would lose it. Live (`POOLER_AMQP_URL`).
+//! `basic_ack(multiple)` would lose it; and no exclusive queue A declared is left on the
+//! connection (the pool's second channel, held throughout, keeps the connection open when
+//! A's channel is replaced). Live (`POOLER_AMQP_URL`).
 //!
 //! CI runs `POOLER_FUZZ_CASES` sequences (default 64); the documented long run is 10 000.
 #![allow(clippy::disallowed_methods)] // tests spawn their own consumers
@@ -46,6 +48,8 @@ enum Step {
     /// A passive `queue_declare`: of the test's queue, or of a missing one (refused by the
     /// broker closing the channel).
     Declare(bool),
+    /// An exclusive queue declared: named by the broker (`true`) or by A.
+    Exclusive(bool),
 }
 
 /// How a call is made.
@@ -70,6 +74,7 @@ fn action() -> impl Strategy<Value = (Step, Way)> {
         1 => Just(Step::ConfirmSelect),
         1 => Just(Step::Consume),
         1 => any::<bool>().prop_map(Step::Declare),
+        1 => any::<bool>().prop_map(Step::Exclusive),
     ];
     let way = prop_oneof![4 => Just(Way::Awaited), 1 => Just(Way::Dropped)];
     (step, way)
@@ -92,6 +97,9 @@ struct Known {
     /// Deliveries the test did not see may be on the channel.
     unseen: bool,
     published: usize,
+    /// The exclusive queues A declared, or may have, whose names the test knows (one the
+    /// broker names is known only from its answer).
+    exclusive: Vec<String>,
 }
 
 impl Known {
@@ -233,6 +241,25 @@ async fn run(ch: &AmqpChannel, queue: &str, known: &mut Known, (step, way): (Ste
             }
             known.ended(done.as_ref());
         }
+        Step::Exclusive(by_the_broker) => {
+            let name = if by_the_broker {
+                String::new()
+            } else {
+                format!("{queue}-x{}", known.exclusive.len())
+            };
+            let options = QueueDeclareOptions {
+                exclusive: true,
+                ..QueueDeclareOptions::default()
+            };
+            let declare = ch.queue_declare(name.as_str().into(), options, FieldTable::default());
+            let done = call(way, declare).await;
+            match &done {
+                Some(Ok(declared)) => known.exclusive.push(declared.name().to_string()),
+                _ if !by_the_broker => known.exclusive.push(name),
+                _ => {}
+            }
+            known.ended(done.as_ref());
+        }
         Step::Consume => {
             // Acks on: what it is sent stays unacked on A's channel.
             known.unseen = true;
@@ -305,6 +332,28 @@ async fn next_user(
     (drained, confirmation)
 }
 
+/// Whether a queue named `name` exists, asked on a connection of the test's own: a passive
+/// declaration of another connection's exclusive queue is refused as locked, of a queue
+/// that does not exist as not found.
+async fn exists(url: &str, name: &str) -> bool {
+    let connection = lapin::Connection::connect(url, lapin::ConnectionProperties::default())
+        .await
+        .expect("a connection of the test's own");
+    let channel = connection.create_channel().await.expect("a channel");
+    let options = QueueDeclareOptions {
+        passive: true,
+        ..QueueDeclareOptions::default()
+    };
+    let asked = channel
+        .queue_declare(name.into(), options, FieldTable::default())
+        .await;
+    let _ = connection.close(200, "asked".into()).await;
+    match asked {
+        Ok(_) => true,
+        Err(e) => !e.to_string().contains("NOT_FOUND"),
+    }
+}
+
 /// The last cases run, numbered.
 type History = std::cell::RefCell<std::collections::VecDeque<(u64, Vec<(Step, Way)>)>>;
 
@@ -337,18 +386,17 @@ fn the_next_user_gets_a_channel_like_a_new_one_and_no_message_is_lost() {
         return;
     };
     let queue = format!("pooler-fuzz-{}", std::process::id());
-    let pool = rt.block_on(async {
-        let pool = started(PoolConfig::new("amqp-fuzz", 1, 1), AmqpManager::new(&url)).await;
-        let ch = pool.take_member(Duration::from_secs(5)).await.unwrap();
-        ch.queue_declare(
+    let (pool, held) = rt.block_on(async {
+        let pool = started(PoolConfig::new("amqp-fuzz", 2, 2), AmqpManager::new(&url)).await;
+        let held = pool.take_member(Duration::from_secs(5)).await.unwrap();
+        held.queue_declare(
             queue.as_str().into(),
             QueueDeclareOptions::default(),
             FieldTable::default(),
         )
         .await
         .unwrap();
-        drop(ch);
-        pool
+        (pool, held)
     });
     let mut runner = pooler_testkit::fuzz_runner!();
     let counter = std::sync::atomic::AtomicU64::new(0);
@@ -366,7 +414,7 @@ fn the_next_user_gets_a_channel_like_a_new_one_and_no_message_is_lost() {
             history.push_back((n, actions.clone()));
         }
         let _history = Reported(&history);
-        let (known, drained, confirmation) = rt.block_on(async {
+        let (known, drained, confirmation, outlived) = rt.block_on(async {
             let ch = taken(&pool).await;
             ch.queue_purge(queue.as_str().into(), QueuePurgeOptions::default())
                 .await
@@ -382,8 +430,20 @@ fn the_next_user_gets_a_channel_like_a_new_one_and_no_message_is_lost() {
             if confirmation != Some(Confirmation::NotRequested) {
                 Member::fail(ch);
             }
-            (known, drained, confirmation)
+            let mut outlived = Vec::new();
+            for name in &known.exclusive {
+                if exists(&url, name).await {
+                    outlived.push(name.clone());
+                }
+            }
+            (known, drained, confirmation, outlived)
         });
+        prop_assert!(
+            outlived.is_empty(),
+            "after {:?}: A's exclusive queues {:?} outlived A",
+            actions,
+            outlived
+        );
         prop_assert_eq!(
             confirmation,
             Some(Confirmation::NotRequested),
@@ -426,11 +486,10 @@ fn the_next_user_gets_a_channel_like_a_new_one_and_no_message_is_lost() {
         Ok(())
     });
     rt.block_on(async {
-        let ch = pool.take_member(Duration::from_secs(10)).await.unwrap();
-        let _ = ch
+        let _ = held
             .queue_delete(queue.as_str().into(), QueueDeleteOptions::default())
             .await;
-        drop(ch);
+        drop(held);
         pool.close(Shutdown::Graceful).await;
     });
     if let Err(e) = outcome {

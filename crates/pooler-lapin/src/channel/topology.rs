@@ -98,7 +98,8 @@ impl AmqpChannel {
             .await
     }
 
-    /// `Channel::queue_declare`.
+    /// `Channel::queue_declare`. An exclusive queue belongs to the pool's connection, which
+    /// outlives this use: it is deleted when the channel comes back.
     ///
     /// # Errors
     ///
@@ -106,15 +107,29 @@ impl AmqpChannel {
     ///
     /// # Cancel safety
     ///
-    /// As lapin's.
+    /// As lapin's. A named exclusive queue is deleted at the return whether or not its
+    /// declaration was sent; one the broker names is known only from the answer, so one
+    /// dropped before it lives as long as the connection.
     pub async fn queue_declare(
         &self,
         queue: ShortString,
         options: QueueDeclareOptions,
         arguments: FieldTable,
     ) -> lapin::Result<lapin::Queue> {
-        self.note(Left::UNCONFIRMED);
-        self.channel.queue_declare(queue, options, arguments).await
+        let exclusive = options.exclusive && !options.passive;
+        if exclusive {
+            self.note(Left::UNCONFIRMED | Left::EXCLUSIVE);
+            if !queue.as_str().is_empty() {
+                self.declared_exclusive(queue.clone());
+            }
+        } else {
+            self.note(Left::UNCONFIRMED);
+        }
+        let declared = self.channel.queue_declare(queue, options, arguments).await;
+        if exclusive && let Ok(queue) = &declared {
+            self.declared_exclusive(queue.name().clone());
+        }
+        declared
     }
 
     /// `Channel::queue_bind`.
