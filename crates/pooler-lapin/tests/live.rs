@@ -105,6 +105,20 @@ async fn sixty_four_tasks_publish_and_get_back_their_own_messages() {
     pool.close(Shutdown::Graceful).await;
 }
 
+/// A passive declare of a queue that does not exist on `channel`: the broker refuses it by
+/// closing the channel.
+async fn refused(channel: &pooler_lapin::AmqpChannel) {
+    let missing = format!("pooler-missing-{}", std::process::id());
+    let options = QueueDeclareOptions {
+        passive: true,
+        ..QueueDeclareOptions::default()
+    };
+    let declared = channel
+        .queue_declare(missing.as_str().into(), options, FieldTable::default())
+        .await;
+    assert!(declared.is_err(), "the broker refused the passive declare");
+}
+
 /// The broker closes a channel (a passive declare of a queue that does not exist): that
 /// member is replaced, never handed out again, and the others keep working.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -113,19 +127,7 @@ async fn a_channel_the_broker_closed_is_replaced() {
     let pool = started(PoolConfig::new("amqp-closed", 2, 2), AmqpManager::new(url)).await;
     let channel = pool.take_member(Duration::from_secs(5)).await.unwrap();
     let id = Member::id(&channel);
-    let refused = channel
-        .queue_declare(
-            format!("pooler-missing-{}", std::process::id())
-                .as_str()
-                .into(),
-            QueueDeclareOptions {
-                passive: true,
-                ..QueueDeclareOptions::default()
-            },
-            FieldTable::default(),
-        )
-        .await;
-    assert!(refused.is_err(), "the broker refused the passive declare");
+    refused(&channel).await;
     assert!(!channel.status().connected(), "and closed the channel");
     drop(channel);
     for _ in 0..5 {
@@ -390,19 +392,7 @@ async fn a_channel_the_broker_closed_ends_no_other_channel() {
     let kept = Member::id(&held);
     for round in 0..3 {
         let channel = pool.take_member(Duration::from_secs(5)).await.unwrap();
-        let refused = channel
-            .queue_declare(
-                format!("pooler-missing-{}", std::process::id())
-                    .as_str()
-                    .into(),
-                QueueDeclareOptions {
-                    passive: true,
-                    ..QueueDeclareOptions::default()
-                },
-                FieldTable::default(),
-            )
-            .await;
-        assert!(refused.is_err(), "the broker refused the passive declare");
+        refused(&channel).await;
         drop(channel);
         let replaced = pool.take_member(Duration::from_secs(5)).await;
         assert!(replaced.is_ok(), "round {round}: {replaced:?}");

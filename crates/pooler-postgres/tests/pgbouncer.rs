@@ -403,6 +403,17 @@ async fn behind_pgbouncer_a_dead_link_is_found_within_the_bound() {
     .await;
 }
 
+/// A manager with `transaction_pooling` whose connections go through a
+/// [`PipelineWatch`](pooler_testkit::pgwire::PipelineWatch) in front of the server at `url`,
+/// and the watch.
+async fn watched(url: &str) -> (pooler_testkit::pgwire::PipelineWatch, PgManager) {
+    let upstream = pooler_testkit::host_port(url);
+    let watch = pooler_testkit::pgwire::PipelineWatch::start(&upstream).await;
+    let watched = url.replacen(&upstream, &watch.addr().to_string(), 1);
+    let manager = PgManager::new(&watched).unwrap().transaction_pooling(true);
+    (watch, manager)
+}
+
 /// What a transaction pooler cannot serve is never sent with `transaction_pooling`: no
 /// message behind a sync point begun outside a transaction and still unanswered (at its
 /// answer PgBouncer may hand the server to another client, who then reads the rest as
@@ -414,10 +425,7 @@ async fn with_transaction_pooling_nothing_is_sent_behind_an_unanswered_sync_poin
     let Some(url) = url().await else {
         return;
     };
-    let upstream = pooler_testkit::host_port(&url);
-    let watch = pooler_testkit::pgwire::PipelineWatch::start(&upstream).await;
-    let watched = url.replacen(&upstream, &watch.addr().to_string(), 1);
-    let manager = PgManager::new(&watched).unwrap().transaction_pooling(true);
+    let (watch, manager) = watched(&url).await;
     let config = pool_config("pgb-pipeline")
         .to_builder()
         .idle_check_threshold(Duration::ZERO)
@@ -441,13 +449,8 @@ async fn with_transaction_pooling_a_statement_dropped_late_is_answered_before_th
         return;
     };
     for recycle in [Recycle::Observed, Recycle::Query, Recycle::Always] {
-        let upstream = pooler_testkit::host_port(&url);
-        let watch = pooler_testkit::pgwire::PipelineWatch::start(&upstream).await;
-        let watched = url.replacen(&upstream, &watch.addr().to_string(), 1);
-        let manager = PgManager::new(&watched)
-            .unwrap()
-            .transaction_pooling(true)
-            .recycle(recycle.clone());
+        let (watch, manager) = watched(&url).await;
+        let manager = manager.recycle(recycle.clone());
         let config = PoolConfig::new("pgb-late-close", 1, 1)
             .to_builder()
             .idle_check_threshold(Duration::ZERO)
@@ -493,10 +496,7 @@ async fn with_transaction_pooling_a_connection_with_an_answer_outstanding_is_rep
     let Some(url) = url().await else {
         return;
     };
-    let upstream = pooler_testkit::host_port(&url);
-    let watch = pooler_testkit::pgwire::PipelineWatch::start(&upstream).await;
-    let watched = url.replacen(&upstream, &watch.addr().to_string(), 1);
-    let manager = PgManager::new(&watched).unwrap().transaction_pooling(true);
+    let (watch, manager) = watched(&url).await;
     let pool = started(PoolConfig::new("pgb-outstanding", 1, 1), manager).await;
     let pid = |conn: pooler::Member<PgManager>| async move {
         let row = conn.query_one("SELECT pg_backend_pid()", &[]).await;
