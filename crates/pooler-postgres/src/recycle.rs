@@ -24,10 +24,12 @@ pub enum Recycle {
     /// a moment after it was first polled, a `Transaction` dropped uncommitted) is waited
     /// for, up to a second, then decided on; past that, the transaction is asked for as
     /// [`Recycle::Query`] does (behind a transaction pooler, where that question would go
-    /// behind the request's sync point, the connection is replaced instead). A connection
-    /// left in `COPY FROM STDIN`, or whose
-    /// statements dropped what cannot be restored (`LOAD`, `DISCARD ALL`, `DEALLOCATE ALL`),
-    /// is replaced. The default.
+    /// behind the request's sync point, the connection is replaced instead), and a
+    /// connection that has not answered it within four more seconds is replaced (its
+    /// request may never end: a `RowStream` kept past the return holds the rows, and the
+    /// connection reads nothing until they are taken). A connection left in
+    /// `COPY FROM STDIN`, or whose statements dropped what cannot be restored (`LOAD`,
+    /// `DISCARD ALL`, `DEALLOCATE ALL`), is replaced. The default.
     #[default]
     Observed,
     /// As [`Recycle::Observed`] for transactions, but the session's state is left as the
@@ -44,8 +46,9 @@ pub enum Recycle {
     Custom(ResetQuery),
     /// One round trip on every return asks whether the last user left an explicit transaction
     /// open (`now() = statement_timestamp()` is false only inside one); if so it is rolled
-    /// back; a connection whose transaction failed cannot answer and is replaced. The
-    /// session's state is left as it is.
+    /// back; a connection whose transaction failed cannot answer, or that has not answered
+    /// within five seconds (the question waits behind what the last user left running), is
+    /// replaced. The session's state is left as it is.
     Query,
     /// Nothing: the connection goes back as it is (for code that only uses
     /// `Client::transaction`, whose guard rolls back on drop, and never cancels a query).
@@ -108,6 +111,10 @@ pub(crate) fn define(names: &[Vec<u8>]) -> String {
 /// with a query instead.
 pub(crate) const SETTLE: std::time::Duration = std::time::Duration::from_secs(1);
 
+/// How long a returned connection with an answer still outstanding after [`SETTLE`] waits
+/// for a question sent behind it before it is replaced.
+const ASK_BEHIND: std::time::Duration = std::time::Duration::from_secs(4);
+
 /// What resets every piece of session state a statement can leave (as `DISCARD ALL` does,
 /// except that the statements tokio-postgres prepared at the protocol level are kept:
 /// tokio-postgres and the statement cache still hold them).
@@ -153,7 +160,7 @@ pub(crate) async fn clean(
             if pooled {
                 settle(conn, true).await?;
             }
-            rollback_if_open(conn).await?;
+            ask_behind(conn, SETTLE + ASK_BEHIND).await?;
             // Our answer came last: every request is answered, whatever the layer counted.
             conn.parts.seen.resync();
             return Ok(false);
@@ -168,8 +175,10 @@ pub(crate) async fn clean(
             return Err(OUTSTANDING);
         }
         // An answer still outstanding past the wait (a long query whose future was
-        // dropped): ask, behind it.
-        rollback_if_open(conn).await?;
+        // dropped): ask, behind it — for a while. A request still unanswered then may
+        // never be: its rows wait for a `RowStream` the user kept past the return, and
+        // tokio-postgres reads nothing more until they are taken.
+        ask_behind(conn, ASK_BEHIND).await?;
     }
     let dirt = conn.parts.seen.dirt();
     if !matches!(recycle, Recycle::Transaction) && dirt.has(Dirt::LASTING) {
@@ -235,6 +244,18 @@ pub(crate) async fn clean(
         Recycle::Observed => dirt.has(Dirt::SETTING),
         _ => matches!(recycle, Recycle::Always),
     })
+}
+
+/// [`rollback_if_open`], sent behind whatever is outstanding, within `bound`; past it the
+/// connection is refused (replaced).
+async fn ask_behind(conn: &mut PgConnection, bound: std::time::Duration) -> Result<(), PgError> {
+    tokio::time::timeout(bound, rollback_if_open(conn))
+        .await
+        .map_err(|_| {
+            PgError::Unclean(
+                "a request was still unanswered seconds after the return (a query running on, or a RowStream kept past the return)",
+            )
+        })?
 }
 
 /// One round trip asks whether a transaction is open, and a second rolls it back if so.

@@ -661,6 +661,35 @@ async fn a_copy_out_dropped_midway_is_replaced_at_once() {
     }
 }
 
+/// A `RowStream` kept past the connection's return holds its rows, and tokio-postgres reads
+/// nothing more on that connection until they are taken: the return's question, sent behind
+/// the stream, was never answered, and the next taker of a full pool waited for the pool's
+/// one-minute bound on a recycle. The connection is replaced a few seconds after the return
+/// (in the modes that ask), and the next user's statements run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_row_stream_kept_past_the_return_holds_the_pool_for_seconds_at_most() {
+    let Some(url) = url().await else { return };
+    for recycle in [Recycle::Observed, Recycle::Query] {
+        let pool = one_of_one(&url, "pg-row-stream", recycle.clone()).await;
+        let conn = take(&pool).await;
+        let first = Member::id(&conn);
+        let none: [i32; 0] = [];
+        let rows = conn
+            .query_raw("SELECT g FROM generate_series(1, 10000000) g", none)
+            .await
+            .unwrap();
+        drop(conn);
+        let next = pool
+            .take_member(Duration::from_secs(15))
+            .await
+            .unwrap_or_else(|e| panic!("{recycle:?}: the next taker waited: {e}"));
+        assert_ne!(Member::id(&next), first, "{recycle:?}: replaced");
+        assert_eq!(next.simple_query("SELECT 1").await.unwrap().len(), 3);
+        drop((next, rows));
+        pool.close(Shutdown::Immediate).await;
+    }
+}
+
 /// Custom settings: a new connection of the pool reads what every later user reads. Declared
 /// (`custom_settings`), a custom setting is defined as `''` on every connection and reset to
 /// it, the connection kept; one not declared, or one whose name the scan cannot read (a
