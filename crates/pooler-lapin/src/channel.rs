@@ -66,8 +66,6 @@ impl Left {
     pub(crate) const LASTING: u8 = 8;
     /// A delivery got with `basic_get`, maybe not acked.
     pub(crate) const GOT: u8 = 16;
-    /// An exclusive queue declared: its name, once known, is in `AmqpChannel::exclusive`.
-    pub(crate) const EXCLUSIVE: u8 = 32;
 }
 
 impl AmqpChannel {

@@ -116,14 +116,10 @@ impl AmqpChannel {
         options: QueueDeclareOptions,
         arguments: FieldTable,
     ) -> lapin::Result<lapin::Queue> {
+        self.note(Left::UNCONFIRMED);
         let exclusive = options.exclusive && !options.passive;
-        if exclusive {
-            self.note(Left::UNCONFIRMED | Left::EXCLUSIVE);
-            if !queue.as_str().is_empty() {
-                self.declared_exclusive(queue.clone());
-            }
-        } else {
-            self.note(Left::UNCONFIRMED);
+        if exclusive && !queue.as_str().is_empty() {
+            self.declared_exclusive(queue.clone());
         }
         let declared = self.channel.queue_declare(queue, options, arguments).await;
         if exclusive && let Ok(queue) = &declared {
