@@ -26,11 +26,11 @@ mod topology;
 /// something it may refuse (declarations, bindings, `tx_commit`, `basic_cancel`, …), whose
 /// refusal also comes later when its call is dropped mid-way — have the channel confirmed
 /// alive by one round trip when it comes back, and messages the broker returned
-/// (`mandatory`) are dropped then; a delivery got with `basic_get` and not acked goes back
-/// to its queue (`basic.recover` with requeue, the same one round trip); a `basic_qos` is
-/// reset; an exclusive queue declared is deleted (it belongs to the pool's connection, which
-/// outlives every user); modes no method undoes (`tx_select`, `confirm_select`,
-/// `basic_consume`, `channel_flow`, a `close`) have the channel replaced.
+/// (`mandatory`) are dropped then; a `basic_qos` is reset; an exclusive queue declared is
+/// deleted (it belongs to the pool's connection, which outlives every user); a delivery got
+/// with acks on (`basic_get`, `basic_consume`), whose `Acker` the user may still hold, and
+/// modes no method undoes (`tx_select`, `confirm_select`, `channel_flow`, a `close`) have
+/// the channel replaced.
 pub struct AmqpChannel {
     pub(crate) channel: Channel,
     pub(crate) slot: Slot,
@@ -62,10 +62,8 @@ impl Left {
     pub(crate) const QOS: u8 = 2;
     /// `basic_qos` for the whole channel.
     pub(crate) const QOS_GLOBAL: u8 = 4;
-    /// A mode no method undoes.
+    /// What no method undoes: a mode, or a delivery whose `Acker` may outlive the use.
     pub(crate) const LASTING: u8 = 8;
-    /// A delivery got with `basic_get`, maybe not acked.
-    pub(crate) const GOT: u8 = 16;
 }
 
 impl AmqpChannel {
@@ -207,9 +205,12 @@ impl AmqpChannel {
         self.channel.basic_recover_async(options).await
     }
 
-    /// `Channel::basic_get`; a delivery not acked by the time the channel comes back goes back
-    /// to its queue then (`basic.recover` with requeue), which also confirms the channel
-    /// alive (the delivery's ack goes out without an answer).
+    /// `Channel::basic_get`. With acks on, the channel is replaced when it comes back: the
+    /// delivery's `Acker` may outlive the use, and an ack of it on the next user's channel
+    /// would have the broker close that channel (a delivery tag the channel no longer
+    /// knows); closed instead, the channel gives what was not acked back to its queue, and
+    /// a late ack fails for its own user. With `no_ack`, the channel is confirmed alive when
+    /// it comes back, as after a publish (a missing queue makes the broker close it).
     ///
     /// # Errors
     ///
@@ -223,7 +224,11 @@ impl AmqpChannel {
         queue: ShortString,
         options: BasicGetOptions,
     ) -> lapin::Result<Option<lapin::message::BasicGetMessage>> {
-        self.note(Left::GOT);
+        self.note(if options.no_ack {
+            Left::UNCONFIRMED
+        } else {
+            Left::LASTING
+        });
         self.channel.basic_get(queue, options).await
     }
 

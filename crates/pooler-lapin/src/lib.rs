@@ -6,7 +6,7 @@ use std::sync::atomic::Ordering;
 
 use futures_util::StreamExt as _;
 use futures_util::future::{Either, select};
-use lapin::options::{BasicQosOptions, BasicRecoverOptions, QueueDeleteOptions};
+use lapin::options::{BasicQosOptions, QueueDeleteOptions};
 use lapin::tcp::OwnedTLSConfig;
 use lapin::types::ShortString;
 use lapin::{ConnectionProperties, DefaultConnectionBuilder};
@@ -377,21 +377,9 @@ impl Manager for AmqpManager {
                 .basic_qos(0, BasicQosOptions { global: true })
                 .await?;
         }
-        // A delivery got and maybe not acked goes back to its queue: otherwise the next
-        // user's `basic_ack(tag, multiple)` would ack it, and the message be lost. The
-        // recover is answered, so it is also a round trip that confirms the channel alive.
-        let recovered = left & Left::GOT != 0;
-        if recovered {
-            channel
-                .channel
-                .basic_recover(BasicRecoverOptions { requeue: true })
-                .await?;
-        }
         // Resetting the per-consumer prefetch (0: no limit, as on a new channel) is also the
         // round trip that confirms the channel alive.
-        if left & Left::QOS != 0
-            || (left & Left::UNCONFIRMED != 0 && !global && !recovered && !deleted)
-        {
+        if left & Left::QOS != 0 || (left & Left::UNCONFIRMED != 0 && !global && !deleted) {
             channel
                 .channel
                 .basic_qos(0, BasicQosOptions { global: false })

@@ -68,6 +68,22 @@ async fn publish_and_get(channel: &AmqpChannel, queue: &str, body: &[u8]) {
     assert_eq!(got, body, "the next user's message arrived");
 }
 
+/// The next delivery from `queue`, acks on.
+async fn eventually_got(channel: &AmqpChannel, queue: &str) -> lapin::message::BasicGetMessage {
+    for _ in 0..100 {
+        let options = BasicGetOptions { no_ack: false };
+        if let Some(message) = channel
+            .basic_get(queue.into(), options)
+            .await
+            .expect("basic_get")
+        {
+            return message;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("no delivery");
+}
+
 async fn eventually_get(channel: &AmqpChannel, queue: &str) -> Vec<u8> {
     for _ in 0..100 {
         let message = channel
@@ -216,18 +232,10 @@ async fn a_delivery_left_unacked_goes_back_to_its_queue() {
     drop(channel);
     // User 1 gets "first" and gives the channel back without acking it.
     let channel = take(&pool).await;
-    let mut got = None;
-    for _ in 0..100 {
-        got = channel
-            .basic_get(name.as_str().into(), BasicGetOptions { no_ack: false })
-            .await
-            .unwrap();
-        if got.is_some() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    assert_eq!(got.expect("a delivery").delivery.data, b"first");
+    assert_eq!(
+        eventually_got(&channel, &name).await.delivery.data,
+        b"first"
+    );
     drop(channel);
     // User 2 gets the next one and acks everything up to it.
     let channel = take(&pool).await;
@@ -257,6 +265,51 @@ async fn a_delivery_left_unacked_goes_back_to_its_queue() {
         "user 1's delivery came back to the queue, and nothing was lost"
     );
     cleared(&pool, channel, &name).await;
+}
+
+/// A delivery's `Acker` may outlive its user's turn (handed to a task that acks later).
+/// Acked on the channel the next user holds, its delivery tag — already given back to the
+/// queue at the return — made the broker close that user's channel under them. The channel
+/// a delivery was got on is replaced instead: the late ack fails for its own user, the next
+/// user's channel stays open, and the message is back in its queue.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_late_ack_never_closes_the_next_users_channel() {
+    let Some(url) = url().await else { return };
+    let pool = one_of_one(&url, "amqp-late-ack").await;
+    let name = format!("pooler-late-ack-{}", std::process::id());
+    let channel = take(&pool).await;
+    queue(&channel, &name).await;
+    channel
+        .basic_publish(
+            "".into(),
+            name.as_str().into(),
+            BasicPublishOptions::default(),
+            b"late",
+            BasicProperties::default(),
+        )
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    drop(channel);
+    let channel = take(&pool).await;
+    let got = eventually_got(&channel, &name).await;
+    drop(channel);
+    let next = take(&pool).await;
+    // The first user acks after the return, on the channel it got the delivery on.
+    let late = got.delivery.acker.ack(BasicAckOptions::default()).await;
+    // The broker's answer to a wrong ack would close the channel it reached: a round trip
+    // on the next user's channel comes after it.
+    next.basic_qos(0, BasicQosOptions::default())
+        .await
+        .unwrap_or_else(|e| panic!("the next user's channel was closed (late ack: {late:?}): {e}"));
+    assert!(next.status().connected());
+    assert_eq!(
+        eventually_get(&next, &name).await,
+        b"late",
+        "back in its queue"
+    );
+    cleared(&pool, next, &name).await;
 }
 
 /// A `mandatory` message the broker returns to one user is never the next user's: their
