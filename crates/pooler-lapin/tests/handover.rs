@@ -68,6 +68,24 @@ async fn publish_and_get(channel: &AmqpChannel, queue: &str, body: &[u8]) {
     assert_eq!(got, body, "the next user's message arrived");
 }
 
+/// `body` published to `queue` through the default exchange, and its confirmation waited
+/// for.
+async fn published(channel: &AmqpChannel, queue: &str, body: &[u8]) {
+    let options = BasicPublishOptions::default();
+    channel
+        .basic_publish(
+            "".into(),
+            queue.into(),
+            options,
+            body,
+            BasicProperties::default(),
+        )
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+}
+
 /// The next delivery from `queue`, acks on.
 async fn eventually_got(channel: &AmqpChannel, queue: &str) -> lapin::message::BasicGetMessage {
     for _ in 0..100 {
@@ -216,18 +234,7 @@ async fn a_delivery_left_unacked_goes_back_to_its_queue() {
     let channel = take(&pool).await;
     queue(&channel, &name).await;
     for body in [&b"first"[..], b"second"] {
-        channel
-            .basic_publish(
-                "".into(),
-                name.as_str().into(),
-                BasicPublishOptions::default(),
-                body,
-                BasicProperties::default(),
-            )
-            .await
-            .unwrap()
-            .await
-            .unwrap();
+        published(&channel, &name, body).await;
     }
     drop(channel);
     // User 1 gets "first" and gives the channel back without acking it.
@@ -279,18 +286,7 @@ async fn a_late_ack_never_closes_the_next_users_channel() {
     let name = format!("pooler-late-ack-{}", std::process::id());
     let channel = take(&pool).await;
     queue(&channel, &name).await;
-    channel
-        .basic_publish(
-            "".into(),
-            name.as_str().into(),
-            BasicPublishOptions::default(),
-            b"late",
-            BasicProperties::default(),
-        )
-        .await
-        .unwrap()
-        .await
-        .unwrap();
+    published(&channel, &name, b"late").await;
     drop(channel);
     let channel = take(&pool).await;
     let got = eventually_got(&channel, &name).await;
