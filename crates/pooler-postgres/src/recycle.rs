@@ -47,8 +47,8 @@ pub enum Recycle {
     /// One round trip on every return asks whether the last user left an explicit transaction
     /// open (`now() = statement_timestamp()` is false only inside one); if so it is rolled
     /// back; a connection whose transaction failed cannot answer, or that has not answered
-    /// within five seconds (the question waits behind what the last user left running), is
-    /// replaced. The session's state is left as it is.
+    /// within five seconds (a second's wait for what the last user left running, then four
+    /// for the question sent behind it), is replaced. The session's state is left as it is.
     Query,
     /// Nothing: the connection goes back as it is (for code that only uses
     /// `Client::transaction`, whose guard rolls back on drop, and never cancels a query).
@@ -135,15 +135,12 @@ pub(crate) async fn settle(conn: &PgConnection, pooled: bool) -> Result<TxStatus
         .await
         .unwrap_or(TxStatus::Unsettled);
     if pooled && status == TxStatus::Unsettled && !conn.parts.seen.in_copy() {
-        return Err(OUTSTANDING);
+        return Err(PgError::Unclean(
+            "an answer was still outstanding, and behind a transaction pooler nothing is sent behind one",
+        ));
     }
     Ok(status)
 }
-
-/// Why a connection behind a transaction pooler is refused with an answer outstanding.
-const OUTSTANDING: PgError = PgError::Unclean(
-    "an answer was still outstanding, and behind a transaction pooler nothing is sent behind one",
-);
 
 /// Makes a returned connection clean as `recycle` says; `true` if the session was reset to
 /// its start (settings included). `pooled`: behind a transaction pooler, where nothing is
@@ -154,26 +151,22 @@ pub(crate) async fn clean(
     pooled: bool,
 ) -> Result<bool, PgError> {
     use session::Dirt;
-    let status = match recycle {
-        Recycle::Nothing => return Ok(false),
-        Recycle::Query => {
-            if pooled {
-                settle(conn, true).await?;
-            }
-            ask_behind(conn, SETTLE + ASK_BEHIND).await?;
-            // Our answer came last: every request is answered, whatever the layer counted.
-            conn.parts.seen.resync();
-            return Ok(false);
-        }
-        _ => settle(conn, false).await?,
-    };
+    if matches!(recycle, Recycle::Nothing) {
+        return Ok(false);
+    }
+    // Behind a transaction pooler, an answer still outstanding here has refused the
+    // connection already.
+    let status = settle(conn, pooled).await?;
     if conn.parts.seen.in_copy() {
         return Err(PgError::Unclean("it was given back in COPY FROM STDIN"));
     }
+    if matches!(recycle, Recycle::Query) {
+        ask_behind(conn, ASK_BEHIND).await?;
+        // Our answer came last: every request is answered, whatever the layer counted.
+        conn.parts.seen.resync();
+        return Ok(false);
+    }
     if status == TxStatus::Unsettled {
-        if pooled {
-            return Err(OUTSTANDING);
-        }
         // An answer still outstanding past the wait (a long query whose future was
         // dropped): ask, behind it — for a while. A request still unanswered then may
         // never be: its rows wait for a `RowStream` the user kept past the return, and
