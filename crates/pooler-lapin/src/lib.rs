@@ -404,10 +404,11 @@ impl Manager for AmqpManager {
             // one opened for it when the broker closed this one: they belong to the
             // connection, which outlives the channel.
             let exclusive = channel.exclusive_queues();
+            let mut answered = false;
             if !exclusive.is_empty() {
-                let deleted = channel.status().connected()
+                answered = channel.status().connected()
                     && delete(&channel.channel, &exclusive).await.is_ok();
-                if !deleted
+                if !answered
                     && let Some(connection) = channel.slot.connection()
                     && let Ok(other) = connection.create_channel().await
                 {
@@ -422,9 +423,13 @@ impl Manager for AmqpManager {
             // side at the same moment makes lapin fail the connection's close too (it reads
             // the broker's close-ok for a channel it counts closed), and a connection left
             // open keeps its channels' unacked deliveries from their queues. So one answered
-            // method first: answered, nothing before it made the broker close the channel;
-            // refused, the broker closes it, and this side need not.
-            if channel.left.load(Ordering::Relaxed) != 0 && channel.status().connected() {
+            // method first (the deletes above are such methods): answered, nothing before it
+            // made the broker close the channel; refused, the broker closes it, and this side
+            // need not.
+            if !answered
+                && channel.left.load(Ordering::Relaxed) != 0
+                && channel.status().connected()
+            {
                 let _ = channel
                     .channel
                     .basic_qos(0, BasicQosOptions { global: false })
