@@ -18,6 +18,8 @@ use pooler_lapin::{AmqpChannel, AmqpManager};
 use pooler_testkit::handover::poll_once_and_drop;
 use pooler_testkit::{Server, eventually, started};
 
+mod common;
+
 async fn url() -> Option<String> {
     Server::Amqp.url().await
 }
@@ -84,6 +86,19 @@ async fn published(channel: &AmqpChannel, queue: &str, body: &[u8]) {
         .unwrap()
         .await
         .unwrap();
+}
+
+/// A pool of one channel (`amqp-{test}`), and a queue of the test's own holding `bodies`.
+async fn holding(url: &str, test: &str, bodies: &[&[u8]]) -> (pooler_lapin::Pool, String) {
+    let pool = one_of_one(url, &format!("amqp-{test}")).await;
+    let name = format!("pooler-{test}-{}", std::process::id());
+    let channel = take(&pool).await;
+    queue(&channel, &name).await;
+    for body in bodies {
+        published(&channel, &name, body).await;
+    }
+    drop(channel);
+    (pool, name)
 }
 
 /// The next delivery from `queue`, acks on.
@@ -229,14 +244,7 @@ async fn an_immediate_close_leaves_no_connection_open_after_a_late_return() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_delivery_left_unacked_goes_back_to_its_queue() {
     let Some(url) = url().await else { return };
-    let pool = one_of_one(&url, "amqp-unacked").await;
-    let name = format!("pooler-unacked-{}", std::process::id());
-    let channel = take(&pool).await;
-    queue(&channel, &name).await;
-    for body in [&b"first"[..], b"second"] {
-        published(&channel, &name, body).await;
-    }
-    drop(channel);
+    let (pool, name) = holding(&url, "unacked", &[b"first", b"second"]).await;
     // User 1 gets "first" and gives the channel back without acking it.
     let channel = take(&pool).await;
     assert_eq!(
@@ -282,12 +290,7 @@ async fn a_delivery_left_unacked_goes_back_to_its_queue() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_late_ack_never_closes_the_next_users_channel() {
     let Some(url) = url().await else { return };
-    let pool = one_of_one(&url, "amqp-late-ack").await;
-    let name = format!("pooler-late-ack-{}", std::process::id());
-    let channel = take(&pool).await;
-    queue(&channel, &name).await;
-    published(&channel, &name, b"late").await;
-    drop(channel);
+    let (pool, name) = holding(&url, "late-ack", &[b"late"]).await;
     let channel = take(&pool).await;
     let got = eventually_got(&channel, &name).await;
     drop(channel);
@@ -445,33 +448,6 @@ async fn cleared(pool: &pooler_lapin::Pool, channel: pooler_lapin::Member, name:
     pool.close(Shutdown::Graceful).await;
 }
 
-/// Whether a queue named `name` exists, asked on a connection of its own: a passive
-/// declaration of another connection's exclusive queue is refused as locked, of a queue
-/// that does not exist as not found.
-async fn exists(url: &str, name: &str) -> bool {
-    let connection = lapin::Connection::connect(url, lapin::ConnectionProperties::default())
-        .await
-        .expect("a connection of the test's own");
-    let channel = connection.create_channel().await.expect("a channel");
-    let asked = channel
-        .queue_declare(
-            name.into(),
-            QueueDeclareOptions {
-                passive: true,
-                ..QueueDeclareOptions::default()
-            },
-            FieldTable::default(),
-        )
-        .await;
-    let _ = connection.close(200, "asked".into()).await;
-    match asked {
-        Ok(_) => true,
-        Err(e) if e.to_string().contains("RESOURCE_LOCKED") => true,
-        Err(e) if e.to_string().contains("NOT_FOUND") => false,
-        Err(e) => panic!("asking for {name}: {e}"),
-    }
-}
-
 /// An exclusive queue belongs to the connection, and the pool's connection outlives every
 /// user: one a user declared (named by the user or by the broker) is gone when the next user
 /// gets the channel — whether the channel came back clean, was replaced for a mode it was
@@ -510,7 +486,7 @@ async fn an_exclusive_queue_a_user_declared_is_gone_when_the_channel_is_back() {
             .name()
             .to_string();
         for name in [&named, &by_the_broker] {
-            assert!(exists(&url, name).await, "{left}: {name} declared");
+            assert!(common::exists(&url, name).await, "{left}: {name} declared");
         }
         match left {
             "a mode" => channel
@@ -536,7 +512,7 @@ async fn an_exclusive_queue_a_user_declared_is_gone_when_the_channel_is_back() {
         let next = take(&pool).await;
         for name in [&named, &by_the_broker] {
             assert!(
-                !exists(&url, name).await,
+                !common::exists(&url, name).await,
                 "{left}: {name} outlived its user"
             );
         }

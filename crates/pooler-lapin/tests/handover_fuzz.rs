@@ -29,6 +29,8 @@ use pooler_testkit::handover::poll_once_and_drop;
 use pooler_testkit::{Server, started};
 use proptest::prelude::*;
 
+mod common;
+
 /// What user A does.
 #[derive(Debug, Clone, Copy)]
 enum Step {
@@ -332,28 +334,6 @@ async fn next_user(
     (drained, confirmation)
 }
 
-/// Whether a queue named `name` exists, asked on a connection of the test's own: a passive
-/// declaration of another connection's exclusive queue is refused as locked, of a queue
-/// that does not exist as not found.
-async fn exists(url: &str, name: &str) -> bool {
-    let connection = lapin::Connection::connect(url, lapin::ConnectionProperties::default())
-        .await
-        .expect("a connection of the test's own");
-    let channel = connection.create_channel().await.expect("a channel");
-    let options = QueueDeclareOptions {
-        passive: true,
-        ..QueueDeclareOptions::default()
-    };
-    let asked = channel
-        .queue_declare(name.into(), options, FieldTable::default())
-        .await;
-    let _ = connection.close(200, "asked".into()).await;
-    match asked {
-        Ok(_) => true,
-        Err(e) => !e.to_string().contains("NOT_FOUND"),
-    }
-}
-
 /// The last cases run, numbered.
 type History = std::cell::RefCell<std::collections::VecDeque<(u64, Vec<(Step, Way)>)>>;
 
@@ -432,7 +412,7 @@ fn the_next_user_gets_a_channel_like_a_new_one_and_no_message_is_lost() {
             }
             let mut outlived = Vec::new();
             for name in &known.exclusive {
-                if exists(&url, name).await {
+                if common::exists(&url, name).await {
                     outlived.push(name.clone());
                 }
             }
