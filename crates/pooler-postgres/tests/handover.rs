@@ -650,15 +650,26 @@ async fn a_copy_out_dropped_midway_is_replaced_at_once() {
             assert!(!chunk.is_empty());
         }
         drop(conn);
-        let next = pool
-            .take_member(Duration::from_secs(3))
-            .await
-            .unwrap_or_else(|e| panic!("{recycle:?}: the next taker waited: {e}"));
-        assert_ne!(Member::id(&next), first, "{recycle:?}: replaced");
-        assert_eq!(next.simple_query("SELECT 1").await.unwrap().len(), 3);
-        drop(next);
-        pool.close(Shutdown::Immediate).await;
+        replaced_within(pool, first, Duration::from_secs(3), &recycle).await;
     }
+}
+
+/// The next taker of `pool` (of one member; member `first` just given back) gets a new
+/// connection within `within`, and it serves; then `pool` is closed.
+async fn replaced_within(
+    pool: pooler_postgres::Pool,
+    first: u64,
+    within: Duration,
+    recycle: &Recycle,
+) {
+    let next = pool
+        .take_member(within)
+        .await
+        .unwrap_or_else(|e| panic!("{recycle:?}: the next taker waited: {e}"));
+    assert_ne!(Member::id(&next), first, "{recycle:?}: replaced");
+    assert_eq!(next.simple_query("SELECT 1").await.unwrap().len(), 3);
+    drop(next);
+    pool.close(Shutdown::Immediate).await;
 }
 
 /// A `RowStream` kept past the connection's return holds its rows, and tokio-postgres reads
@@ -679,14 +690,8 @@ async fn a_row_stream_kept_past_the_return_holds_the_pool_for_seconds_at_most() 
             .await
             .unwrap();
         drop(conn);
-        let next = pool
-            .take_member(Duration::from_secs(15))
-            .await
-            .unwrap_or_else(|e| panic!("{recycle:?}: the next taker waited: {e}"));
-        assert_ne!(Member::id(&next), first, "{recycle:?}: replaced");
-        assert_eq!(next.simple_query("SELECT 1").await.unwrap().len(), 3);
-        drop((next, rows));
-        pool.close(Shutdown::Immediate).await;
+        replaced_within(pool, first, Duration::from_secs(15), &recycle).await;
+        drop(rows);
     }
 }
 

@@ -464,13 +464,10 @@ async fn with_transaction_pooling_a_statement_dropped_late_is_answered_before_th
                 if after_the_return {
                     // Dropped while the member is free, its return done.
                     drop(conn);
-                    tokio::time::timeout(Duration::from_secs(5), async {
-                        while pool.utilization().free_count == 0 {
-                            tokio::time::sleep(Duration::from_millis(1)).await;
-                        }
+                    pooler_testkit::eventually("the member is given back", async || {
+                        pool.utilization().free_count > 0
                     })
-                    .await
-                    .expect("the member given back");
+                    .await;
                     drop(statement);
                 } else {
                     drop(statement);
