@@ -3,10 +3,12 @@
 
 use std::sync::atomic::{AtomicU8, Ordering};
 
+use futures_util::FutureExt as _;
+use futures_util::future::{BoxFuture, Shared};
 use lapin::options::{
     BasicAckOptions, BasicCancelOptions, BasicConsumeOptions, BasicGetOptions, BasicNackOptions,
     BasicPublishOptions, BasicQosOptions, BasicRecoverAsyncOptions, BasicRecoverOptions,
-    BasicRejectOptions, ChannelFlowOptions, ConfirmSelectOptions,
+    BasicRejectOptions, ChannelFlowOptions, ConfirmSelectOptions, QueueDeclareOptions,
 };
 use lapin::types::{FieldTable, ShortString};
 use lapin::{BasicProperties, Channel, PublisherConfirm};
@@ -36,11 +38,26 @@ pub struct AmqpChannel {
     pub(crate) slot: Slot,
     /// What the user did, as [`Left`] bits.
     pub(crate) left: AtomicU8,
-    /// The exclusive queues declared on the channel since it was last clean, by name. Such a
-    /// queue belongs to the connection, which outlives every user (and every channel) in a
-    /// pool, so each is deleted when the channel comes back or is stopped.
-    pub(crate) exclusive: std::sync::Mutex<Vec<ShortString>>,
+    /// The exclusive queues declared on the channel since it was last clean. Such a queue
+    /// belongs to the connection, which outlives every user (and every channel) in a pool,
+    /// so each is deleted when the channel comes back or is stopped.
+    exclusive: std::sync::Mutex<Exclusive>,
 }
+
+/// The exclusive queues declared on a channel: by name, and the declarations whose name the
+/// broker gives and which may still be unanswered. A name is in `named` once; a declaration
+/// leaves `naming` when its caller has the answer, or when the return or the stop awaits it
+/// (its name then joins `named`).
+#[derive(Default)]
+struct Exclusive {
+    named: Vec<ShortString>,
+    naming: Vec<Naming>,
+}
+
+/// A declaration of an exclusive queue the broker names, shared between the user's call and
+/// the channel: dropped by the user before the answer, it is awaited at the return, so the
+/// name is learnt and the queue deleted.
+type Naming = Shared<BoxFuture<'static, lapin::Result<lapin::Queue>>>;
 
 impl std::fmt::Debug for AmqpChannel {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -72,7 +89,7 @@ impl AmqpChannel {
             channel,
             slot,
             left: AtomicU8::new(0),
-            exclusive: std::sync::Mutex::new(Vec::new()),
+            exclusive: std::sync::Mutex::default(),
         }
     }
 
@@ -80,33 +97,66 @@ impl AmqpChannel {
         self.left.fetch_or(left, Ordering::Relaxed);
     }
 
-    /// `queue` is an exclusive queue declared on the channel (or maybe declared: its
-    /// declaration was sent, or is about to be).
-    pub(crate) fn declared_exclusive(&self, queue: ShortString) {
-        let mut names = self
-            .exclusive
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if !names.contains(&queue) {
-            names.push(queue);
-        }
-    }
-
-    /// The exclusive queues declared on the channel since it was last clean.
-    pub(crate) fn exclusive_queues(&self) -> Vec<ShortString> {
+    fn exclusive(&self) -> std::sync::MutexGuard<'_, Exclusive> {
         self.exclusive
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clone()
+    }
+
+    /// `queue` is an exclusive queue declared on the channel (or maybe declared: its
+    /// declaration was sent, or is about to be).
+    pub(crate) fn declared_exclusive(&self, queue: ShortString) {
+        let mut exclusive = self.exclusive();
+        if !exclusive.named.contains(&queue) {
+            exclusive.named.push(queue);
+        }
+    }
+
+    /// Declares an exclusive queue the broker names, as lapin's `queue_declare` (without
+    /// `nowait`: the name is in the answer). The declaration stays the channel's until it is
+    /// answered, whether or not the caller waits for it.
+    pub(crate) async fn declare_named_by_the_broker(
+        &self,
+        options: QueueDeclareOptions,
+        arguments: FieldTable,
+    ) -> lapin::Result<lapin::Queue> {
+        let channel = self.channel.clone();
+        let naming = async move {
+            channel
+                .queue_declare(ShortString::default(), options, arguments)
+                .await
+        }
+        .boxed()
+        .shared();
+        self.exclusive().naming.push(naming.clone());
+        let declared = naming.clone().await;
+        self.exclusive()
+            .naming
+            .retain(|other| !other.ptr_eq(&naming));
+        if let Ok(queue) = &declared {
+            self.declared_exclusive(queue.name().clone());
+        }
+        declared
+    }
+
+    /// The exclusive queues declared on the channel since it was last clean, once every
+    /// declaration the broker names is answered (a refused one left no queue).
+    pub(crate) async fn exclusive_queues(&self) -> Vec<ShortString> {
+        let naming = std::mem::take(&mut self.exclusive().naming);
+        for declaration in naming {
+            if let Ok(queue) = declaration.await {
+                self.declared_exclusive(queue.name().clone());
+            }
+        }
+        self.exclusive().named.clone()
     }
 
     /// The channel is clean again: nothing left, no exclusive queue of a user's.
     pub(crate) fn cleared(&self) {
         self.left.store(0, Ordering::Relaxed);
-        self.exclusive
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clear();
+        let mut exclusive = self.exclusive();
+        exclusive.named.clear();
+        exclusive.naming.clear();
     }
 
     /// `Channel::basic_publish`; the channel is confirmed alive when it comes back (a publish

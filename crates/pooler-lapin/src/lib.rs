@@ -365,7 +365,7 @@ impl Manager for AmqpManager {
         let left = channel.left.load(Ordering::Relaxed);
         // The user's exclusive queues, which would outlive them on the connection. Each
         // delete is answered: a round trip that confirms the channel alive.
-        let exclusive = channel.exclusive_queues();
+        let exclusive = channel.exclusive_queues().await;
         delete(&channel.channel, &exclusive).await?;
         let deleted = !exclusive.is_empty();
         // A method on the channel is answered only after everything sent before it: if the
@@ -403,7 +403,7 @@ impl Manager for AmqpManager {
             // The user's exclusive queues go first, on this channel while it is open, or on
             // one opened for it when the broker closed this one: they belong to the
             // connection, which outlives the channel.
-            let exclusive = channel.exclusive_queues();
+            let exclusive = channel.exclusive_queues().await;
             let mut answered = false;
             if !exclusive.is_empty() {
                 answered = channel.status().connected()

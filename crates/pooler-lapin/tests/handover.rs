@@ -12,7 +12,7 @@ use lapin::options::{
     BasicQosOptions, ConfirmSelectOptions, QueueDeclareOptions, QueueDeleteOptions,
     QueuePurgeOptions,
 };
-use lapin::types::FieldTable;
+use lapin::types::{AMQPValue, FieldTable};
 use pooler::{Manager as _, Member, Pool, PoolConfig, Shutdown};
 use pooler_lapin::{AmqpChannel, AmqpManager};
 use pooler_testkit::handover::poll_once_and_drop;
@@ -514,6 +514,74 @@ async fn an_exclusive_queue_a_user_declared_is_gone_when_the_channel_is_back() {
             assert!(
                 !common::exists(&url, name).await,
                 "{left}: {name} outlived its user"
+            );
+        }
+        drop(next);
+    }
+    drop(held);
+    pool.close(Shutdown::Graceful).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_exclusive_queue_the_broker_names_is_gone_even_when_nobody_read_its_name() {
+    let Some(url) = url().await else { return };
+    let pool = Pool::start(
+        PoolConfig::new("amqp-exclusive-unnamed", 2, 2),
+        AmqpManager::new(&url),
+    )
+    .await
+    .expect("pool starts");
+    // Held throughout, so the connection (and every exclusive queue on it) stays open.
+    let held = take(&pool).await;
+    // A mode left after the dropped declaration has the channel replaced: its stop deletes.
+    for how in [
+        "dropped before its answer",
+        "dropped before its answer, a mode left",
+        "nowait",
+        "dropped unsent",
+    ] {
+        let marker = format!("pooler-unnamed-{}-{how}", std::process::id());
+        let mut arguments = FieldTable::default();
+        arguments.insert(
+            "x-pooler-test".into(),
+            AMQPValue::LongString(marker.as_str().into()),
+        );
+        let options = QueueDeclareOptions {
+            exclusive: true,
+            nowait: how == "nowait",
+            ..QueueDeclareOptions::default()
+        };
+        let channel = take(&pool).await;
+        let declaring = channel.queue_declare("".into(), options, arguments);
+        match how {
+            "dropped before its answer" => poll_once_and_drop(declaring).await,
+            "dropped before its answer, a mode left" => {
+                poll_once_and_drop(declaring).await;
+                channel
+                    .confirm_select(ConfirmSelectOptions::default())
+                    .await
+                    .unwrap();
+            }
+            "nowait" => {
+                let queue = declaring.await.unwrap();
+                // The name is in the answer, which `nowait` would not wait for.
+                assert!(queue.name().as_str().starts_with("amq.gen-"), "{queue:?}");
+            }
+            _ => drop(declaring),
+        }
+        if how != "dropped unsent" {
+            eventually(&format!("{how}: the queue is declared"), async || {
+                common::listed(&url, &marker).is_none_or(|names| !names.is_empty())
+            })
+            .await;
+        }
+        drop(channel);
+        let next = take(&pool).await;
+        if let Some(left) = common::listed(&url, &marker) {
+            assert_eq!(
+                left,
+                Vec::<String>::new(),
+                "{how}: the queue outlived its user"
             );
         }
         drop(next);

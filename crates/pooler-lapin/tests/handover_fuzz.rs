@@ -22,7 +22,7 @@ use lapin::options::{
     BasicQosOptions, BasicRecoverAsyncOptions, ConfirmSelectOptions, QueueDeclareOptions,
     QueueDeleteOptions, QueuePurgeOptions,
 };
-use lapin::types::FieldTable;
+use lapin::types::{AMQPValue, FieldTable};
 use pooler::{Member, Pool, PoolConfig, Shutdown};
 use pooler_lapin::{AmqpChannel, AmqpManager};
 use pooler_testkit::handover::poll_once_and_drop;
@@ -102,6 +102,10 @@ struct Known {
     /// The exclusive queues A declared, or may have, whose names the test knows (one the
     /// broker names is known only from its answer).
     exclusive: Vec<String>,
+    /// An argument every queue the broker names for A carries, so that one whose name the
+    /// test did not learn can be listed; `unnamed` when there is such a queue.
+    marker: String,
+    unnamed: bool,
 }
 
 impl Known {
@@ -253,12 +257,17 @@ async fn run(ch: &AmqpChannel, queue: &str, known: &mut Known, (step, way): (Ste
                 exclusive: true,
                 ..QueueDeclareOptions::default()
             };
-            let declare = ch.queue_declare(name.as_str().into(), options, FieldTable::default());
+            let mut arguments = FieldTable::default();
+            if by_the_broker {
+                let marker = AMQPValue::LongString(known.marker.as_str().into());
+                arguments.insert("x-pooler-case".into(), marker);
+            }
+            let declare = ch.queue_declare(name.as_str().into(), options, arguments);
             let done = call(way, declare).await;
             match &done {
                 Some(Ok(declared)) => known.exclusive.push(declared.name().to_string()),
                 _ if !by_the_broker => known.exclusive.push(name),
-                _ => {}
+                _ => known.unnamed = true,
             }
             known.ended(done.as_ref());
         }
@@ -399,7 +408,10 @@ fn the_next_user_gets_a_channel_like_a_new_one_and_no_message_is_lost() {
             ch.queue_purge(queue.as_str().into(), QueuePurgeOptions::default())
                 .await
                 .expect("the queue is purged: the channel the last case left works");
-            let mut known = Known::default();
+            let mut known = Known {
+                marker: format!("{queue}/{mine}/"),
+                ..Known::default()
+            };
             for a in &actions {
                 run(&ch, &queue, &mut known, *a).await;
             }
@@ -415,6 +427,9 @@ fn the_next_user_gets_a_channel_like_a_new_one_and_no_message_is_lost() {
                 if common::exists(&url, name).await {
                     outlived.push(name.clone());
                 }
+            }
+            if known.unnamed {
+                outlived.extend(common::listed(&url, &known.marker).unwrap_or_default());
             }
             (known, drained, confirmation, outlived)
         });

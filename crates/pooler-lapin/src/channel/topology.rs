@@ -99,7 +99,9 @@ impl AmqpChannel {
     }
 
     /// `Channel::queue_declare`. An exclusive queue belongs to the pool's connection, which
-    /// outlives this use: it is deleted when the channel comes back.
+    /// outlives this use: it is deleted when the channel comes back. An exclusive queue the
+    /// broker names (`queue` empty) is declared without `nowait` even if asked: its name,
+    /// in the answer, is what deletes it (and what the caller needs to use it).
     ///
     /// # Errors
     ///
@@ -107,9 +109,9 @@ impl AmqpChannel {
     ///
     /// # Cancel safety
     ///
-    /// As lapin's. A named exclusive queue is deleted at the return whether or not its
-    /// declaration was sent; one the broker names is known only from the answer, so one
-    /// dropped before it lives as long as the connection.
+    /// As lapin's. An exclusive queue is deleted at the return whether or not its
+    /// declaration was sent or answered: the return waits for the answer to a declaration the
+    /// broker names.
     pub async fn queue_declare(
         &self,
         queue: ShortString,
@@ -117,15 +119,18 @@ impl AmqpChannel {
         arguments: FieldTable,
     ) -> lapin::Result<lapin::Queue> {
         self.note(Left::UNCONFIRMED);
-        let exclusive = options.exclusive && !options.passive;
-        if exclusive && !queue.as_str().is_empty() {
-            self.declared_exclusive(queue.clone());
+        if !options.exclusive || options.passive {
+            return self.channel.queue_declare(queue, options, arguments).await;
         }
-        let declared = self.channel.queue_declare(queue, options, arguments).await;
-        if exclusive && let Ok(queue) = &declared {
-            self.declared_exclusive(queue.name().clone());
+        if queue.as_str().is_empty() {
+            let answered = QueueDeclareOptions {
+                nowait: false,
+                ..options
+            };
+            return self.declare_named_by_the_broker(answered, arguments).await;
         }
-        declared
+        self.declared_exclusive(queue.clone());
+        self.channel.queue_declare(queue, options, arguments).await
     }
 
     /// `Channel::queue_bind`.

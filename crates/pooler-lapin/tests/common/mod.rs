@@ -29,3 +29,35 @@ pub(crate) async fn exists(url: &str, name: &str) -> bool {
         Err(e) => panic!("asking for {name}: {e}"),
     }
 }
+
+/// The queues on the broker whose arguments hold `marker`, as `rabbitmqctl` lists them: a
+/// queue the broker names cannot be asked for by a name nobody learnt. `None` when the
+/// broker is not this machine's (`url` names another host), where `rabbitmqctl` cannot see it.
+#[allow(dead_code)] // not every test binary lists queues
+pub(crate) fn listed(url: &str, marker: &str) -> Option<Vec<String>> {
+    if !(url.contains("@127.0.0.1") || url.contains("@localhost") || url.contains("//127.0.0.1")) {
+        return None;
+    }
+    let out = std::process::Command::new("rabbitmqctl")
+        .args([
+            "list_queues",
+            "-q",
+            "--no-table-headers",
+            "name",
+            "arguments",
+        ])
+        .output()
+        .expect("rabbitmqctl runs beside the local broker");
+    assert!(
+        out.status.success(),
+        "rabbitmqctl list_queues: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Some(
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter(|line| line.contains(marker))
+            .map(|line| line.split('\t').next().unwrap_or(line).to_owned())
+            .collect(),
+    )
+}
