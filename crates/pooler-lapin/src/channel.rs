@@ -45,13 +45,16 @@ pub struct AmqpChannel {
 }
 
 /// The exclusive queues declared on a channel: by name, and the declarations whose name the
-/// broker gives and which may still be unanswered. A name is in `named` once; a declaration
-/// leaves `naming` when its caller has the answer, or when the return or the stop awaits it
-/// (its name then joins `named`).
+/// broker gives and which may still be unanswered; and those the manager's hooks declared,
+/// `kept`: the channel's set-up, which a user declaring them again does not make theirs. A
+/// name is in `named` once, and never in both `named` and `kept`; a declaration leaves
+/// `naming` when its caller has the answer, or when the return or the stop awaits it (its
+/// name then joins `named`).
 #[derive(Default)]
 struct Exclusive {
     named: Vec<ShortString>,
     naming: Vec<Naming>,
+    kept: Vec<ShortString>,
 }
 
 /// A declaration of an exclusive queue the broker names, shared between the user's call and
@@ -107,7 +110,7 @@ impl AmqpChannel {
     /// declaration was sent, or is about to be).
     pub(crate) fn declared_exclusive(&self, queue: ShortString) {
         let mut exclusive = self.exclusive();
-        if !exclusive.named.contains(&queue) {
+        if !exclusive.named.contains(&queue) && !exclusive.kept.contains(&queue) {
             exclusive.named.push(queue);
         }
     }
@@ -149,6 +152,19 @@ impl AmqpChannel {
             }
         }
         self.exclusive().named.clone()
+    }
+
+    /// The manager's hooks ran: the exclusive queues declared since the channel was last
+    /// clean are its set-up, kept at every return from now on.
+    pub(crate) async fn set_up(&self) {
+        let declared = self.exclusive_queues().await;
+        let mut exclusive = self.exclusive();
+        exclusive.named.clear();
+        for queue in declared {
+            if !exclusive.kept.contains(&queue) {
+                exclusive.kept.push(queue);
+            }
+        }
     }
 
     /// The channel is clean again: nothing left, no exclusive queue of a user's.

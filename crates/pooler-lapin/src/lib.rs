@@ -340,7 +340,9 @@ impl Manager for AmqpManager {
             .run_after_connect(channel)
             .await
             .map_err(AmqpError::Hook)?;
-        // What the hook set up is where every user starts.
+        // What the hook set up is where every user starts, and stays: its exclusive queues
+        // are the channel's, not a user's to have deleted at a return.
+        channel.set_up().await;
         channel.cleared();
         Ok(())
     }
@@ -395,7 +397,10 @@ impl Manager for AmqpManager {
         self.hooks
             .run_after_return(channel)
             .await
-            .map_err(AmqpError::Hook)
+            .map_err(AmqpError::Hook)?;
+        // What the hook declared is set-up too.
+        channel.set_up().await;
+        Ok(())
     }
 
     async fn stop(&self, mut channel: AmqpChannel) {

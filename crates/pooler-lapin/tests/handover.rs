@@ -589,3 +589,82 @@ async fn an_exclusive_queue_the_broker_names_is_gone_even_when_nobody_read_its_n
     drop(held);
     pool.close(Shutdown::Graceful).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_exclusive_queue_the_hooks_declared_stays_when_a_user_declares_it_again() {
+    let Some(url) = url().await else { return };
+    let exclusive = QueueDeclareOptions {
+        exclusive: true,
+        ..QueueDeclareOptions::default()
+    };
+    for hook in ["after_connect", "after_return"] {
+        let set_up = format!("pooler-hooked-{}-{hook}", std::process::id());
+        let name = set_up.clone();
+        let hooks = match hook {
+            "after_connect" => pooler::Hooks::default()
+                .after_connect(move |channel| declared(channel, name.clone(), exclusive)),
+            _ => pooler::Hooks::default()
+                .after_return(move |channel| declared(channel, name.clone(), exclusive)),
+        };
+        let pool = Pool::start(
+            PoolConfig::new("amqp-hooked", 1, 1),
+            AmqpManager::new(&url).hooks(hooks),
+        )
+        .await
+        .expect("pool starts");
+        let own = format!("pooler-hooked-own-{}", std::process::id());
+        for round in 0..3 {
+            let channel = take(&pool).await;
+            // Code that declares what it uses before using it declares the set-up's queue
+            // again (the first user of an `after_return` hook's pool declares it first).
+            for name in [&set_up, &own] {
+                channel
+                    .queue_declare(name.as_str().into(), exclusive, FieldTable::default())
+                    .await
+                    .unwrap();
+            }
+            published(&channel, &set_up, b"kept").await;
+            drop(channel);
+            let next = take(&pool).await;
+            assert!(
+                !common::exists(&url, &own).await,
+                "{hook}, round {round}: the user's own queue outlived its user"
+            );
+            let passive = QueueDeclareOptions {
+                passive: true,
+                ..QueueDeclareOptions::default()
+            };
+            let kept = next
+                .queue_declare(set_up.as_str().into(), passive, FieldTable::default())
+                .await
+                .unwrap_or_else(|e| panic!("{hook}, round {round}: the hook's queue: {e}"));
+            // Deleted and declared again by the hook, it would be empty.
+            if round > 0 || hook == "after_connect" {
+                assert_eq!(
+                    kept.message_count(),
+                    1,
+                    "{hook}, round {round}: the queue the hook declared went with a user"
+                );
+            }
+            next.queue_purge(set_up.as_str().into(), QueuePurgeOptions::default())
+                .await
+                .unwrap();
+            drop(next);
+        }
+        pool.close(Shutdown::Graceful).await;
+    }
+}
+
+/// A hook's declaration of `name`.
+fn declared(
+    channel: &mut AmqpChannel,
+    name: String,
+    options: QueueDeclareOptions,
+) -> pooler::HookFuture<'_> {
+    Box::pin(async move {
+        channel
+            .queue_declare(name.as_str().into(), options, FieldTable::default())
+            .await?;
+        Ok(())
+    })
+}
