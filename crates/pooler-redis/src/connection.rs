@@ -27,6 +27,9 @@ pub struct RedisConnection {
     pub(crate) track: Track,
     /// The server the Sentinels named, when they did.
     pub(crate) placed: Option<Placed>,
+    /// The name every user starts with: the manager's `client_name`, or the one its
+    /// `after_connect` hook gave. A user's `CLIENT SETNAME` is put back to it.
+    pub(crate) base_name: Option<String>,
 }
 
 impl std::fmt::Debug for RedisConnection {

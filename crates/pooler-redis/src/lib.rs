@@ -326,6 +326,7 @@ impl Manager for RedisManager {
                 ..Track::default()
             },
             placed,
+            base_name: self.client_name.clone(),
         };
         if let Some(sentinels) = &self.sentinels
             && !sentinel::has_role(&mut conn.conn, sentinels.role()).await?
@@ -351,7 +352,15 @@ impl Manager for RedisManager {
             .run_after_connect(conn)
             .await
             .map_err(hook_failed)?;
-        // The database the hook selected is where every user starts.
+        // The database the hook selected, and the name it gave, are where every user
+        // starts. The name is asked for (once, at the connect) rather than read from the
+        // hook's commands: it may have been given in any of them.
+        if conn.track.renamed {
+            conn.base_name = redis::cmd("CLIENT")
+                .arg("GETNAME")
+                .query_async(&mut conn.conn)
+                .await?;
+        }
         let db = conn.track.db;
         conn.track = Track {
             db,
@@ -415,7 +424,7 @@ impl Manager for RedisManager {
                 restore
                     .cmd("CLIENT")
                     .arg("SETNAME")
-                    .arg(self.client_name.as_deref().unwrap_or(""))
+                    .arg(conn.base_name.as_deref().unwrap_or(""))
                     .ignore();
             }
             restore.cmd("PING").ignore();

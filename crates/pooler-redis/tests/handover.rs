@@ -286,8 +286,9 @@ async fn an_untracked_connection_is_replaced_on_return() {
     pool.close(Shutdown::Graceful).await;
 }
 
-/// Hooks: the database `after_connect` selects is where every user starts (a user's `SELECT`
-/// is put back to it), and `after_return` runs on each return.
+/// Hooks: the database `after_connect` selects, and the name it gives, are where every user
+/// starts (a user's `SELECT` and `CLIENT SETNAME` are put back to them), and `after_return`
+/// runs on each return.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hooks_set_where_every_user_starts() {
     let Some(url) = url().await else { return };
@@ -296,7 +297,12 @@ async fn hooks_set_where_every_user_starts() {
     let hooks = pooler::Hooks::default()
         .after_connect(|conn: &mut RedisConnection| {
             Box::pin(async move {
-                let _: () = redis::cmd("SELECT").arg(2).query_async(conn).await?;
+                let _: () = redis::cmd("SELECT").arg(2).query_async(&mut *conn).await?;
+                let _: () = redis::cmd("CLIENT")
+                    .arg("SETNAME")
+                    .arg("hooked")
+                    .query_async(conn)
+                    .await?;
                 Ok(())
             })
         })
@@ -319,9 +325,21 @@ async fn hooks_set_where_every_user_starts() {
         .query_async(&mut conn)
         .await
         .unwrap();
+    let _: () = redis::cmd("CLIENT")
+        .arg("SETNAME")
+        .arg("someone")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
     drop(conn);
     let mut conn = take(&pool).await;
     assert_eq!(conn.db(), 2, "back where the hook put it");
+    let name: Option<String> = redis::cmd("CLIENT")
+        .arg("GETNAME")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(name.as_deref(), Some("hooked"), "the name the hook gave");
     let info: String = redis::cmd("CLIENT")
         .arg("INFO")
         .query_async(&mut conn)
