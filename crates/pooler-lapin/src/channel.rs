@@ -15,6 +15,7 @@ use lapin::{BasicProperties, Channel, PublisherConfirm};
 
 use crate::shared::Slot;
 
+mod prefetch;
 mod topology;
 
 /// A pooled channel. It has [`Channel`]'s methods, with lapin's signatures, so calls
@@ -42,6 +43,8 @@ pub struct AmqpChannel {
     /// belongs to the connection, which outlives every user (and every channel) in a pool,
     /// so each is deleted when the channel comes back or is stopped.
     exclusive: std::sync::Mutex<Exclusive>,
+    /// The prefetch limits asked for, and the set-up's, which every user starts with.
+    prefetch: std::sync::Mutex<prefetch::Limits>,
 }
 
 /// The exclusive queues declared on a channel: by name, and the declarations whose name the
@@ -93,6 +96,7 @@ impl AmqpChannel {
             slot,
             left: AtomicU8::new(0),
             exclusive: std::sync::Mutex::default(),
+            prefetch: std::sync::Mutex::default(),
         }
     }
 
@@ -154,9 +158,22 @@ impl AmqpChannel {
         self.exclusive().named.clone()
     }
 
-    /// The manager's hooks ran: the exclusive queues declared since the channel was last
-    /// clean are its set-up, kept at every return from now on.
+    fn prefetch(&self) -> std::sync::MutexGuard<'_, prefetch::Limits> {
+        self.prefetch
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The `basic_qos` calls that put the channel's prefetch limits back to its set-up; with
+    /// `confirm`, at least one (an answered method that confirms the channel alive).
+    pub(crate) fn prefetch_restore(&self, confirm: bool) -> [Option<(u16, bool)>; 4] {
+        self.prefetch().restore(confirm)
+    }
+
+    /// The manager's hooks ran: the exclusive queues declared and the prefetch limits asked
+    /// for since the channel was last clean are its set-up, kept at every return from now on.
     pub(crate) async fn set_up(&self) {
+        self.prefetch().set_up();
         let declared = self.exclusive_queues().await;
         let mut exclusive = self.exclusive();
         exclusive.named.clear();
@@ -170,6 +187,7 @@ impl AmqpChannel {
     /// The channel is clean again: nothing left, no exclusive queue of a user's.
     pub(crate) fn cleared(&self) {
         self.left.store(0, Ordering::Relaxed);
+        self.prefetch().cleared();
         let mut exclusive = self.exclusive();
         exclusive.named.clear();
         exclusive.naming.clear();
@@ -298,7 +316,8 @@ impl AmqpChannel {
         self.channel.basic_get(queue, options).await
     }
 
-    /// `Channel::basic_qos`; put back to no limit when the channel comes back.
+    /// `Channel::basic_qos`; put back when the channel comes back, to no limit or to the one
+    /// the manager's hooks set.
     ///
     /// # Errors
     ///
@@ -312,6 +331,7 @@ impl AmqpChannel {
         prefetch_count: u16,
         options: BasicQosOptions,
     ) -> lapin::Result<()> {
+        self.prefetch().asked(prefetch_count, options.global);
         self.note(if options.global {
             Left::QOS_GLOBAL
         } else {

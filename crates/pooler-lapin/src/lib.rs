@@ -371,20 +371,14 @@ impl Manager for AmqpManager {
         delete(&channel.channel, &exclusive).await?;
         let deleted = !exclusive.is_empty();
         // A method on the channel is answered only after everything sent before it: if the
-        // broker is closing the channel for an earlier method, this fails instead.
-        let global = left & Left::QOS_GLOBAL != 0;
-        if global {
+        // broker is closing the channel for an earlier method, this fails instead. Putting
+        // the prefetch limits back to the set-up's (none, or the hooks') is such a method:
+        // it is also the round trip that confirms the channel alive.
+        let confirm = left & Left::UNCONFIRMED != 0 && !deleted;
+        for (count, global) in channel.prefetch_restore(confirm).into_iter().flatten() {
             channel
                 .channel
-                .basic_qos(0, BasicQosOptions { global: true })
-                .await?;
-        }
-        // Resetting the per-consumer prefetch (0: no limit, as on a new channel) is also the
-        // round trip that confirms the channel alive.
-        if left & Left::QOS != 0 || (left & Left::UNCONFIRMED != 0 && !global && !deleted) {
-            channel
-                .channel
-                .basic_qos(0, BasicQosOptions { global: false })
+                .basic_qos(count, BasicQosOptions { global })
                 .await?;
         }
         if left & Left::UNCONFIRMED != 0 {

@@ -6,6 +6,7 @@
 
 use std::time::Duration;
 
+use futures_util::StreamExt as _;
 use lapin::BasicProperties;
 use lapin::options::{
     BasicAckOptions, BasicConsumeOptions, BasicGetOptions, BasicNackOptions, BasicPublishOptions,
@@ -667,4 +668,88 @@ fn declared(
             .await?;
         Ok(())
     })
+}
+
+/// The prefetch limit an `after_connect` hook set is where every user starts: a user who
+/// changed it, or only published (the return's confirming round trip is a `basic_qos`), hands
+/// on the hook's limit, not none.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_prefetch_limit_the_hook_set_is_where_every_user_starts() {
+    let Some(url) = url().await else { return };
+    for global in [false, true] {
+        let hooks = pooler::Hooks::default().after_connect(move |channel: &mut AmqpChannel| {
+            Box::pin(async move {
+                channel.basic_qos(3, BasicQosOptions { global }).await?;
+                Ok(())
+            })
+        });
+        let pool = Pool::start(
+            PoolConfig::new("amqp-hooked-qos", 1, 1),
+            AmqpManager::new(&url).hooks(hooks),
+        )
+        .await
+        .expect("pool starts");
+        for left in [
+            "a publish",
+            "a limit of its own",
+            "a limit in the other scope",
+        ] {
+            let name = format!("pooler-hooked-qos-{}-{global}", std::process::id());
+            let channel = take(&pool).await;
+            queue(&channel, &name).await;
+            for n in 0..10u8 {
+                published(&channel, &name, &[n]).await;
+            }
+            let scope = match left {
+                "a limit of its own" => Some(global),
+                "a limit in the other scope" => Some(!global),
+                _ => None,
+            };
+            if let Some(global) = scope {
+                channel
+                    .basic_qos(50, BasicQosOptions { global })
+                    .await
+                    .unwrap();
+            }
+            drop(channel);
+            // The next user consumes without acking: the limit holds the rest in the queue.
+            let next = take(&pool).await;
+            let mut consumer = next
+                .basic_consume(
+                    name.as_str().into(),
+                    "".into(),
+                    BasicConsumeOptions::default(),
+                    FieldTable::default(),
+                )
+                .await
+                .unwrap();
+            for _ in 0..3 {
+                let delivery = tokio::time::timeout(Duration::from_secs(5), consumer.next())
+                    .await
+                    .expect("a delivery");
+                assert!(matches!(delivery, Some(Ok(_))), "{delivery:?}");
+            }
+            let ready = next
+                .queue_declare(
+                    name.as_str().into(),
+                    QueueDeclareOptions {
+                        passive: true,
+                        ..QueueDeclareOptions::default()
+                    },
+                    FieldTable::default(),
+                )
+                .await
+                .unwrap()
+                .message_count();
+            assert_eq!(
+                ready, 7,
+                "global {global}, after {left}: the hook's limit of 3"
+            );
+            next.queue_delete(name.as_str().into(), QueueDeleteOptions::default())
+                .await
+                .unwrap();
+            drop(next);
+        }
+        pool.close(Shutdown::Graceful).await;
+    }
 }
