@@ -3,18 +3,17 @@
 
 use std::sync::atomic::{AtomicU8, Ordering};
 
-use futures_util::FutureExt as _;
-use futures_util::future::{BoxFuture, Shared};
 use lapin::options::{
     BasicAckOptions, BasicCancelOptions, BasicConsumeOptions, BasicGetOptions, BasicNackOptions,
     BasicPublishOptions, BasicQosOptions, BasicRecoverAsyncOptions, BasicRecoverOptions,
-    BasicRejectOptions, ChannelFlowOptions, ConfirmSelectOptions, QueueDeclareOptions,
+    BasicRejectOptions, ChannelFlowOptions, ConfirmSelectOptions,
 };
 use lapin::types::{FieldTable, ShortString};
 use lapin::{BasicProperties, Channel, PublisherConfirm};
 
 use crate::shared::Slot;
 
+mod exclusive;
 mod prefetch;
 mod topology;
 
@@ -42,28 +41,10 @@ pub struct AmqpChannel {
     /// The exclusive queues declared on the channel since it was last clean. Such a queue
     /// belongs to the connection, which outlives every user (and every channel) in a pool,
     /// so each is deleted when the channel comes back or is stopped.
-    exclusive: std::sync::Mutex<Exclusive>,
+    exclusive: std::sync::Mutex<exclusive::Exclusive>,
     /// The prefetch limits asked for, and the set-up's, which every user starts with.
     prefetch: std::sync::Mutex<prefetch::Limits>,
 }
-
-/// The exclusive queues declared on a channel: by name, and the declarations whose name the
-/// broker gives and which may still be unanswered; and those the manager's hooks declared,
-/// `kept`: the channel's set-up, which a user declaring them again does not make theirs. A
-/// name is in `named` once, and never in both `named` and `kept`; a declaration leaves
-/// `naming` when its caller has the answer, or when the return or the stop awaits it (its
-/// name then joins `named`).
-#[derive(Default)]
-struct Exclusive {
-    named: Vec<ShortString>,
-    naming: Vec<Naming>,
-    kept: Vec<ShortString>,
-}
-
-/// A declaration of an exclusive queue the broker names, shared between the user's call and
-/// the channel: dropped by the user before the answer, it is awaited at the return, so the
-/// name is learnt and the queue deleted.
-type Naming = Shared<BoxFuture<'static, lapin::Result<lapin::Queue>>>;
 
 impl std::fmt::Debug for AmqpChannel {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -104,60 +85,6 @@ impl AmqpChannel {
         self.left.fetch_or(left, Ordering::Relaxed);
     }
 
-    fn exclusive(&self) -> std::sync::MutexGuard<'_, Exclusive> {
-        self.exclusive
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
-    /// `queue` is an exclusive queue declared on the channel (or maybe declared: its
-    /// declaration was sent, or is about to be).
-    pub(crate) fn declared_exclusive(&self, queue: ShortString) {
-        let mut exclusive = self.exclusive();
-        if !exclusive.named.contains(&queue) && !exclusive.kept.contains(&queue) {
-            exclusive.named.push(queue);
-        }
-    }
-
-    /// Declares an exclusive queue the broker names, as lapin's `queue_declare` (without
-    /// `nowait`: the name is in the answer). The declaration stays the channel's until it is
-    /// answered, whether or not the caller waits for it.
-    pub(crate) async fn declare_named_by_the_broker(
-        &self,
-        options: QueueDeclareOptions,
-        arguments: FieldTable,
-    ) -> lapin::Result<lapin::Queue> {
-        let channel = self.channel.clone();
-        let naming = async move {
-            channel
-                .queue_declare(ShortString::default(), options, arguments)
-                .await
-        }
-        .boxed()
-        .shared();
-        self.exclusive().naming.push(naming.clone());
-        let declared = naming.clone().await;
-        self.exclusive()
-            .naming
-            .retain(|other| !other.ptr_eq(&naming));
-        if let Ok(queue) = &declared {
-            self.declared_exclusive(queue.name().clone());
-        }
-        declared
-    }
-
-    /// The exclusive queues declared on the channel since it was last clean, once every
-    /// declaration the broker names is answered (a refused one left no queue).
-    pub(crate) async fn exclusive_queues(&self) -> Vec<ShortString> {
-        let naming = std::mem::take(&mut self.exclusive().naming);
-        for declaration in naming {
-            if let Ok(queue) = declaration.await {
-                self.declared_exclusive(queue.name().clone());
-            }
-        }
-        self.exclusive().named.clone()
-    }
-
     fn prefetch(&self) -> std::sync::MutexGuard<'_, prefetch::Limits> {
         self.prefetch
             .lock()
@@ -174,23 +101,15 @@ impl AmqpChannel {
     /// for since the channel was last clean are its set-up, kept at every return from now on.
     pub(crate) async fn set_up(&self) {
         self.prefetch().set_up();
-        let declared = self.exclusive_queues().await;
-        let mut exclusive = self.exclusive();
-        exclusive.named.clear();
-        for queue in declared {
-            if !exclusive.kept.contains(&queue) {
-                exclusive.kept.push(queue);
-            }
-        }
+        self.exclusive_queues().await;
+        self.exclusive().set_up();
     }
 
     /// The channel is clean again: nothing left, no exclusive queue of a user's.
     pub(crate) fn cleared(&self) {
         self.left.store(0, Ordering::Relaxed);
         self.prefetch().cleared();
-        let mut exclusive = self.exclusive();
-        exclusive.named.clear();
-        exclusive.naming.clear();
+        self.exclusive().cleared();
     }
 
     /// `Channel::basic_publish`; the channel is confirmed alive when it comes back (a publish

@@ -399,10 +399,11 @@ impl Manager for AmqpManager {
 
     async fn stop(&self, mut channel: AmqpChannel) {
         let goodbye = async move {
-            // The user's exclusive queues go first, on this channel while it is open, or on
-            // one opened for it when the broker closed this one: they belong to the
-            // connection, which outlives the channel.
-            let exclusive = channel.exclusive_queues().await;
+            // The user's exclusive queues (and those the broker named for the channel's
+            // set-up) go first, on this channel while it is open, or on one opened for it when
+            // the broker closed this one: they belong to the connection, which outlives the
+            // channel.
+            let exclusive = channel.exclusive_queues_at_the_end().await;
             let mut answered = false;
             if !exclusive.is_empty() {
                 answered = channel.status().connected()

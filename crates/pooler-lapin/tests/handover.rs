@@ -753,3 +753,57 @@ async fn the_prefetch_limit_the_hook_set_is_where_every_user_starts() {
         pool.close(Shutdown::Graceful).await;
     }
 }
+
+/// A queue the broker names for a channel's set-up (a reply queue an `after_connect` hook
+/// declares) is that channel's alone: it goes when the channel is replaced, and replacements
+/// do not pile such queues up on the pool's connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reply_queue_the_hook_declared_goes_with_its_channel() {
+    let Some(url) = url().await else { return };
+    let marker = format!("pooler-hooked-reply-{}", std::process::id());
+    let mut arguments = FieldTable::default();
+    arguments.insert(
+        "x-pooler-test".into(),
+        AMQPValue::LongString(marker.as_str().into()),
+    );
+    let options = QueueDeclareOptions {
+        exclusive: true,
+        ..QueueDeclareOptions::default()
+    };
+    let hooks = pooler::Hooks::default().after_connect(move |channel: &mut AmqpChannel| {
+        let arguments = arguments.clone();
+        Box::pin(async move {
+            channel.queue_declare("".into(), options, arguments).await?;
+            Ok(())
+        })
+    });
+    let pool = Pool::start(
+        PoolConfig::new("amqp-hooked-reply", 2, 2),
+        AmqpManager::new(&url).hooks(hooks),
+    )
+    .await
+    .expect("pool starts");
+    // Held throughout, so the connection (and every exclusive queue on it) stays open.
+    let held = take(&pool).await;
+    for round in 0..3 {
+        let channel = take(&pool).await;
+        // A mode no method undoes: the channel is replaced, and its replacement's hook
+        // declares a reply queue of its own.
+        channel
+            .confirm_select(ConfirmSelectOptions::default())
+            .await
+            .unwrap();
+        drop(channel);
+        drop(take(&pool).await);
+        if common::listed(&url, &marker).is_none() {
+            break;
+        }
+        eventually(
+            &format!("round {round}: one reply queue a channel"),
+            async || common::listed(&url, &marker).is_none_or(|names| names.len() == 2),
+        )
+        .await;
+    }
+    drop(held);
+    pool.close(Shutdown::Graceful).await;
+}

@@ -129,7 +129,7 @@ impl AmqpChannel {
             };
             return self.declare_named_by_the_broker(answered, arguments).await;
         }
-        self.declared_exclusive(queue.clone());
+        self.declared_exclusive(&queue);
         self.channel.queue_declare(queue, options, arguments).await
     }
 
