@@ -1,7 +1,7 @@
 //! A pooled channel, and what its users left on it (docs/design.md, "RabbitMQ: a pool of
 //! channels").
 
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 
 use lapin::options::{
     BasicAckOptions, BasicCancelOptions, BasicConsumeOptions, BasicGetOptions, BasicNackOptions,
@@ -44,6 +44,10 @@ pub struct AmqpChannel {
     exclusive: std::sync::Mutex<exclusive::Exclusive>,
     /// The prefetch limits asked for, and the set-up's, which every user starts with.
     prefetch: std::sync::Mutex<prefetch::Limits>,
+    /// `tx_select` was asked for: the channel is transactional for good. Asked by a user, it
+    /// is replaced at the return; asked by the manager's hooks, it is the set-up's mode, and
+    /// what a user left uncommitted is rolled back at the return.
+    transactional: AtomicBool,
 }
 
 impl std::fmt::Debug for AmqpChannel {
@@ -78,11 +82,17 @@ impl AmqpChannel {
             left: AtomicU8::new(0),
             exclusive: std::sync::Mutex::default(),
             prefetch: std::sync::Mutex::default(),
+            transactional: AtomicBool::new(false),
         }
     }
 
     pub(crate) fn note(&self, left: u8) {
         self.left.fetch_or(left, Ordering::Relaxed);
+    }
+
+    /// Whether the channel is transactional (its set-up's mode, once it is handed out).
+    pub(crate) fn transactional(&self) -> bool {
+        self.transactional.load(Ordering::Relaxed)
     }
 
     fn prefetch(&self) -> std::sync::MutexGuard<'_, prefetch::Limits> {
@@ -293,6 +303,7 @@ impl AmqpChannel {
     ///
     /// As lapin's.
     pub async fn tx_select(&self) -> lapin::Result<()> {
+        self.transactional.store(true, Ordering::Relaxed);
         self.note(Left::LASTING);
         self.channel.tx_select().await
     }

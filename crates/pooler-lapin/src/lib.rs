@@ -365,16 +365,24 @@ impl Manager for AmqpManager {
 
     async fn recycle(&self, channel: &mut AmqpChannel) -> Result<(), AmqpError> {
         let left = channel.left.load(Ordering::Relaxed);
+        // A method on the channel is answered only after everything sent before it: if the
+        // broker is closing the channel for an earlier method, it fails instead. One such
+        // round trip confirms the channel alive.
+        let mut confirmed = false;
+        // On a channel the hooks made transactional, what the user published or acked and
+        // did not commit is theirs, not the next user's to commit.
+        if channel.transactional() && left & Left::UNCONFIRMED != 0 {
+            channel.channel.tx_rollback().await?;
+            confirmed = true;
+        }
         // The user's exclusive queues, which would outlive them on the connection. Each
-        // delete is answered: a round trip that confirms the channel alive.
+        // delete is answered.
         let exclusive = channel.exclusive_queues().await;
         delete(&channel.channel, &exclusive).await?;
-        let deleted = !exclusive.is_empty();
-        // A method on the channel is answered only after everything sent before it: if the
-        // broker is closing the channel for an earlier method, this fails instead. Putting
-        // the prefetch limits back to the set-up's (none, or the hooks') is such a method:
-        // it is also the round trip that confirms the channel alive.
-        let confirm = left & Left::UNCONFIRMED != 0 && !deleted;
+        confirmed |= !exclusive.is_empty();
+        // Putting the prefetch limits back to the set-up's (none, or the hooks') is such a
+        // method too.
+        let confirm = left & Left::UNCONFIRMED != 0 && !confirmed;
         for (count, global) in channel.prefetch_restore(confirm).into_iter().flatten() {
             channel
                 .channel
@@ -383,8 +391,9 @@ impl Manager for AmqpManager {
         }
         if left & Left::UNCONFIRMED != 0 {
             // Messages the broker returned (`mandatory`) came before the answer above: they
-            // were the last user's, and are dropped here. Not in confirm mode (that mode
-            // replaces the channel), so nothing is waited for.
+            // were the last user's, and are dropped here, with the confirms of what they
+            // published when the hooks put the channel in confirm mode (a user who did is
+            // replaced).
             drop(channel.channel.wait_for_confirms().await?);
         }
         channel.cleared();

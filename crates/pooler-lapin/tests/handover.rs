@@ -807,3 +807,99 @@ async fn a_reply_queue_the_hook_declared_goes_with_its_channel() {
     drop(held);
     pool.close(Shutdown::Graceful).await;
 }
+
+/// A channel the manager's hook put in transactional mode (`tx_select`) is that mode's from
+/// its start: what one user published and did not commit never becomes the next user's to
+/// commit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_transaction_the_last_user_left_open_is_not_the_next_users() {
+    let Some(url) = url().await else { return };
+    let hooks = pooler::Hooks::default().after_connect(|channel: &mut AmqpChannel| {
+        Box::pin(async move {
+            channel.tx_select().await?;
+            Ok(())
+        })
+    });
+    let pool = Pool::start(
+        PoolConfig::new("amqp-hooked-tx", 1, 1),
+        AmqpManager::new(&url).hooks(hooks),
+    )
+    .await
+    .expect("pool starts");
+    let name = format!("pooler-hooked-tx-{}", std::process::id());
+    let channel = take(&pool).await;
+    queue(&channel, &name).await;
+    published(&channel, &name, b"uncommitted").await;
+    let id = channel.id();
+    drop(channel);
+    let next = take(&pool).await;
+    assert_eq!(next.id(), id, "the same channel, kept");
+    next.tx_commit().await.unwrap();
+    let passive = QueueDeclareOptions {
+        passive: true,
+        ..QueueDeclareOptions::default()
+    };
+    let left = next
+        .queue_declare(name.as_str().into(), passive, FieldTable::default())
+        .await
+        .unwrap()
+        .message_count();
+    assert_eq!(left, 0, "the last user's publish was committed by the next");
+    next.queue_delete(name.as_str().into(), QueueDeleteOptions::default())
+        .await
+        .unwrap();
+    drop(next);
+    pool.close(Shutdown::Graceful).await;
+}
+
+/// A channel the manager's hook put in confirm mode: the returned messages and confirms of
+/// one user's publishes are not the next user's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_the_hooks_confirm_mode_a_returned_message_never_reaches_the_next_user() {
+    let Some(url) = url().await else { return };
+    let hooks = pooler::Hooks::default().after_connect(|channel: &mut AmqpChannel| {
+        Box::pin(async move {
+            channel
+                .confirm_select(ConfirmSelectOptions::default())
+                .await?;
+            Ok(())
+        })
+    });
+    let pool = Pool::start(
+        PoolConfig::new("amqp-hooked-confirm", 1, 1),
+        AmqpManager::new(&url).hooks(hooks),
+    )
+    .await
+    .expect("pool starts");
+    let channel = take(&pool).await;
+    let nowhere = format!("pooler-nowhere-{}", std::process::id());
+    let mandatory = BasicPublishOptions {
+        mandatory: true,
+        ..BasicPublishOptions::default()
+    };
+    // The confirmation is not waited for: the user leaves it, and the returned message.
+    drop(
+        channel
+            .basic_publish(
+                "".into(),
+                nowhere.as_str().into(),
+                mandatory,
+                b"user 1's",
+                BasicProperties::default(),
+            )
+            .await
+            .unwrap(),
+    );
+    let id = channel.id();
+    drop(channel);
+    let channel = take(&pool).await;
+    assert_eq!(channel.id(), id, "the same channel, kept");
+    let returned = channel.wait_for_confirms().await.unwrap();
+    assert!(
+        returned.is_empty(),
+        "the next user saw {} returned message(s) of the last user's",
+        returned.len()
+    );
+    drop(channel);
+    pool.close(Shutdown::Graceful).await;
+}
