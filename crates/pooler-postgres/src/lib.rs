@@ -469,7 +469,8 @@ impl<T> PgManager<T> {
                 "a statement may have left session state on a server connection the transaction pooler shares with other clients; the reset on return may not reach it (docs/design.md, \"Behind PgBouncer\")"
             );
         }
-        let reset = clean(&self.recycle, conn, self.transaction_pooling).await?;
+        let set_up = self.hooks.has_after_connect();
+        let reset = clean(&self.recycle, conn, self.transaction_pooling, set_up).await?;
         let hooked = (reset && self.hooks.has_after_connect()) || self.hooks.has_after_return();
         if !hooked {
             // `clean` left the counts settled: nothing more was sent.

@@ -144,11 +144,16 @@ pub(crate) async fn settle(conn: &PgConnection, pooled: bool) -> Result<TxStatus
 
 /// Makes a returned connection clean as `recycle` says; `true` if the session was reset to
 /// its start (settings included). `pooled`: behind a transaction pooler, where nothing is
-/// sent behind an outstanding answer.
+/// sent behind an outstanding answer. `set_up`: an `after_connect` hook made the session's
+/// start, and runs again after a reset; so `Recycle::Observed` resets a dirty session whole
+/// rather than the kinds of state the user left, which would undo part of the hook's
+/// set-up (a user's `LISTEN` cleaned by `UNLISTEN *` took the hook's listener too) and
+/// leave the rest for the hook to meet again (its `CREATE TEMP TABLE` then fails).
 pub(crate) async fn clean(
     recycle: &Recycle,
     conn: &mut PgConnection,
     pooled: bool,
+    set_up: bool,
 ) -> Result<bool, PgError> {
     use session::Dirt;
     if matches!(recycle, Recycle::Nothing) {
@@ -189,6 +194,10 @@ pub(crate) async fn clean(
         sql.push_str("ROLLBACK; ");
     }
     match recycle {
+        Recycle::Observed if set_up && dirt.has(Dirt::ALL) => {
+            sql.push_str(RESET_ALL);
+            sql.push_str(DEALLOCATE_SQL);
+        }
         Recycle::Observed => {
             for (bit, reset) in [
                 (Dirt::HOLD, "CLOSE ALL; "),
@@ -234,6 +243,7 @@ pub(crate) async fn clean(
     // query (or nothing was outstanding): every request is answered and the session clean.
     conn.parts.seen.resync();
     Ok(match recycle {
+        Recycle::Observed if set_up => dirt.has(Dirt::ALL),
         Recycle::Observed => dirt.has(Dirt::SETTING),
         _ => matches!(recycle, Recycle::Always),
     })

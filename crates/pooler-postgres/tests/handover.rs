@@ -530,6 +530,74 @@ async fn hooks_set_up_connections_without_losing_the_clean_return() {
     pool.close(Shutdown::Graceful).await;
 }
 
+/// What an `after_connect` hook set up — a listener, a temporary table, a setting — is where
+/// every user starts, whatever the last user left: the same connection comes back with the
+/// set-up whole, not part of it undone by the reset, nor replaced because the hook, run
+/// again over what the reset kept, failed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_hooks_set_up_is_whole_after_any_reset() {
+    let Some(url) = url().await else { return };
+    let hooks = pooler::Hooks::default().after_connect(|conn: &mut PgConnection| {
+        Box::pin(async move {
+            conn.batch_execute(
+                "SET search_path TO pg_catalog, public; LISTEN pooler_hooked; \
+                 CREATE TEMP TABLE pooler_hooked (x int)",
+            )
+            .await?;
+            Ok(())
+        })
+    });
+    let manager = manager(&url, "pg-hooked-set-up", Recycle::default()).hooks(hooks);
+    let pool = started(PoolConfig::new("pg-hooked-set-up", 1, 1), manager).await;
+    let pid = async |conn: &PgConnection| -> i32 {
+        conn.query_one("SELECT pg_backend_pid()", &[])
+            .await
+            .unwrap()
+            .get(0)
+    };
+    let first = pid(&*take(&pool).await).await;
+    for (left, sql) in [
+        ("a listener", "LISTEN pooler_other"),
+        ("a setting", "SET search_path TO public"),
+        ("a temporary table", "CREATE TEMP TABLE pooler_own (x int)"),
+        ("an advisory lock", "SELECT pg_advisory_lock(77)"),
+    ] {
+        let conn = take(&pool).await;
+        conn.batch_execute(sql).await.unwrap();
+        drop(conn);
+        let conn = take(&pool).await;
+        assert_eq!(
+            pid(&conn).await,
+            first,
+            "after {left}: the connection was replaced"
+        );
+        let row = conn
+            .query_one(
+                "SELECT (SELECT string_agg(c, ',' ORDER BY c) FROM pg_listening_channels() c), \
+                 to_regclass('pg_temp.pooler_hooked') IS NOT NULL, \
+                 to_regclass('pg_temp.pooler_own') IS NULL, \
+                 current_setting('search_path')",
+                &[],
+            )
+            .await
+            .unwrap();
+        let seen: (Option<String>, bool, bool, String) =
+            (row.get(0), row.get(1), row.get(2), row.get(3));
+        assert_eq!(
+            seen,
+            (
+                Some("pooler_hooked".to_owned()),
+                true,
+                true,
+                "pg_catalog, public".to_owned()
+            ),
+            "after {left}: (listening, the hook's table, the user's gone, search_path)"
+        );
+        drop(conn);
+    }
+    pool.close(Shutdown::Graceful).await;
+}
+
 /// The modes that keep the session (`Transaction`, `Query`) still never hand on a
 /// transaction: the next user is outside it, and the session settings are as the last user
 /// left them (the documented trade-off).
