@@ -442,6 +442,25 @@ mod tests {
     }
 
     #[test]
+    fn statements_that_undo_state_of_a_kind_mark_that_kind() {
+        // Nothing the user left, but maybe part of an `after_connect` hook's set-up, which
+        // only the reset of the kind (and the hook run again) brings back.
+        for (sql, bit) in [
+            ("UNLISTEN *", Dirt::LISTEN),
+            ("unlisten pooler_hooked", Dirt::LISTEN),
+            ("DISCARD TEMP", Dirt::TEMP),
+            ("DISCARD TEMPORARY", Dirt::TEMP),
+            ("DEALLOCATE p", Dirt::PREPARED),
+            ("DEALLOCATE PREPARE p", Dirt::PREPARED),
+            // Calls of functions not known to leave nothing: every kind.
+            ("SELECT pg_advisory_unlock_all()", Dirt::ADVISORY),
+            ("SELECT pg_advisory_unlock(1)", Dirt::ADVISORY),
+        ] {
+            assert!(scan(sql).has(bit), "{sql}: {:?}", scan(sql));
+        }
+    }
+
+    #[test]
     fn statements_that_leave_nothing_are_clean() {
         let clean = [
             "SELECT 1",
@@ -458,10 +477,7 @@ mod tests {
             "SELECT 'LISTEN x' -- ; LISTEN y",
             "SELECT $1::int + 1",
             "SELECT a$b FROM t",
-            "DISCARD TEMP",
             "DISCARD PLANS",
-            "DEALLOCATE p",
-            "DEALLOCATE PREPARE p",
             "ALTER TABLE t ALTER COLUMN c SET DEFAULT 1",
             "SELECT $tag$ LISTEN x; SET ROLE y $tag$",
             "SELECT E'it\\'s; LISTEN x'",

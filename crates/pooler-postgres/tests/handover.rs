@@ -541,7 +541,8 @@ async fn the_hooks_set_up_is_whole_after_any_reset() {
         Box::pin(async move {
             conn.batch_execute(
                 "SET search_path TO pg_catalog, public; LISTEN pooler_hooked; \
-                 CREATE TEMP TABLE pooler_hooked (x int)",
+                 CREATE TEMP TABLE pooler_hooked (x int); \
+                 PREPARE pooler_hooked AS SELECT 1; SELECT pg_advisory_lock(4242)",
             )
             .await?;
             Ok(())
@@ -561,6 +562,11 @@ async fn the_hooks_set_up_is_whole_after_any_reset() {
         ("a setting", "SET search_path TO public"),
         ("a temporary table", "CREATE TEMP TABLE pooler_own (x int)"),
         ("an advisory lock", "SELECT pg_advisory_lock(77)"),
+        // What undoes part of the set-up, the user's own statements having left nothing.
+        ("an unlisten", "UNLISTEN *"),
+        ("a discard", "DISCARD TEMP"),
+        ("a deallocate", "DEALLOCATE pooler_hooked"),
+        ("an unlock", "SELECT pg_advisory_unlock_all()"),
     ] {
         let conn = take(&pool).await;
         conn.batch_execute(sql).await.unwrap();
@@ -576,22 +582,34 @@ async fn the_hooks_set_up_is_whole_after_any_reset() {
                 "SELECT (SELECT string_agg(c, ',' ORDER BY c) FROM pg_listening_channels() c), \
                  to_regclass('pg_temp.pooler_hooked') IS NOT NULL, \
                  to_regclass('pg_temp.pooler_own') IS NULL, \
-                 current_setting('search_path')",
+                 current_setting('search_path'), \
+                 (SELECT count(*) FROM pg_prepared_statements WHERE name = 'pooler_hooked'), \
+                 (SELECT string_agg(objid::text, ',' ORDER BY objid) FROM pg_locks \
+                  WHERE locktype = 'advisory' AND pid = pg_backend_pid())",
                 &[],
             )
             .await
             .unwrap();
-        let seen: (Option<String>, bool, bool, String) =
-            (row.get(0), row.get(1), row.get(2), row.get(3));
+        let seen: (Option<String>, bool, bool, String, i64, Option<String>) = (
+            row.get(0),
+            row.get(1),
+            row.get(2),
+            row.get(3),
+            row.get(4),
+            row.get(5),
+        );
         assert_eq!(
             seen,
             (
                 Some("pooler_hooked".to_owned()),
                 true,
                 true,
-                "pg_catalog, public".to_owned()
+                "pg_catalog, public".to_owned(),
+                1,
+                Some("4242".to_owned()),
             ),
-            "after {left}: (listening, the hook's table, the user's gone, search_path)"
+            "after {left}: (listening, the hook's table, the user's gone, search_path, \
+             the hook's statement, advisory locks)"
         );
         drop(conn);
     }

@@ -89,11 +89,16 @@ impl Lexer {
             _ => Prefix::None,
         };
         let mut dirt = 0;
-        if self.nth == 0
-            && (self.long || words::first(word) == words::First::Unknown)
-            && self.qualifier == Qualifier::None
-        {
-            dirt |= Dirt::ALL;
+        if self.nth == 0 && self.qualifier == Qualifier::None {
+            match if self.long {
+                words::First::Unknown
+            } else {
+                words::first(word)
+            } {
+                words::First::Known => {}
+                words::First::Unknown => dirt |= Dirt::ALL,
+                words::First::Undoes(kind) => dirt |= kind,
+            }
         }
         if word == b"pg_settings" && !matches!(self.first, Kw::Select | Kw::Explain) {
             // `UPDATE pg_settings SET setting = …` is a `set_config`.
@@ -108,6 +113,11 @@ impl Lexer {
             (1, Kw::Discard | Kw::Deallocate, _) | (2, Kw::Deallocate, _) if word == b"all" => {
                 dirt |= Dirt::LASTING;
             }
+            // What undoes part of an `after_connect` hook's set-up (see `First::Undoes`):
+            // `DISCARD TEMP`, `DEALLOCATE [PREPARE] name`.
+            (1, Kw::Discard, Kw::Temp) => dirt |= Dirt::TEMP,
+            (1, Kw::Deallocate, kw) if kw != Kw::Prepare => dirt |= Dirt::PREPARED,
+            (2, Kw::Deallocate, _) => dirt |= Dirt::PREPARED,
             (1, Kw::Set, Kw::Local | Kw::Transaction | Kw::Constraints) => {}
             (1, Kw::Set, _) => dirt |= Dirt::SETTING,
             (1, Kw::Prepare, Kw::Transaction) => {}

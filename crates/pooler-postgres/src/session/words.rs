@@ -11,6 +11,12 @@ pub(super) enum First {
     Known,
     /// A statement the scan cannot see into (`CALL`, `DO`, SQL `EXECUTE`) or does not know.
     Unknown,
+    /// A statement that undoes state of a kind (`UNLISTEN`: [`Dirt::LISTEN`]): nothing the
+    /// user left, but maybe part of what the manager's `after_connect` hook set up, which
+    /// the reset of that kind brings back (it runs the hook again).
+    ///
+    /// [`Dirt::LISTEN`]: super::Dirt::LISTEN
+    Undoes(u8),
 }
 
 /// Judges a statement by its first word (lower case).
@@ -21,9 +27,11 @@ pub(super) fn first(word: &[u8]) -> First {
         | b"release" | b"show" | b"explain" | b"copy" | b"create" | b"alter" | b"drop"
         | b"truncate" | b"grant" | b"revoke" | b"comment" | b"analyze" | b"analyse" | b"vacuum"
         | b"cluster" | b"reindex" | b"lock" | b"merge" | b"fetch" | b"move" | b"close"
-        | b"refresh" | b"notify" | b"unlisten" | b"checkpoint" | b"prepare" | b"deallocate"
-        | b"discard" | b"declare" | b"set" | b"reset" | b"listen" | b"load" | b"import"
-        | b"security" => First::Known,
+        | b"refresh" | b"notify" | b"checkpoint" | b"prepare" | b"deallocate" | b"discard"
+        | b"declare" | b"set" | b"reset" | b"listen" | b"load" | b"import" | b"security" => {
+            First::Known
+        }
+        b"unlisten" => First::Undoes(super::Dirt::LISTEN),
         _ => First::Unknown,
     }
 }
@@ -155,8 +163,9 @@ pub(super) fn names_object(word: &[u8], in_create: bool) -> bool {
 }
 
 /// Whether the built-in function `word` leaves no session state. Not listed, and so taken
-/// as leaving state: `set_config`, the session advisory locks, `setseed`, any function of
-/// the application's own.
+/// as leaving state: `set_config`, the session advisory locks and their unlocks (which may
+/// undo a lock the manager's `after_connect` hook took), `setseed`, any function of the
+/// application's own.
 pub(super) fn neutral_call(word: &[u8]) -> bool {
     matches!(
         word,
@@ -214,7 +223,6 @@ pub(super) fn neutral_call(word: &[u8]) -> bool {
             | b"nextval" | b"currval" | b"lastval" | b"setval" | b"pg_sleep" | b"pg_notify"
             | b"pg_advisory_xact_lock" | b"pg_advisory_xact_lock_shared"
             | b"pg_try_advisory_xact_lock" | b"pg_try_advisory_xact_lock_shared"
-            | b"pg_advisory_unlock" | b"pg_advisory_unlock_shared" | b"pg_advisory_unlock_all"
             // Casts written as calls.
             | b"int" | b"int2" | b"int4" | b"int8" | b"text" | b"bool" | b"date" | b"uuid"
             | b"jsonb" | b"json" | b"bytea" | b"float4" | b"float8" | b"bigint"
