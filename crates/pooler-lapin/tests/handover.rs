@@ -31,6 +31,33 @@ async fn one_of_one(url: &str, name: &str) -> pooler_lapin::Pool {
         .expect("pool starts")
 }
 
+/// A pool of `size` channels (`name`) whose manager runs `hooks`.
+async fn hooked(
+    url: &str,
+    name: &str,
+    size: usize,
+    hooks: pooler::Hooks<AmqpChannel>,
+) -> pooler_lapin::Pool {
+    Pool::start(
+        PoolConfig::new(name, size, size),
+        AmqpManager::new(url).hooks(hooks),
+    )
+    .await
+    .expect("pool starts")
+}
+
+/// How many messages `queue` holds ready, asked on `channel` (a passive declaration).
+async fn ready(channel: &AmqpChannel, queue: &str) -> lapin::Result<u32> {
+    let passive = QueueDeclareOptions {
+        passive: true,
+        ..QueueDeclareOptions::default()
+    };
+    let declared = channel
+        .queue_declare(queue.into(), passive, FieldTable::default())
+        .await?;
+    Ok(declared.message_count())
+}
+
 async fn take(pool: &pooler_lapin::Pool) -> pooler_lapin::Member {
     pool.take_member(Duration::from_secs(5))
         .await
@@ -607,12 +634,7 @@ async fn an_exclusive_queue_the_hooks_declared_stays_when_a_user_declares_it_aga
             _ => pooler::Hooks::default()
                 .after_return(move |channel| declared(channel, name.clone(), exclusive)),
         };
-        let pool = Pool::start(
-            PoolConfig::new("amqp-hooked", 1, 1),
-            AmqpManager::new(&url).hooks(hooks),
-        )
-        .await
-        .expect("pool starts");
+        let pool = hooked(&url, "amqp-hooked", 1, hooks).await;
         let own = format!("pooler-hooked-own-{}", std::process::id());
         for round in 0..3 {
             let channel = take(&pool).await;
@@ -631,19 +653,13 @@ async fn an_exclusive_queue_the_hooks_declared_stays_when_a_user_declares_it_aga
                 !common::exists(&url, &own).await,
                 "{hook}, round {round}: the user's own queue outlived its user"
             );
-            let passive = QueueDeclareOptions {
-                passive: true,
-                ..QueueDeclareOptions::default()
-            };
-            let kept = next
-                .queue_declare(set_up.as_str().into(), passive, FieldTable::default())
+            let kept = ready(&next, &set_up)
                 .await
                 .unwrap_or_else(|e| panic!("{hook}, round {round}: the hook's queue: {e}"));
             // Deleted and declared again by the hook, it would be empty.
             if round > 0 || hook == "after_connect" {
                 assert_eq!(
-                    kept.message_count(),
-                    1,
+                    kept, 1,
                     "{hook}, round {round}: the queue the hook declared went with a user"
                 );
             }
@@ -683,12 +699,7 @@ async fn the_prefetch_limit_the_hook_set_is_where_every_user_starts() {
                 Ok(())
             })
         });
-        let pool = Pool::start(
-            PoolConfig::new("amqp-hooked-qos", 1, 1),
-            AmqpManager::new(&url).hooks(hooks),
-        )
-        .await
-        .expect("pool starts");
+        let pool = hooked(&url, "amqp-hooked-qos", 1, hooks).await;
         for left in [
             "a publish",
             "a limit of its own",
@@ -729,20 +740,9 @@ async fn the_prefetch_limit_the_hook_set_is_where_every_user_starts() {
                     .expect("a delivery");
                 assert!(matches!(delivery, Some(Ok(_))), "{delivery:?}");
             }
-            let ready = next
-                .queue_declare(
-                    name.as_str().into(),
-                    QueueDeclareOptions {
-                        passive: true,
-                        ..QueueDeclareOptions::default()
-                    },
-                    FieldTable::default(),
-                )
-                .await
-                .unwrap()
-                .message_count();
+            let held_back = ready(&next, &name).await.unwrap();
             assert_eq!(
-                ready, 7,
+                held_back, 7,
                 "global {global}, after {left}: the hook's limit of 3"
             );
             next.queue_delete(name.as_str().into(), QueueDeleteOptions::default())
@@ -777,12 +777,7 @@ async fn a_reply_queue_the_hook_declared_goes_with_its_channel() {
             Ok(())
         })
     });
-    let pool = Pool::start(
-        PoolConfig::new("amqp-hooked-reply", 2, 2),
-        AmqpManager::new(&url).hooks(hooks),
-    )
-    .await
-    .expect("pool starts");
+    let pool = hooked(&url, "amqp-hooked-reply", 2, hooks).await;
     // Held throughout, so the connection (and every exclusive queue on it) stays open.
     let held = take(&pool).await;
     for round in 0..3 {
@@ -820,12 +815,7 @@ async fn a_transaction_the_last_user_left_open_is_not_the_next_users() {
             Ok(())
         })
     });
-    let pool = Pool::start(
-        PoolConfig::new("amqp-hooked-tx", 1, 1),
-        AmqpManager::new(&url).hooks(hooks),
-    )
-    .await
-    .expect("pool starts");
+    let pool = hooked(&url, "amqp-hooked-tx", 1, hooks).await;
     let name = format!("pooler-hooked-tx-{}", std::process::id());
     let channel = take(&pool).await;
     queue(&channel, &name).await;
@@ -835,15 +825,7 @@ async fn a_transaction_the_last_user_left_open_is_not_the_next_users() {
     let next = take(&pool).await;
     assert_eq!(next.id(), id, "the same channel, kept");
     next.tx_commit().await.unwrap();
-    let passive = QueueDeclareOptions {
-        passive: true,
-        ..QueueDeclareOptions::default()
-    };
-    let left = next
-        .queue_declare(name.as_str().into(), passive, FieldTable::default())
-        .await
-        .unwrap()
-        .message_count();
+    let left = ready(&next, &name).await.unwrap();
     assert_eq!(left, 0, "the last user's publish was committed by the next");
     next.queue_delete(name.as_str().into(), QueueDeleteOptions::default())
         .await
@@ -865,12 +847,7 @@ async fn in_the_hooks_confirm_mode_a_returned_message_never_reaches_the_next_use
             Ok(())
         })
     });
-    let pool = Pool::start(
-        PoolConfig::new("amqp-hooked-confirm", 1, 1),
-        AmqpManager::new(&url).hooks(hooks),
-    )
-    .await
-    .expect("pool starts");
+    let pool = hooked(&url, "amqp-hooked-confirm", 1, hooks).await;
     let channel = take(&pool).await;
     let nowhere = format!("pooler-nowhere-{}", std::process::id());
     let mandatory = BasicPublishOptions {
