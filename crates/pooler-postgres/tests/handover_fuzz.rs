@@ -90,6 +90,11 @@ const STATEMENTS: &[(&str, bool)] = &[
         "DO $$BEGIN PERFORM set_config('search_path', 'pg_catalog', false); END$$",
         true,
     ),
+    // What undoes state, the hook's set-up included (the second run has one).
+    ("UNLISTEN *", true),
+    ("DISCARD TEMP", true),
+    ("DEALLOCATE pooler_hooked", true),
+    ("SELECT pg_advisory_unlock_all()", true),
     ("SELECT 1; SET ROLE pooler_tenant", false),
     ("BEGIN; SET search_path TO pg_catalog; COMMIT", false),
     ("SELECT ';'; LISTEN pooler_fuzz2 -- ; SELECT 1", false),
@@ -154,8 +159,28 @@ impl Session for Postgres {
     }
 }
 
+/// Run twice, one after the other (they share the database's objects): without hooks, and
+/// with an `after_connect` hook whose set-up the grammar can undo — a new connection's
+/// session is then the hook's, and so must be the next user's.
 #[test]
 fn the_next_user_always_sees_a_session_like_a_new_one() {
+    sessions_like_a_new_one(pooler::Hooks::default());
+    let hooks =
+        pooler::Hooks::default().after_connect(|conn: &mut pooler_postgres::PgConnection| {
+            Box::pin(async move {
+                conn.batch_execute(
+                    "SET search_path TO public, pg_catalog; LISTEN pooler_hooked; \
+                 CREATE TEMP TABLE pooler_hooked (x int); \
+                 PREPARE pooler_hooked AS SELECT 1; SELECT pg_advisory_lock(4242)",
+                )
+                .await?;
+                Ok(())
+            })
+        });
+    sessions_like_a_new_one(hooks);
+}
+
+fn sessions_like_a_new_one(hooks: pooler::Hooks<pooler_postgres::PgConnection>) {
     let rt = pooler_testkit::runtime();
     let Some(url) = rt.block_on(common::url()) else {
         return;
@@ -179,7 +204,8 @@ fn the_next_user_always_sees_a_session_like_a_new_one() {
             .unwrap();
         let manager = PgManager::new(&url)
             .unwrap()
-            .custom_settings(["app.tenant"]);
+            .custom_settings(["app.tenant"])
+            .hooks(hooks);
         started(PoolConfig::new("pg-fuzz", 1, 1), manager).await
     });
     let outcome = pooler_testkit::fuzz_handover!(
