@@ -60,9 +60,10 @@ fn action() -> impl Strategy<Value = Action> {
 }
 
 /// The fuzzer's session; the writes are counted through a connection of its own, in
-/// database 0.
+/// database `db` (where every user starts).
 struct Redis {
     url: String,
+    db: i64,
 }
 
 impl Session for Redis {
@@ -123,10 +124,15 @@ impl Session for Redis {
         wrote.is_ok() && matches!(done, Ok(Some(_)))
     }
 
-    /// Both writes there, in database 0, count as one.
+    /// Both writes there, in database `db`, count as one.
     async fn count(&self, _: &mut Member<RedisManager>, mark: i64) -> i64 {
         let key = format!("pooler:fz:b:{mark}");
         let mut admin = common::admin(&self.url).await;
+        let _: () = redis::cmd("SELECT")
+            .arg(self.db)
+            .query_async(&mut admin)
+            .await
+            .unwrap();
         let a: Option<String> = admin.get(&key).await.unwrap();
         let b: Option<String> = admin.get(format!("{key}:tx")).await.unwrap();
         let _: () = admin
@@ -137,8 +143,31 @@ impl Session for Redis {
     }
 }
 
+/// Run twice: without hooks, and with an `after_connect` hook that selects a database and
+/// gives a name — a new connection's are then the hook's, and so must be the next user's.
 #[test]
 fn the_next_user_always_gets_a_connection_like_a_new_one() {
+    connections_like_a_new_one(0, pooler::Hooks::default());
+    let hooks =
+        pooler::Hooks::default().after_connect(|conn: &mut pooler_redis::RedisConnection| {
+            Box::pin(async move {
+                let _: () = redis::pipe()
+                    .cmd("SELECT")
+                    .arg(5)
+                    .ignore()
+                    .cmd("CLIENT")
+                    .arg("SETNAME")
+                    .arg("hooked")
+                    .ignore()
+                    .query_async(conn)
+                    .await?;
+                Ok(())
+            })
+        });
+    connections_like_a_new_one(5, hooks);
+}
+
+fn connections_like_a_new_one(db: i64, hooks: pooler::Hooks<pooler_redis::RedisConnection>) {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -146,11 +175,13 @@ fn the_next_user_always_gets_a_connection_like_a_new_one() {
     let Some(url) = rt.block_on(common::url()) else {
         return;
     };
-    let session = Redis { url };
+    let session = Redis { url, db };
     let pool = rt.block_on(async {
         started(
             PoolConfig::new("redis-fuzz", 1, 1),
-            RedisManager::new(session.url.as_str()).unwrap(),
+            RedisManager::new(session.url.as_str())
+                .unwrap()
+                .hooks(hooks),
         )
         .await
     });
