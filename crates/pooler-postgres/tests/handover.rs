@@ -537,17 +537,7 @@ async fn hooks_set_up_connections_without_losing_the_clean_return() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_hooks_set_up_is_whole_after_any_reset() {
     let Some(url) = url().await else { return };
-    let hooks = pooler::Hooks::default().after_connect(|conn: &mut PgConnection| {
-        Box::pin(async move {
-            conn.batch_execute(
-                "SET search_path TO pg_catalog, public; LISTEN pooler_hooked; \
-                 CREATE TEMP TABLE pooler_hooked (x int); \
-                 PREPARE pooler_hooked AS SELECT 1; SELECT pg_advisory_lock(4242)",
-            )
-            .await?;
-            Ok(())
-        })
-    });
+    let hooks = common::hooked_set_up();
     let manager = manager(&url, "pg-hooked-set-up", Recycle::default()).hooks(hooks);
     let pool = started(PoolConfig::new("pg-hooked-set-up", 1, 1), manager).await;
     let pid = async |conn: &PgConnection| -> i32 {

@@ -165,19 +165,7 @@ impl Session for Postgres {
 #[test]
 fn the_next_user_always_sees_a_session_like_a_new_one() {
     sessions_like_a_new_one(pooler::Hooks::default());
-    let hooks =
-        pooler::Hooks::default().after_connect(|conn: &mut pooler_postgres::PgConnection| {
-            Box::pin(async move {
-                conn.batch_execute(
-                    "SET search_path TO public, pg_catalog; LISTEN pooler_hooked; \
-                 CREATE TEMP TABLE pooler_hooked (x int); \
-                 PREPARE pooler_hooked AS SELECT 1; SELECT pg_advisory_lock(4242)",
-                )
-                .await?;
-                Ok(())
-            })
-        });
-    sessions_like_a_new_one(hooks);
+    sessions_like_a_new_one(common::hooked_set_up());
 }
 
 fn sessions_like_a_new_one(hooks: pooler::Hooks<pooler_postgres::PgConnection>) {

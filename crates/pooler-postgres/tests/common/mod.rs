@@ -91,3 +91,20 @@ pub(crate) async fn one_row(conn: &tokio_postgres::Client, sql: &str) -> Vec<Opt
         .map(|i| row.get(i).map(str::to_owned))
         .collect()
 }
+
+/// An `after_connect` hook whose set-up has one of each kind of state a user's statement can
+/// undo: a search path, a listener, a temporary table, a prepared statement (all named
+/// `pooler_hooked`) and advisory lock 4242.
+pub(crate) fn hooked_set_up() -> pooler::Hooks<pooler_postgres::PgConnection> {
+    pooler::Hooks::default().after_connect(|conn: &mut pooler_postgres::PgConnection| {
+        Box::pin(async move {
+            conn.batch_execute(
+                "SET search_path TO pg_catalog, public; LISTEN pooler_hooked; \
+                 CREATE TEMP TABLE pooler_hooked (x int); \
+                 PREPARE pooler_hooked AS SELECT 1; SELECT pg_advisory_lock(4242)",
+            )
+            .await?;
+            Ok(())
+        })
+    })
+}
