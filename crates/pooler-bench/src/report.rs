@@ -1,15 +1,18 @@
 //! `docs/benchmarks.md` and its charts.
 
+mod charts;
+mod goals;
+
 use std::fmt::Write as _;
 use std::path::Path;
-
-use plotters::coord::types::RangedCoordf64;
-use plotters::prelude::*;
 
 use crate::Results;
 use crate::instructions::Op;
 use crate::peers::NAMES;
 use crate::suites::percentile;
+
+use charts::{fairness_chart, grid_chart};
+use goals::goals_section;
 
 const PERCENTILES: [(&str, f64); 5] = [
     ("p50", 0.5),
@@ -336,169 +339,6 @@ fn alone_section(md: &mut String, r: &Results) -> std::fmt::Result {
     Ok(())
 }
 
-/// Each goal, its figure, and whether it is met.
-fn goals_section(md: &mut String, r: &Results) -> std::fmt::Result {
-    let ours = uncontended_ns(r, "pooler");
-    let flat = size_spread(r);
-    writeln!(md, "\n## Goals\n")?;
-    writeln!(md, "| goal | measured | met |\n|---|---|---|")?;
-    let mut worst_deadpool = f64::MAX;
-    let mut vs_qp = Vec::new();
-    for size in [4, 8, 16] {
-        for tasks in [4, 16, 64, 256] {
-            let ours = cell(r, "pooler", size, tasks);
-            if let (Some(o), Some(d)) = (ours, cell(r, "deadpool", size, tasks)) {
-                worst_deadpool = worst_deadpool.min(d / o);
-            }
-            if let (Some(o), Some(q)) = (ours, cell(r, "qp", size, tasks)) {
-                vs_qp.push(q / o);
-            }
-        }
-    }
-    let hung = r.grid.iter().any(|g| g.0 == "pooler" && g.3.is_none());
-    let qp_median = if vs_qp.is_empty() {
-        f64::NAN
-    } else {
-        vs_qp.sort_by(f64::total_cmp);
-        vs_qp[vs_qp.len() / 2]
-    };
-    let yes = |b: bool| if b { "yes" } else { "no" };
-    writeln!(
-        md,
-        "| contended grid ≥ 1.5× deadpool in every cell | worst cell {worst_deadpool:.2}× | {} |",
-        yes(worst_deadpool >= 1.5)
-    )?;
-    writeln!(
-        md,
-        "| at least qp's median, never hanging | median cell {qp_median:.2}× qp; pooler hung: {} | {} |",
-        yes(hung),
-        yes(qp_median >= 1.0 && !hung)
-    )?;
-    let dead_unc = r
-        .uncontended
-        .iter()
-        .find(|u| u.0 == "deadpool")
-        .and_then(|u| u.1);
-    let unc = dead_unc.zip(ours).map(|(d, o)| d / o).unwrap_or(f64::NAN);
-    writeln!(
-        md,
-        "| uncontended ≥ 4× deadpool | {unc:.2}× | {} |",
-        yes(unc >= 4.0)
-    )?;
-    if let Some(Some(lat)) = r.fairness.iter().find(|f| f.0 == "pooler").map(|f| &f.1) {
-        let p50 = percentile(lat, 0.5).max(1.0);
-        let (p99, p999) = (percentile(lat, 0.99) / p50, percentile(lat, 0.999) / p50);
-        writeln!(
-            md,
-            "| fairness p99 ≤ 2× p50 | {p99:.1}× | {} |",
-            yes(p99 <= 2.0)
-        )?;
-        writeln!(
-            md,
-            "| fairness p99.9 ≤ 4× p50 | {p999:.1}× | {} |",
-            yes(p999 <= 4.0)
-        )?;
-    }
-    writeln!(
-        md,
-        "| pool-size cost flat within 1.2× | {flat:.2}× | {} |",
-        yes(flat <= 1.2)
-    )?;
-    let instr = |who: &str, op: Op| {
-        r.instructions
-            .iter()
-            .find(|i| i.0 == who && i.1 == op)
-            .and_then(|i| i.2)
-    };
-    if let Some(default) = instr("pooler", Op::Default) {
-        let v = default.instructions;
-        writeln!(
-            md,
-            "| instructions per uncontended `take()`+return ≤ 200 | {v:.0} | {} |",
-            yes(v <= 200.0)
-        )?;
-    }
-    if let (Some(take), Some(dead)) = (instr("pooler", Op::Take), instr("deadpool", Op::Take)) {
-        let (take, dead) = (take.instructions, dead.instructions);
-        writeln!(
-            md,
-            "| instructions per take_member+return ≤ 250 and ≥ 4× fewer than deadpool | {take:.0} ({:.2}× fewer) | {} |",
-            dead / take,
-            yes(take <= 250.0 && dead / take >= 4.0)
-        )?;
-    }
-    if let Some(try_) = instr("pooler", Op::Try) {
-        let v = try_.instructions;
-        writeln!(
-            md,
-            "| instructions per try_take_member+return ≤ 150 | {v:.0} | {} |",
-            yes(v <= 150.0)
-        )?;
-    }
-    if let (Some(take), Some(default)) = (instr("pooler", Op::Take), instr("pooler", Op::Default)) {
-        let most = take.atomics.max(default.atomics);
-        writeln!(
-            md,
-            "| atomic read-modify-writes per take+return ≤ 4 | take_member {:.1}, take() {:.1} | {} |",
-            take.atomics,
-            default.atomics,
-            yes(most <= 4.0)
-        )?;
-    }
-    if let (Some(fail), Some(dead)) = (instr("pooler", Op::Fail), instr("deadpool", Op::Fail)) {
-        let (fail, dead) = (fail.instructions, dead.instructions);
-        writeln!(
-            md,
-            "| instructions per failed try_take_member ≤ deadpool's | {fail:.0} (deadpool {dead:.0}) | {} |",
-            yes(fail <= dead)
-        )?;
-    }
-    let (none, prom) = r.metrics;
-    writeln!(
-        md,
-        "| take+return with a Prometheus recorder ≤ 1.05× without | {:.2}× ({none:.0} → {prom:.0} ns) | {} |",
-        prom / none,
-        yes(prom / none <= 1.05)
-    )?;
-    let p50 = |who: &str| {
-        r.fairness
-            .iter()
-            .find(|f| f.0 == who)
-            .and_then(|f| f.1.as_ref())
-            .map(|lat| percentile(lat, 0.5))
-    };
-    for (who, how) in [("pooler", "take"), ("pooler-member", "take_member")] {
-        if let (Some(ours), Some(dead)) = (p50(who), p50("deadpool")) {
-            writeln!(
-                md,
-                "| fairness p50 with `{how}` ≤ deadpool's | {:.1} µs (deadpool {:.1} µs) | {} |",
-                ours / 1e3,
-                dead / 1e3,
-                yes(ours <= dead)
-            )?;
-        }
-    }
-    let ready = r.parallel_start.as_secs_f64() * 1e3;
-    writeln!(
-        md,
-        "| 100 × 100 ms starts ready within 130 ms | {ready:.1} ms | {} |",
-        yes(ready <= 130.0)
-    )?;
-    match r.metrics_share {
-        Some(s) => writeln!(
-            md,
-            "| metrics cost ≤ 5 % with no recorder | {:.1} % | {} |",
-            s * 100.0,
-            yes(s <= 0.05)
-        )?,
-        None => writeln!(
-            md,
-            "| metrics cost ≤ 5 % with no recorder | not measured (no valgrind) | ? |"
-        )?,
-    }
-    Ok(())
-}
-
 /// The comparison with a saved baseline, if one was asked for.
 fn baseline_section(md: &mut String, r: &Results) -> std::fmt::Result {
     if let Some((name, rows)) = &r.against {
@@ -520,113 +360,5 @@ fn baseline_section(md: &mut String, r: &Results) -> std::fmt::Result {
             )?;
         }
     }
-    Ok(())
-}
-
-fn grid_chart(r: &Results, path: &Path) -> Result<(), Box<dyn std::error::Error>> {
-    let root = SVGBackend::new(path, (1200, 420)).into_drawing_area();
-    root.fill(&WHITE)?;
-    let panels = root.split_evenly((1, 3));
-    let max = r.grid.iter().filter_map(|g| g.3).fold(1.0, f64::max) * 1.5;
-    let min = r
-        .grid
-        .iter()
-        .filter_map(|g| g.3)
-        .fold(f64::MAX, f64::min)
-        .max(0.1)
-        / 1.5;
-    for (panel, size) in panels.iter().zip([4, 8, 16]) {
-        let mut chart = ChartBuilder::on(panel)
-            .caption(format!("pool of {size}: µs per run"), ("sans-serif", 18))
-            .margin(10)
-            .x_label_area_size(30)
-            .y_label_area_size(50)
-            .build_cartesian_2d(0f64..3f64, (min..max).log_scale())?;
-        chart
-            .configure_mesh()
-            .x_labels(4)
-            .x_label_formatter(&|x| {
-                format!("{} tasks", [4, 16, 64, 256][(x.round() as usize).min(3)])
-            })
-            .draw()?;
-        let series = NAMES.iter().enumerate().map(|(i, name)| {
-            let points = [4, 16, 64, 256]
-                .iter()
-                .enumerate()
-                .filter_map(|(x, t)| cell(r, name, size, *t).map(|v| (x as f64, v)))
-                .collect();
-            (i, *name, points)
-        });
-        draw_lines(&mut chart, series)?;
-    }
-    root.present()?;
-    Ok(())
-}
-
-fn fairness_chart(r: &Results, path: &Path) -> Result<(), Box<dyn std::error::Error>> {
-    let root = SVGBackend::new(path, (800, 420)).into_drawing_area();
-    root.fill(&WHITE)?;
-    let all: Vec<f64> = r
-        .fairness
-        .iter()
-        .filter_map(|f| f.1.as_ref())
-        .flat_map(|l| PERCENTILES.iter().map(|(_, p)| percentile(l, *p) / 1e3))
-        .collect();
-    let max = all.iter().copied().fold(1.0, f64::max) * 1.5;
-    let min = all.iter().copied().fold(f64::MAX, f64::min).max(0.01) / 1.5;
-    let mut chart = ChartBuilder::on(&root)
-        .caption(
-            "take latency, pool of 8, 256 tasks (µs)",
-            ("sans-serif", 18),
-        )
-        .margin(10)
-        .x_label_area_size(30)
-        .y_label_area_size(60)
-        .build_cartesian_2d(0f64..4f64, (min..max).log_scale())?;
-    chart
-        .configure_mesh()
-        .x_labels(5)
-        .x_label_formatter(&|x| PERCENTILES[(x.round() as usize).min(4)].0.to_owned())
-        .draw()?;
-    let series = r
-        .fairness
-        .iter()
-        .enumerate()
-        .filter_map(|(i, (name, lat))| {
-            let lat = lat.as_ref()?;
-            let points = PERCENTILES
-                .iter()
-                .enumerate()
-                .map(|(x, (_, p))| (x as f64, percentile(lat, *p) / 1e3))
-                .collect();
-            Some((i, *name, points))
-        });
-    draw_lines(&mut chart, series)?;
-    root.present()?;
-    Ok(())
-}
-
-type LogChart<'a, 'b> =
-    ChartContext<'a, SVGBackend<'b>, Cartesian2d<RangedCoordf64, LogCoord<f64>>>;
-
-/// One line per contender (its palette colour fixed by its index), and the legend.
-fn draw_lines<'b>(
-    chart: &mut LogChart<'b, 'b>,
-    series: impl Iterator<Item = (usize, &'static str, Vec<(f64, f64)>)>,
-) -> Result<(), Box<dyn std::error::Error>> {
-    for (i, name, points) in series {
-        let color = Palette99::pick(i).to_rgba();
-        chart
-            .draw_series(LineSeries::new(points, color.stroke_width(2)))?
-            .label(name)
-            .legend(move |(x, y)| {
-                PathElement::new(vec![(x, y), (x + 16, y)], color.stroke_width(2))
-            });
-    }
-    chart
-        .configure_series_labels()
-        .background_style(WHITE.mix(0.8))
-        .border_style(BLACK)
-        .draw()?;
     Ok(())
 }
