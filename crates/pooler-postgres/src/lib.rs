@@ -444,7 +444,10 @@ where
     fn needs_recycle(&self, conn: &PgConnection) -> bool {
         let seen = &conn.parts.seen;
         let due = match self.recycle {
-            Recycle::Observed => seen.status() != TxStatus::Idle || !seen.dirt().is_clean(),
+            Recycle::Observed => {
+                let set_up = self.hooks.has_after_connect();
+                seen.status() != TxStatus::Idle || !seen.dirt().for_session(set_up).is_clean()
+            }
             Recycle::Transaction => seen.status() != TxStatus::Idle,
             Recycle::Always | Recycle::Custom(_) | Recycle::Query => true,
             Recycle::Nothing => false,
@@ -462,14 +465,14 @@ where
 impl<T> PgManager<T> {
     /// [`Manager::recycle`]'s work: the session cleaned as `recycle` says, and the hooks run.
     async fn reset(&self, conn: &mut PgConnection) -> Result<(), PgError> {
-        let dirt = conn.parts.seen.dirt();
+        let set_up = self.hooks.has_after_connect();
+        let dirt = conn.parts.seen.dirt().for_session(set_up);
         if self.transaction_pooling && !dirt.is_clean() {
             tracing::warn!(
                 state = %dirt,
                 "a statement may have left session state on a server connection the transaction pooler shares with other clients; the reset on return may not reach it (docs/design.md, \"Behind PgBouncer\")"
             );
         }
-        let set_up = self.hooks.has_after_connect();
         let reset = clean(&self.recycle, conn, self.transaction_pooling, set_up).await?;
         let hooked = (reset && self.hooks.has_after_connect()) || self.hooks.has_after_return();
         if !hooked {

@@ -178,7 +178,7 @@ pub(crate) async fn clean(
         // tokio-postgres reads nothing more until they are taken.
         ask_behind(conn, ASK_BEHIND).await?;
     }
-    let dirt = conn.parts.seen.dirt();
+    let dirt = conn.parts.seen.dirt().for_session(set_up);
     if !matches!(recycle, Recycle::Transaction) && dirt.has(Dirt::LASTING) {
         return Err(PgError::Unclean(
             "a statement dropped what no reset restores (LOAD, DISCARD ALL, DEALLOCATE ALL)",
@@ -194,7 +194,7 @@ pub(crate) async fn clean(
         sql.push_str("ROLLBACK; ");
     }
     match recycle {
-        Recycle::Observed if set_up && dirt.has(Dirt::ALL) => {
+        Recycle::Observed if set_up && dirt.has(Dirt::ALL | Dirt::SET_UP) => {
             sql.push_str(RESET_ALL);
             sql.push_str(DEALLOCATE_SQL);
         }
@@ -243,7 +243,7 @@ pub(crate) async fn clean(
     // query (or nothing was outstanding): every request is answered and the session clean.
     conn.parts.seen.resync();
     Ok(match recycle {
-        Recycle::Observed if set_up => dirt.has(Dirt::ALL),
+        Recycle::Observed if set_up => dirt.has(Dirt::ALL | Dirt::SET_UP),
         Recycle::Observed => dirt.has(Dirt::SETTING),
         _ => matches!(recycle, Recycle::Always),
     })

@@ -20,6 +20,8 @@
 
 use std::collections::HashMap;
 
+use crate::session::Bits;
+
 /// The longest statement name matched (the server keeps 63 bytes of a name).
 const NAME: usize = 64;
 
@@ -40,7 +42,7 @@ enum Reading {
 /// The verdicts of the connection's prepared statements (see the module's docs).
 #[derive(Debug, Default)]
 pub(crate) struct Verdicts {
-    kept: HashMap<Box<[u8]>, u8>,
+    kept: HashMap<Box<[u8]>, Bits>,
     reading: Reading,
     name: Vec<u8>,
     long: bool,
@@ -62,7 +64,7 @@ impl Verdicts {
     /// The next piece of the message's payload; the dirt a Bind of a kept statement leaves
     /// (0 for none), once its name is whole.
     #[inline]
-    pub(crate) fn feed(&mut self, mut bytes: &[u8]) -> u8 {
+    pub(crate) fn feed(&mut self, mut bytes: &[u8]) -> Bits {
         let mut dirt = 0;
         while let Some((&b, rest)) = bytes.split_first() {
             bytes = rest;
@@ -106,7 +108,7 @@ impl Verdicts {
     /// The Parse of the statement `name` (`None`: a name longer than any matched) was found
     /// to leave `dirt` (non-zero): kept under its name. The scan reads the name (it comes
     /// before the text), so it is walked once.
-    pub(crate) fn parsed(&mut self, name: Option<&[u8]>, dirt: u8) {
+    pub(crate) fn parsed(&mut self, name: Option<&[u8]>, dirt: Bits) {
         debug_assert!(
             dirt != 0,
             "invariant 1: only a verdict that leaves something"
@@ -118,7 +120,7 @@ impl Verdicts {
     }
 
     /// What the statement a Bind names leaves.
-    fn bound(&self) -> u8 {
+    fn bound(&self) -> Bits {
         if self.long {
             return self.kept.values().fold(0, |all, d| all | d);
         }
@@ -131,7 +133,7 @@ mod tests {
     use super::*;
 
     /// Feeds `payload` in pieces of `step` bytes; the dirt it left.
-    fn feed(v: &mut Verdicts, kind: u8, payload: &[u8], step: usize) -> u8 {
+    fn feed(v: &mut Verdicts, kind: u8, payload: &[u8], step: usize) -> Bits {
         v.begin(kind);
         payload.chunks(step).fold(0, |d, piece| d | v.feed(piece))
     }

@@ -45,7 +45,7 @@
 //!    asked for (`timed` unset): such a period is never counted.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU16, AtomicU64, AtomicUsize, Ordering};
 
 use crate::role::Heard;
 use crate::session::{Declared, Dirt};
@@ -120,7 +120,7 @@ pub(crate) struct Seen {
     /// Statements under way through [`Seen::settling`].
     statements: AtomicUsize,
     /// Session state left by the statements written, as [`Dirt`] bits.
-    dirt: AtomicU8,
+    dirt: AtomicU16,
     /// Someone asked for the server's time ([`Seen::served`]: an admission limiter, at each
     /// return): from then on busy periods are timed. Until then no clock is read.
     timed: AtomicBool,

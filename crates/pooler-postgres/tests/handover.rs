@@ -557,6 +557,15 @@ async fn the_hooks_set_up_is_whole_after_any_reset() {
         ("a discard", "DISCARD TEMP"),
         ("a deallocate", "DEALLOCATE pooler_hooked"),
         ("an unlock", "SELECT pg_advisory_unlock_all()"),
+        ("a close", "CLOSE pooler_hooked"),
+        ("a close of all", "CLOSE ALL"),
+        ("a drop", "DROP TABLE pooler_hooked"),
+        ("an alter", "ALTER TABLE pooler_hooked ADD COLUMN y int"),
+        ("a fetch", "FETCH pooler_hooked"),
+        (
+            "an index",
+            "CREATE INDEX pooler_hooked_x ON pooler_hooked (x)",
+        ),
     ] {
         let conn = take(&pool).await;
         conn.batch_execute(sql).await.unwrap();
@@ -570,36 +579,49 @@ async fn the_hooks_set_up_is_whole_after_any_reset() {
         let row = conn
             .query_one(
                 "SELECT (SELECT string_agg(c, ',' ORDER BY c) FROM pg_listening_channels() c), \
-                 to_regclass('pg_temp.pooler_hooked') IS NOT NULL, \
+                 (SELECT count(*) FROM pg_attribute \
+                  WHERE attrelid = to_regclass('pg_temp.pooler_hooked') AND attnum > 0), \
                  to_regclass('pg_temp.pooler_own') IS NULL, \
                  current_setting('search_path'), \
                  (SELECT count(*) FROM pg_prepared_statements WHERE name = 'pooler_hooked'), \
                  (SELECT string_agg(objid::text, ',' ORDER BY objid) FROM pg_locks \
-                  WHERE locktype = 'advisory' AND pid = pg_backend_pid())",
+                  WHERE locktype = 'advisory' AND pid = pg_backend_pid()), \
+                 (SELECT count(*) FROM pg_cursors WHERE name = 'pooler_hooked') \
+                 + (SELECT count(*) FROM pg_class WHERE relnamespace = pg_my_temp_schema())",
                 &[],
             )
             .await
             .unwrap();
-        let seen: (Option<String>, bool, bool, String, i64, Option<String>) = (
+        // The hook's cursor is where it began: its one row still to come.
+        let rows = conn.simple_query("FETCH ALL pooler_hooked").await.unwrap();
+        let fetched = rows
+            .iter()
+            .filter(|m| matches!(m, tokio_postgres::SimpleQueryMessage::Row(_)))
+            .count();
+        assert_eq!(fetched, 1, "after {left}: the hook's cursor moved");
+        let seen: (Option<String>, i64, bool, String, i64, Option<String>, i64) = (
             row.get(0),
             row.get(1),
             row.get(2),
             row.get(3),
             row.get(4),
             row.get(5),
+            row.get(6),
         );
         assert_eq!(
             seen,
             (
                 Some("pooler_hooked".to_owned()),
-                true,
+                1,
                 true,
                 "pg_catalog, public".to_owned(),
                 1,
                 Some("4242".to_owned()),
+                2,
             ),
-            "after {left}: (listening, the hook's table, the user's gone, search_path, \
-             the hook's statement, advisory locks)"
+            "after {left}: (listening, the hook's table's columns, the user's table gone, \
+             search_path, the hook's statement, advisory locks, the hook's cursor and \
+             temporary relations)"
         );
         drop(conn);
     }

@@ -95,6 +95,16 @@ const STATEMENTS: &[(&str, bool)] = &[
     ("DISCARD TEMP", true),
     ("DEALLOCATE pooler_hooked", true),
     ("SELECT pg_advisory_unlock_all()", true),
+    ("CLOSE ALL", true),
+    ("DROP TABLE IF EXISTS pooler_hooked", true),
+    (
+        "ALTER TABLE IF EXISTS pooler_hooked ADD COLUMN IF NOT EXISTS pooler_fuzz int",
+        true,
+    ),
+    (
+        "CREATE INDEX IF NOT EXISTS pooler_fuzz_i ON pooler_hooked (x)",
+        true,
+    ),
     ("SELECT 1; SET ROLE pooler_tenant", false),
     ("BEGIN; SET search_path TO pg_catalog; COMMIT", false),
     ("SELECT ';'; LISTEN pooler_fuzz2 -- ; SELECT 1", false),
@@ -120,6 +130,8 @@ const FINGERPRINT: &str = "SELECT current_user, session_user, current_setting('s
     current_setting('statement_timeout'), current_setting('default_transaction_read_only'), \
     current_setting('app.tenant', true), current_setting('app.tenantx', true), \
     (SELECT count(*) FROM pg_class WHERE relnamespace = pg_my_temp_schema()), \
+    (SELECT count(*) FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid \
+     WHERE c.relnamespace = pg_my_temp_schema() AND a.attnum > 0), \
     (SELECT count(*) FROM pg_prepared_statements WHERE from_sql), \
     (SELECT count(*) FROM pg_listening_channels()), \
     (SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid()), \

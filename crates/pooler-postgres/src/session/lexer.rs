@@ -109,7 +109,7 @@ pub(super) struct Lexer {
     /// Functions called that are not known to leave nothing (at most `CALLS`; past that,
     /// `Dirt::ALL`).
     pub(super) calls: Vec<Vec<u8>>,
-    pub(super) dirt: u8,
+    pub(super) dirt: super::Bits,
     /// [`feed`](Lexer::feed) has run since the last [`reset`](Lexer::reset): only then does
     /// the next [`begin`](Lexer::begin) reset the whole lexer.
     read: bool,

@@ -13,10 +13,12 @@ pub(super) enum First {
     Unknown,
     /// A statement that undoes state of a kind (`UNLISTEN`: [`Dirt::LISTEN`]): nothing the
     /// user left, but maybe part of what the manager's `after_connect` hook set up, which
-    /// the reset of that kind brings back (it runs the hook again).
+    /// the reset of that kind brings back (it runs the hook again). Of a kind the scan
+    /// cannot tell (`CLOSE`, `FETCH`, `CREATE`, `ALTER`, `DROP`, …): [`Dirt::SET_UP`].
     ///
     /// [`Dirt::LISTEN`]: super::Dirt::LISTEN
-    Undoes(u8),
+    /// [`Dirt::SET_UP`]: super::Dirt::SET_UP
+    Undoes(super::Bits),
 }
 
 /// Judges a statement by its first word (lower case).
@@ -24,14 +26,15 @@ pub(super) fn first(word: &[u8]) -> First {
     match word {
         b"select" | b"insert" | b"update" | b"delete" | b"with" | b"values" | b"table"
         | b"begin" | b"start" | b"commit" | b"end" | b"rollback" | b"abort" | b"savepoint"
-        | b"release" | b"show" | b"explain" | b"copy" | b"create" | b"alter" | b"drop"
-        | b"truncate" | b"grant" | b"revoke" | b"comment" | b"analyze" | b"analyse" | b"vacuum"
-        | b"cluster" | b"reindex" | b"lock" | b"merge" | b"fetch" | b"move" | b"close"
-        | b"refresh" | b"notify" | b"checkpoint" | b"prepare" | b"deallocate" | b"discard"
-        | b"declare" | b"set" | b"reset" | b"listen" | b"load" | b"import" | b"security" => {
-            First::Known
-        }
+        | b"release" | b"show" | b"explain" | b"copy" | b"truncate" | b"analyze" | b"analyse"
+        | b"vacuum" | b"cluster" | b"reindex" | b"lock" | b"merge" | b"refresh" | b"notify"
+        | b"checkpoint" | b"prepare" | b"deallocate" | b"discard" | b"declare" | b"set"
+        | b"reset" | b"listen" | b"load" | b"import" => First::Known,
         b"unlisten" => First::Undoes(super::Dirt::LISTEN),
+        // What may change an object of the hook's (a cursor `WITH HOLD`, a temporary
+        // table, view or sequence) as well as one of the user's or the database's.
+        b"close" | b"fetch" | b"move" | b"create" | b"alter" | b"drop" | b"comment" | b"grant"
+        | b"revoke" | b"security" => First::Undoes(super::Dirt::SET_UP),
         _ => First::Unknown,
     }
 }

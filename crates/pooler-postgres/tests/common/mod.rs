@@ -101,7 +101,8 @@ pub(crate) fn hooked_set_up() -> pooler::Hooks<pooler_postgres::PgConnection> {
             conn.batch_execute(
                 "SET search_path TO pg_catalog, public; LISTEN pooler_hooked; \
                  CREATE TEMP TABLE pooler_hooked (x int); \
-                 PREPARE pooler_hooked AS SELECT 1; SELECT pg_advisory_lock(4242)",
+                 PREPARE pooler_hooked AS SELECT 1; SELECT pg_advisory_lock(4242); \
+                 DECLARE pooler_hooked CURSOR WITH HOLD FOR SELECT 1",
             )
             .await?;
             Ok(())
