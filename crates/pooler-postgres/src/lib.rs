@@ -26,7 +26,7 @@ pub use crate::connection::{CANCEL_GRACE, PgCancelToken, PgConnection, PgTransac
 pub use crate::hosts::{HOST_RECHECK, SessionTarget};
 pub use crate::queries::Query;
 pub use crate::recycle::{Recycle, ResetQuery};
-use crate::recycle::{SETTLE, clean, define, settle};
+use crate::recycle::{SETTLE, clean, define, due, settle};
 #[cfg(feature = "serde")]
 #[cfg_attr(docsrs, doc(cfg(feature = "serde")))]
 pub use crate::settings::{ChannelBindingName, LoadBalanceName, PgSettings, SslModeName};
@@ -442,17 +442,8 @@ where
     }
 
     fn needs_recycle(&self, conn: &PgConnection) -> bool {
-        let seen = &conn.parts.seen;
-        let due = match self.recycle {
-            Recycle::Observed => {
-                let set_up = self.hooks.has_after_connect();
-                seen.status() != TxStatus::Idle || !seen.dirt().for_session(set_up).is_clean()
-            }
-            Recycle::Transaction => seen.status() != TxStatus::Idle,
-            Recycle::Always | Recycle::Custom(_) | Recycle::Query => true,
-            Recycle::Nothing => false,
-        };
-        due || self.hooks.has_after_return()
+        let set_up = self.hooks.has_after_connect();
+        due(&self.recycle, conn, set_up) || self.hooks.has_after_return()
     }
 
     async fn recycle(&self, conn: &mut PgConnection) -> Result<(), PgError> {

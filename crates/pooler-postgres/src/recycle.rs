@@ -142,6 +142,20 @@ pub(crate) async fn settle(conn: &PgConnection, pooled: bool) -> Result<TxStatus
     Ok(status)
 }
 
+/// Whether a returned connection needs the cleaning `recycle` says, from what the stream
+/// layer saw of it (`set_up`: as in [`clean`]).
+pub(crate) fn due(recycle: &Recycle, conn: &PgConnection, set_up: bool) -> bool {
+    let seen = &conn.parts.seen;
+    match recycle {
+        Recycle::Observed => {
+            seen.status() != TxStatus::Idle || !seen.dirt().for_session(set_up).is_clean()
+        }
+        Recycle::Transaction => seen.status() != TxStatus::Idle,
+        Recycle::Always | Recycle::Custom(_) | Recycle::Query => true,
+        Recycle::Nothing => false,
+    }
+}
+
 /// Makes a returned connection clean as `recycle` says; `true` if the session was reset to
 /// its start (settings included). `pooled`: behind a transaction pooler, where nothing is
 /// sent behind an outstanding answer. `set_up`: an `after_connect` hook made the session's
