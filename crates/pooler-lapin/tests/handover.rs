@@ -26,13 +26,11 @@ async fn url() -> Option<String> {
 }
 
 async fn one_of_one(url: &str, name: &str) -> pooler_lapin::Pool {
-    Pool::start(PoolConfig::new(name, 1, 1), AmqpManager::new(url))
-        .await
-        .expect("pool starts")
+    channels(url, name, 1, pooler::Hooks::default()).await
 }
 
 /// A pool of `size` channels (`name`) whose manager runs `hooks`.
-async fn hooked(
+async fn channels(
     url: &str,
     name: &str,
     size: usize,
@@ -46,14 +44,26 @@ async fn hooked(
     .expect("pool starts")
 }
 
-/// How many messages `queue` holds ready, asked on `channel` (a passive declaration).
-async fn ready(channel: &AmqpChannel, queue: &str) -> lapin::Result<u32> {
-    let passive = QueueDeclareOptions {
+/// The options that declare an exclusive queue.
+fn exclusive() -> QueueDeclareOptions {
+    QueueDeclareOptions {
+        exclusive: true,
+        ..QueueDeclareOptions::default()
+    }
+}
+
+/// The options of a passive declaration: it asks of a queue, and fails if there is none.
+fn passive() -> QueueDeclareOptions {
+    QueueDeclareOptions {
         passive: true,
         ..QueueDeclareOptions::default()
-    };
+    }
+}
+
+/// How many messages `queue` holds ready, asked on `channel` (a passive declaration).
+async fn ready(channel: &AmqpChannel, queue: &str) -> lapin::Result<u32> {
     let declared = channel
-        .queue_declare(queue.into(), passive, FieldTable::default())
+        .queue_declare(queue.into(), passive(), FieldTable::default())
         .await?;
     Ok(declared.message_count())
 }
@@ -486,17 +496,9 @@ async fn an_exclusive_queue_a_user_declared_is_gone_when_the_channel_is_back() {
     let Some(url) = url().await else { return };
     // Two channels, one held throughout: the last channel's stop closes the connection, and
     // with it every exclusive queue on it.
-    let pool = Pool::start(
-        PoolConfig::new("amqp-exclusive", 2, 2),
-        AmqpManager::new(&url),
-    )
-    .await
-    .expect("pool starts");
+    let pool = channels(&url, "amqp-exclusive", 2, pooler::Hooks::default()).await;
     let held = take(&pool).await;
-    let exclusive = QueueDeclareOptions {
-        exclusive: true,
-        ..QueueDeclareOptions::default()
-    };
+    let exclusive = exclusive();
     for (round, left) in ["clean", "a mode", "closed by the broker"]
         .into_iter()
         .enumerate()
@@ -525,10 +527,7 @@ async fn an_exclusive_queue_a_user_declared_is_gone_when_the_channel_is_back() {
                 let missing = channel
                     .queue_declare(
                         "pooler-no-such-queue".into(),
-                        QueueDeclareOptions {
-                            passive: true,
-                            ..QueueDeclareOptions::default()
-                        },
+                        passive(),
                         FieldTable::default(),
                     )
                     .await;
@@ -553,12 +552,7 @@ async fn an_exclusive_queue_a_user_declared_is_gone_when_the_channel_is_back() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_exclusive_queue_the_broker_names_is_gone_even_when_nobody_read_its_name() {
     let Some(url) = url().await else { return };
-    let pool = Pool::start(
-        PoolConfig::new("amqp-exclusive-unnamed", 2, 2),
-        AmqpManager::new(&url),
-    )
-    .await
-    .expect("pool starts");
+    let pool = channels(&url, "amqp-exclusive-unnamed", 2, pooler::Hooks::default()).await;
     // Held throughout, so the connection (and every exclusive queue on it) stays open.
     let held = take(&pool).await;
     // A mode left after the dropped declaration has the channel replaced: its stop deletes.
@@ -621,10 +615,7 @@ async fn an_exclusive_queue_the_broker_names_is_gone_even_when_nobody_read_its_n
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_exclusive_queue_the_hooks_declared_stays_when_a_user_declares_it_again() {
     let Some(url) = url().await else { return };
-    let exclusive = QueueDeclareOptions {
-        exclusive: true,
-        ..QueueDeclareOptions::default()
-    };
+    let exclusive = exclusive();
     for hook in ["after_connect", "after_return"] {
         let set_up = format!("pooler-hooked-{}-{hook}", std::process::id());
         let name = set_up.clone();
@@ -634,7 +625,7 @@ async fn an_exclusive_queue_the_hooks_declared_stays_when_a_user_declares_it_aga
             _ => pooler::Hooks::default()
                 .after_return(move |channel| declared(channel, name.clone(), exclusive)),
         };
-        let pool = hooked(&url, "amqp-hooked", 1, hooks).await;
+        let pool = channels(&url, "amqp-hooked", 1, hooks).await;
         let own = format!("pooler-hooked-own-{}", std::process::id());
         for round in 0..3 {
             let channel = take(&pool).await;
@@ -699,7 +690,7 @@ async fn the_prefetch_limit_the_hook_set_is_where_every_user_starts() {
                 Ok(())
             })
         });
-        let pool = hooked(&url, "amqp-hooked-qos", 1, hooks).await;
+        let pool = channels(&url, "amqp-hooked-qos", 1, hooks).await;
         for left in [
             "a publish",
             "a limit of its own",
@@ -766,10 +757,7 @@ async fn a_reply_queue_the_hook_declared_goes_with_its_channel() {
         "x-pooler-test".into(),
         AMQPValue::LongString(marker.as_str().into()),
     );
-    let options = QueueDeclareOptions {
-        exclusive: true,
-        ..QueueDeclareOptions::default()
-    };
+    let options = exclusive();
     let hooks = pooler::Hooks::default().after_connect(move |channel: &mut AmqpChannel| {
         let arguments = arguments.clone();
         Box::pin(async move {
@@ -777,7 +765,7 @@ async fn a_reply_queue_the_hook_declared_goes_with_its_channel() {
             Ok(())
         })
     });
-    let pool = hooked(&url, "amqp-hooked-reply", 2, hooks).await;
+    let pool = channels(&url, "amqp-hooked-reply", 2, hooks).await;
     // Held throughout, so the connection (and every exclusive queue on it) stays open.
     let held = take(&pool).await;
     for round in 0..3 {
@@ -815,7 +803,7 @@ async fn a_transaction_the_last_user_left_open_is_not_the_next_users() {
             Ok(())
         })
     });
-    let pool = hooked(&url, "amqp-hooked-tx", 1, hooks).await;
+    let pool = channels(&url, "amqp-hooked-tx", 1, hooks).await;
     let name = format!("pooler-hooked-tx-{}", std::process::id());
     let channel = take(&pool).await;
     queue(&channel, &name).await;
@@ -847,7 +835,7 @@ async fn in_the_hooks_confirm_mode_a_returned_message_never_reaches_the_next_use
             Ok(())
         })
     });
-    let pool = hooked(&url, "amqp-hooked-confirm", 1, hooks).await;
+    let pool = channels(&url, "amqp-hooked-confirm", 1, hooks).await;
     let channel = take(&pool).await;
     let nowhere = format!("pooler-nowhere-{}", std::process::id());
     let mandatory = BasicPublishOptions {
