@@ -41,6 +41,10 @@ use crate::config::MemberOrder;
 use crate::sync::{Mutex, MutexGuard, lock};
 use crate::waiters::{Look, WaitKey, Waiters};
 
+/// No clock stamp (stamps count nanoseconds from the pool's start: this one is centuries
+/// away).
+const NO_STAMP: u64 = u64::MAX;
+
 /// What a take found; `K` is what a queued take holds ([`Wait::Key`]).
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum Found<T, K = WaitKey> {
@@ -126,8 +130,9 @@ pub(crate) struct State<T, E> {
     waiters: Waiters<T, E>,
     in_use: usize,
     peak: usize,
-    /// When `in_use` last fell from `peak` (a clock stamp).
-    peak_until: Option<u64>,
+    /// When `in_use` last fell from `peak` (a clock stamp; [`NO_STAMP`]: not since the last
+    /// look). A stamp rather than an `Option`, so that a return writes one word.
+    peak_until: u64,
     /// The highest `peak` taken by a look ([`Locked::take_peak`]) since the last
     /// housekeeping tick: with `peak`, the highest `in_use` since that tick (for the
     /// limiter), kept without a second comparison per take.
@@ -178,7 +183,7 @@ impl<T, E> Hot<T, E> {
                 waiters: Waiters::default(),
                 in_use: 0,
                 peak: 0,
-                peak_until: None,
+                peak_until: NO_STAMP,
                 tick_peak: 0,
                 pressed: false,
                 takes: 0,
@@ -310,7 +315,7 @@ impl<T, E> Locked<'_, T, E> {
             "invariant #4: releasing a member not in use"
         );
         if self.0.in_use == self.0.peak {
-            self.0.peak_until = Some(now);
+            self.0.peak_until = now;
         }
         self.0.in_use -= 1;
     }

@@ -4,7 +4,7 @@
 
 use std::task::Waker;
 
-use super::Locked;
+use super::{Locked, NO_STAMP};
 use crate::config::MemberOrder;
 
 impl<T, E> Locked<'_, T, E> {
@@ -117,7 +117,8 @@ impl<T, E> Locked<'_, T, E> {
         let s = &mut *self.0;
         let peak = std::mem::replace(&mut s.peak, s.in_use);
         s.tick_peak = s.tick_peak.max(peak);
-        (peak, s.peak_until.take())
+        let until = std::mem::replace(&mut s.peak_until, NO_STAMP);
+        (peak, (until != NO_STAMP).then_some(until))
     }
 
     /// Take attempts and takes served at once since the last call.
