@@ -815,11 +815,7 @@ async fn a_transaction_the_last_user_left_open_is_not_the_next_users() {
     next.tx_commit().await.unwrap();
     let left = ready(&next, &name).await.unwrap();
     assert_eq!(left, 0, "the last user's publish was committed by the next");
-    next.queue_delete(name.as_str().into(), QueueDeleteOptions::default())
-        .await
-        .unwrap();
-    drop(next);
-    pool.close(Shutdown::Graceful).await;
+    cleared(&pool, next, &name).await;
 }
 
 /// A channel the manager's hook put in confirm mode: the returned messages and confirms of

@@ -457,15 +457,17 @@ impl<T> PgManager<T> {
     /// [`Manager::recycle`]'s work: the session cleaned as `recycle` says, and the hooks run.
     async fn reset(&self, conn: &mut PgConnection) -> Result<(), PgError> {
         let set_up = self.hooks.has_after_connect();
-        let dirt = conn.parts.seen.dirt().for_session(set_up);
-        if self.transaction_pooling && !dirt.is_clean() {
-            tracing::warn!(
-                state = %dirt,
-                "a statement may have left session state on a server connection the transaction pooler shares with other clients; the reset on return may not reach it (docs/design.md, \"Behind PgBouncer\")"
-            );
+        if self.transaction_pooling {
+            let dirt = conn.parts.seen.dirt().for_session(set_up);
+            if !dirt.is_clean() {
+                tracing::warn!(
+                    state = %dirt,
+                    "a statement may have left session state on a server connection the transaction pooler shares with other clients; the reset on return may not reach it (docs/design.md, \"Behind PgBouncer\")"
+                );
+            }
         }
         let reset = clean(&self.recycle, conn, self.transaction_pooling, set_up).await?;
-        let hooked = (reset && self.hooks.has_after_connect()) || self.hooks.has_after_return();
+        let hooked = (reset && set_up) || self.hooks.has_after_return();
         if !hooked {
             // `clean` left the counts settled: nothing more was sent.
             return Ok(());

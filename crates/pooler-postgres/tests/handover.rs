@@ -540,13 +540,7 @@ async fn the_hooks_set_up_is_whole_after_any_reset() {
     let hooks = common::hooked_set_up();
     let manager = manager(&url, "pg-hooked-set-up", Recycle::default()).hooks(hooks);
     let pool = started(PoolConfig::new("pg-hooked-set-up", 1, 1), manager).await;
-    let pid = async |conn: &PgConnection| -> i32 {
-        conn.query_one("SELECT pg_backend_pid()", &[])
-            .await
-            .unwrap()
-            .get(0)
-    };
-    let first = pid(&*take(&pool).await).await;
+    let first = common::backend_pid(&*take(&pool).await).await;
     for (left, sql) in [
         ("a listener", "LISTEN pooler_other"),
         ("a setting", "SET search_path TO public"),
@@ -572,7 +566,7 @@ async fn the_hooks_set_up_is_whole_after_any_reset() {
         drop(conn);
         let conn = take(&pool).await;
         assert_eq!(
-            pid(&conn).await,
+            common::backend_pid(&conn).await,
             first,
             "after {left}: the connection was replaced"
         );

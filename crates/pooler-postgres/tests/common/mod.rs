@@ -93,8 +93,8 @@ pub(crate) async fn one_row(conn: &tokio_postgres::Client, sql: &str) -> Vec<Opt
 }
 
 /// An `after_connect` hook whose set-up has one of each kind of state a user's statement can
-/// undo: a search path, a listener, a temporary table, a prepared statement (all named
-/// `pooler_hooked`) and advisory lock 4242.
+/// undo: a search path, a listener, a temporary table, a prepared statement, a cursor
+/// `WITH HOLD` (all named `pooler_hooked`) and advisory lock 4242.
 pub(crate) fn hooked_set_up() -> pooler::Hooks<pooler_postgres::PgConnection> {
     pooler::Hooks::default().after_connect(|conn: &mut pooler_postgres::PgConnection| {
         Box::pin(async move {
