@@ -59,8 +59,8 @@ impl Dirt {
     /// A statement that may change an object of what the manager's `after_connect` hook
     /// set up as well as one of the user's or the database's, and the scan cannot tell
     /// which: `CLOSE`, `FETCH` or `MOVE` (a cursor `WITH HOLD` of the hook's), `CREATE`
-    /// (an index or trigger on its temporary table), `ALTER`, `DROP`, `COMMENT`, `GRANT`,
-    /// `REVOKE`, `SECURITY LABEL` (its temporary table, view or sequence). Rows are data,
+    /// (an index or trigger on its temporary table), `ALTER`, `DROP`, `CLUSTER`, `COMMENT`,
+    /// `GRANT`, `REVOKE`, `SECURITY LABEL` (its temporary table, view or sequence). Rows are data,
     /// not set-up: what a user writes to a hook's table is not followed. Dirty only on a
     /// session a hook set up ([`for_session`](Self::for_session)); there, the whole session
     /// is reset and the hook runs again.
@@ -504,6 +504,7 @@ mod tests {
             "GRANT SELECT ON t TO PUBLIC",
             "REVOKE ALL ON t FROM PUBLIC",
             "SECURITY LABEL ON TABLE t IS 'x'",
+            "CLUSTER t USING i",
         ] {
             assert_eq!(scan(sql), Dirt(Dirt::SET_UP), "{sql}");
             assert!(scan(sql).for_session(true).has(Dirt::SET_UP), "{sql}");

@@ -27,14 +27,16 @@ pub(super) fn first(word: &[u8]) -> First {
         b"select" | b"insert" | b"update" | b"delete" | b"with" | b"values" | b"table"
         | b"begin" | b"start" | b"commit" | b"end" | b"rollback" | b"abort" | b"savepoint"
         | b"release" | b"show" | b"explain" | b"copy" | b"truncate" | b"analyze" | b"analyse"
-        | b"vacuum" | b"cluster" | b"reindex" | b"lock" | b"merge" | b"refresh" | b"notify"
-        | b"checkpoint" | b"prepare" | b"deallocate" | b"discard" | b"declare" | b"set"
-        | b"reset" | b"listen" | b"load" | b"import" => First::Known,
+        | b"vacuum" | b"reindex" | b"lock" | b"merge" | b"refresh" | b"notify" | b"checkpoint"
+        | b"prepare" | b"deallocate" | b"discard" | b"declare" | b"set" | b"reset" | b"listen"
+        | b"load" | b"import" => First::Known,
         b"unlisten" => First::Undoes(super::Dirt::LISTEN),
         // What may change an object of the hook's (a cursor `WITH HOLD`, a temporary
         // table, view or sequence) as well as one of the user's or the database's.
-        b"close" | b"fetch" | b"move" | b"create" | b"alter" | b"drop" | b"comment" | b"grant"
-        | b"revoke" | b"security" => First::Undoes(super::Dirt::SET_UP),
+        // `CLUSTER t USING i` marks the index a later `CLUSTER t` uses. Statistics and the
+        // physical order (`ANALYZE`, `VACUUM`, `REINDEX`) are not what a user sees.
+        b"close" | b"fetch" | b"move" | b"create" | b"alter" | b"drop" | b"cluster"
+        | b"comment" | b"grant" | b"revoke" | b"security" => First::Undoes(super::Dirt::SET_UP),
         _ => First::Unknown,
     }
 }
