@@ -280,7 +280,9 @@ impl<T> PgManager<T> {
     /// once a returned connection is clean (see [`Hooks`]). Add per-connection setup here
     /// rather than by wrapping the manager: a wrapper must forward every hook of
     /// [`Manager`], and one that forgets `needs_recycle` or `recycle` hands the next user
-    /// the last user's transaction.
+    /// the last user's transaction. With an `after_connect` hook, a dirty session is reset
+    /// whole and the hook runs again; `CLOSE`, `FETCH`, `DROP`, `ALTER` and the like, which
+    /// may change its cursor or temporary table, count as dirty there.
     #[must_use]
     pub fn hooks(mut self, hooks: Hooks<PgConnection>) -> Self {
         self.hooks = hooks;
